@@ -1,0 +1,1 @@
+"""Thin Kubernetes adapters: the only place that talks to the API server."""

@@ -1,0 +1,72 @@
+"""Typed view of a validated ``spec.driver.upgradePolicy`` with the SPEC section 3 defaults.
+
+Build it only from a policy that passed validation; it does not re-check what validation checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from reconciler.policy.quantity import Quantity, parse_quantity
+
+Fallback = Literal["rollback", "pause"]
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeStep:
+    replicas: Quantity
+    #: milliseconds to wait after the step completes; None means a manual gate (``{}``)
+    pause_ms: int | None
+
+    @property
+    def is_gate(self) -> bool:
+        return self.pause_ms is None
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradePolicy:
+    enable_rollout: bool = False
+    steps: tuple[UpgradeStep, ...] = ()
+    pause: bool = False
+    max_parallel: Quantity = Quantity(1, percent=False)
+    max_unavailable: Quantity = Quantity(0, percent=False)
+    max_failure_threshold: int = 1
+    fallback: Fallback = "pause"
+
+    @classmethod
+    def from_spec(cls, raw: Mapping[str, Any] | None) -> UpgradePolicy:
+        raw = raw or {}
+        steps = tuple(
+            UpgradeStep(
+                replicas=parse_quantity(step["replicas"]),
+                pause_ms=step["pauseDuration"] if isinstance(step["pauseDuration"], int) else None,
+            )
+            for step in raw.get("upgradeSteps") or ()
+        )
+        fallback: Fallback = "rollback" if raw.get("fallback") == "rollback" else "pause"
+        return cls(
+            enable_rollout=bool(raw.get("enableRollout", False)),
+            steps=steps,
+            pause=bool(raw.get("pause", False)),
+            max_parallel=parse_quantity(raw.get("maxParallel", 1)),
+            max_unavailable=parse_quantity(raw.get("maxUnavailable", 0)),
+            max_failure_threshold=int(raw.get("maxFailureThreshold", 1)),
+            fallback=fallback,
+        )
+
+    def step_targets(self, total: int) -> list[int]:
+        """Cumulative node targets per step against ``total`` rollout nodes, capped at it.
+
+        A target not above the previous one is kept as is: that step adds no nodes but its pause
+        still applies (SPEC section 3).
+        """
+        return [min(step.replicas.resolve(total, minimum=1), total) for step in self.steps]
+
+    def batch_max_parallel(self, batch_size: int) -> int:
+        """maxParallel against the current batch's size, rounded up, at least 1."""
+        return self.max_parallel.resolve(batch_size, minimum=1)
+
+    def resolved_max_unavailable(self, total: int) -> int:
+        return self.max_unavailable.resolve(total)
