@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, str] = {
     "validate": "validate:validate",
     "simulate": "simulate:simulate",
     "dev-cluster": "dev_cluster:dev_cluster",
+    "run": "run:run",
 }
 
 

@@ -1,0 +1,176 @@
+"""Carries out the planner's actions against the API server.
+
+Each action is idempotent: a node already cordoned, a pod already gone or an annotation already
+set is success. The objects the server returns are handed back so the caller can update its cache
+before planning again (a plan made on a cache that has not yet seen the controller's own writes
+could start a node twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
+from reconciler.kube.objects import (
+    API_VERSION,
+    CONTROLLER_FIELD_MANAGER,
+    DRIVER_DAEMONSET,
+    KIND,
+    OPERATOR_NAMESPACE,
+    cluster_operator_path,
+)
+from reconciler.rollout.actions import (
+    Action,
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    RecordEvent,
+    RestorePayload,
+    SetDaemonSetImage,
+    SetPolicyPause,
+    Uncordon,
+)
+
+log = logging.getLogger(__name__)
+
+#: Events of a cluster-scoped object live in this namespace (as kubectl describe expects).
+EVENT_NAMESPACE = "default"
+COMPONENT = "gpu-rollout-controller"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the controller acts."""
+
+    cluster_operator: str
+    namespace: str = OPERATOR_NAMESPACE
+    daemonset: str = DRIVER_DAEMONSET
+
+
+class ActionExecutor:
+    def __init__(
+        self,
+        api: KubeApi,
+        target: Target,
+        *,
+        on_object: Callable[[str, JSON], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.target = target
+        self.on_object = on_object or (lambda kind, obj: None)
+        self.clock = clock
+        self.counts: dict[str, int] = {}
+
+    def execute(self, action: Action, cluster_operator: Mapping[str, Any]) -> None:
+        name = type(action).__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
+        match action:
+            case SetDaemonSetImage(image=image):
+                self._set_image(image)
+            case Cordon(node=node):
+                self._schedulable(node, unschedulable=True)
+            case Uncordon(node=node):
+                self._schedulable(node, unschedulable=False)
+            case AnnotateNode(node=node, annotations=annotations):
+                obj = self.api.patch(
+                    resource_path("v1", "nodes", node),
+                    {"metadata": {"annotations": dict(annotations)}},
+                )
+                self.on_object("node", obj)
+            case DeleteDriverPod(pod=pod):
+                path = resource_path("v1", "pods", pod, namespace=self.target.namespace)
+                deleted = self.api.delete(path)
+                if deleted is not None and deleted.get("kind") == "Pod":
+                    self.on_object("pod", deleted)
+            case SetPolicyPause(pause=pause):
+                self._apply_spec({"upgradePolicy": {"pause": pause}})
+            case RestorePayload(payload=payload):
+                self._apply_spec({"payload": dict(payload)})
+            case RecordEvent():
+                self._record_event(action, cluster_operator)
+            case _:
+                raise TypeError(f"unknown action {action!r}")
+
+    def _set_image(self, image: str) -> None:
+        path = resource_path(
+            "apps/v1", "daemonsets", self.target.daemonset, namespace=self.target.namespace
+        )
+        daemonset = self.api.get(path)
+        containers = daemonset["spec"]["template"]["spec"]["containers"]
+        if containers[0].get("image") == image:
+            return
+        obj = self.api.patch(
+            path,
+            [
+                {"op": "test", "path": "/spec/template/spec/containers/0/name",
+                 "value": containers[0]["name"]},
+                {"op": "replace", "path": "/spec/template/spec/containers/0/image",
+                 "value": image},
+            ],
+            patch_type="json",
+        )
+        self.on_object("daemonset", obj)
+
+    def _schedulable(self, node: str, *, unschedulable: bool) -> None:
+        try:
+            obj = self.api.patch(
+                resource_path("v1", "nodes", node), {"spec": {"unschedulable": unschedulable}}
+            )
+        except NotFound:
+            return  # the node left the cluster; the planner drops it
+        self.on_object("node", obj)
+
+    def _apply_spec(self, driver_fields: JSON) -> None:
+        """Server-side apply under the controller's own field manager (SPEC 4.6): the sync role
+        sees these fields owned by ``gpu-rollout-controller`` and writes them back to Git."""
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": self.target.cluster_operator},
+            "spec": {"driver": driver_fields},
+        }
+        obj = self.api.apply(
+            cluster_operator_path(self.target.cluster_operator),
+            body,
+            field_manager=CONTROLLER_FIELD_MANAGER,
+            force=True,
+        )
+        self.on_object("clusteroperator", obj)
+
+    def _record_event(self, action: RecordEvent, cluster_operator: Mapping[str, Any]) -> None:
+        meta = cluster_operator.get("metadata") or {}
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        message = action.message if action.node is None else f"{action.message}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{self.target.cluster_operator}.{uuid.uuid4().hex[:16]}",
+                "namespace": EVENT_NAMESPACE,
+                "labels": {"app.kubernetes.io/component": COMPONENT},
+            },
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": self.target.cluster_operator,
+                "uid": meta.get("uid"),
+            },
+            "reason": action.reason,
+            "message": message[:1024],
+            "type": action.type,
+            "source": {"component": COMPONENT},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": COMPONENT,
+        }
+        try:
+            self.api.create(resource_path("v1", "events", namespace=EVENT_NAMESPACE), event)
+        except Exception as exc:  # an event is information, never a reason to stop a rollout
+            log.warning("could not record event %s: %s", action.reason, exc)

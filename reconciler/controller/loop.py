@@ -1,0 +1,356 @@
+"""The rollout controller: list+watch caches, one planning pass per burst of events, actions,
+and the status write through the status subresource with optimistic concurrency."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.controller.act import ActionExecutor, Target
+from reconciler.controller.observe import (
+    daemonset_view,
+    driver_pod_view,
+    is_driver_pod,
+    node_view,
+    pick_driver_pod,
+    requests_gpu,
+)
+from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
+from reconciler.kube.watch import ListWatch, object_key
+from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.rollout.model import DriverPod, PlannerSettings, RolloutNode, RolloutSnapshot
+from reconciler.rollout.planner import Plan, plan
+
+log = logging.getLogger(__name__)
+
+
+def _newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` is at least as recent as ``old``. resourceVersions are etcd revisions
+    here; comparing them keeps a late watch event from overwriting the object the server
+    returned to our own write."""
+    if old is None:
+        return True
+    a = str((old.get("metadata") or {}).get("resourceVersion") or "")
+    b = str((new.get("metadata") or {}).get("resourceVersion") or "")
+    if a.isdigit() and b.isdigit():
+        return int(b) >= int(a)
+    return True
+
+
+@dataclass(slots=True)
+class ControllerStats:
+    passes: int = 0
+    actions: int = 0
+    status_writes: int = 0
+    conflicts: int = 0
+    errors: int = 0
+    max_in_flight: int = 0
+    plan_seconds: list[float] = field(default_factory=list)
+
+
+class RolloutController:
+    """Drives one ClusterOperator's driver rollout. Thread-based: informers feed an index, a
+    single worker plans and acts, so actions never race each other."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        target: Target,
+        *,
+        settings: PlannerSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        settle_seconds: float = 0.02,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.api = api
+        self.target = target
+        self.settings = settings or PlannerSettings()
+        self.clock = clock
+        self.settle_seconds = settle_seconds
+        self.is_leader = is_leader
+        self.stats = ControllerStats()
+        self.last_plan: Plan | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._dirty = True
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        # index, kept by the informers' handlers and by our own writes
+        self._nodes: dict[str, JSON] = {}
+        self._node_views: dict[str, RolloutNode] = {}
+        self._driver_pods: dict[str, dict[str, DriverPod]] = {}  # node -> pod name -> view
+        self._workloads: dict[str, set[str]] = {}  # node -> "ns/name"
+        self._pod_home: dict[str, tuple[str, str]] = {}  # pod key -> (node, kind)
+        self._pods: dict[str, JSON] = {}
+        self._daemonset: JSON | None = None
+        self._revisions: dict[str, JSON] = {}
+        self._cluster_operator: JSON | None = None
+        self.executor = ActionExecutor(api, target, on_object=self._own_write, clock=clock)
+        ns = target.namespace
+        self.watches = [
+            ListWatch(api, "/api/v1/nodes", on_event=self._on_node,
+                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"}, name="nodes"),
+            ListWatch(api, "/api/v1/pods", on_event=self._on_pod, name="pods"),
+            ListWatch(api, resource_path("apps/v1", "daemonsets", namespace=ns),
+                      on_event=self._on_daemonset,
+                      query={"fieldSelector": f"metadata.name={target.daemonset}"},
+                      name="daemonset"),
+            ListWatch(api, resource_path("apps/v1", "controllerrevisions", namespace=ns),
+                      on_event=self._on_revision, name="controllerrevisions"),
+            ListWatch(api, cluster_operator_path(), on_event=self._on_cluster_operator,
+                      query={"fieldSelector": f"metadata.name={target.cluster_operator}"},
+                      name="clusteroperator"),
+        ]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> RolloutController:
+        for watch in self.watches:
+            watch.start()
+        self._worker = threading.Thread(target=self._run, name="rollout-controller", daemon=True)
+        self._worker.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for watch in self.watches:
+            watch.stop()
+        if self._worker is not None:
+            self._worker.join(10)
+
+    def synced(self) -> bool:
+        return all(w.wait_synced(0) for w in self.watches)
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
+
+    def kick(self) -> None:
+        with self._wake:
+            self._dirty = True
+            self._wake.notify()
+
+    # -- index ------------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self._dirty = True
+        self._wake.notify()
+
+    def _on_node(self, event: str, obj: JSON) -> None:
+        name = str(obj["metadata"]["name"])
+        with self._wake:
+            if event == "DELETED":
+                self._nodes.pop(name, None)
+                self._node_views.pop(name, None)
+            elif _newer(self._nodes.get(name), obj):
+                self._nodes[name] = obj
+                self._refresh_node(name)
+            self._touch()
+
+    def _refresh_node(self, name: str) -> None:
+        node = self._nodes.get(name)
+        if node is None:
+            return
+        pods = self._driver_pods.get(name, {})
+        self._node_views[name] = node_view(
+            node, pick_driver_pod(pods.values()), self._workloads.get(name, ())
+        )
+
+    def _on_pod(self, event: str, obj: JSON) -> None:
+        key = object_key(obj)
+        with self._wake:
+            if event != "DELETED" and not _newer(self._pods.get(key), obj):
+                return
+            old_home = self._pod_home.pop(key, None)
+            self._pods.pop(key, None)
+            if old_home is not None:
+                node, kind = old_home
+                if kind == "driver":
+                    self._driver_pods.get(node, {}).pop(str(obj["metadata"]["name"]), None)
+                else:
+                    self._workloads.get(node, set()).discard(key)
+            node = str((obj.get("spec") or {}).get("nodeName") or "")
+            if event != "DELETED" and node:
+                if is_driver_pod(obj, self.target.daemonset, self.target.namespace):
+                    self._driver_pods.setdefault(node, {})[str(obj["metadata"]["name"])] = (
+                        driver_pod_view(obj)
+                    )
+                    self._pod_home[key] = (node, "driver")
+                    self._pods[key] = obj
+                elif requests_gpu(obj):
+                    self._workloads.setdefault(node, set()).add(key)
+                    self._pod_home[key] = (node, "workload")
+                    self._pods[key] = obj
+            touched = {node} if node else set()
+            if old_home is not None:
+                touched.add(old_home[0])
+            if not any(n in self._nodes for n in touched):
+                return  # a pod of no interest
+            for n in touched:
+                self._refresh_node(n)
+            self._touch()
+
+    def _on_daemonset(self, event: str, obj: JSON) -> None:
+        with self._wake:
+            if event == "DELETED":
+                self._daemonset = None
+            elif _newer(self._daemonset, obj):
+                self._daemonset = obj
+            self._touch()
+
+    def _on_revision(self, event: str, obj: JSON) -> None:
+        name = str(obj["metadata"]["name"])
+        with self._wake:
+            if event == "DELETED":
+                self._revisions.pop(name, None)
+            else:
+                self._revisions[name] = obj
+            self._touch()
+
+    def _on_cluster_operator(self, event: str, obj: JSON) -> None:
+        with self._wake:
+            if event == "DELETED":
+                self._cluster_operator = None
+            elif _newer(self._cluster_operator, obj):
+                self._cluster_operator = obj
+            self._touch()
+
+    def _own_write(self, kind: str, obj: JSON) -> None:
+        """Objects the server returned to our writes go into the index at once."""
+        handler = {
+            "node": self._on_node,
+            "pod": self._on_pod,
+            "daemonset": self._on_daemonset,
+            "clusteroperator": self._on_cluster_operator,
+        }.get(kind)
+        if handler is not None:
+            handler("MODIFIED", obj)
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[RolloutSnapshot, JSON] | None:
+        """The planner's view, or None while something it needs does not exist yet."""
+        with self._lock:
+            co = self._cluster_operator
+            ds = self._daemonset
+            if co is None or ds is None:
+                return None
+            view = daemonset_view(ds, self._revisions.values())
+            if view is None:
+                return None
+            driver = (co.get("spec") or {}).get("driver") or {}
+            policy = UpgradePolicy.from_spec(driver.get("upgradePolicy"))
+            snap = RolloutSnapshot(
+                nodes=dict(self._node_views),
+                daemonset=view,
+                payload=dict(driver.get("payload") or {}),
+                policy=policy,
+                status=dict((co.get("status") or {}).get("upgradeStatus") or {}),
+            )
+            return snap, co
+
+    # -- worker -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        requeue_at: float | None = None
+        backoff = 0.2
+        while not self._stop.is_set():
+            with self._wake:
+                while not self._dirty and not self._stop.is_set():
+                    timeout = None if requeue_at is None else max(0.0, requeue_at - self.clock())
+                    if timeout is not None and timeout <= 0:
+                        break
+                    self._wake.wait(timeout if timeout is not None else 5.0)
+                self._dirty = False
+            if self._stop.is_set():
+                break
+            if not self.synced() or not self.is_leader():
+                requeue_at = self.clock() + 0.5
+                continue
+            if self.settle_seconds:
+                self._stop.wait(self.settle_seconds)  # gather a burst of events into one pass
+            try:
+                requeue_at = self.reconcile_once()
+                backoff = 0.2
+            except Conflict:
+                self.stats.conflicts += 1
+                self._refetch_cluster_operator()
+                requeue_at = self.clock()
+            except KubeError as exc:
+                self.stats.errors += 1
+                log.warning("rollout pass failed: %s; retrying in %.1f s", exc, backoff)
+                requeue_at = self.clock() + backoff
+                backoff = min(backoff * 2, 10.0)
+            except Exception:
+                self.stats.errors += 1
+                log.exception("rollout pass failed; retrying in %.1f s", backoff)
+                requeue_at = self.clock() + backoff
+                backoff = min(backoff * 2, 10.0)
+
+    def reconcile_once(self) -> float | None:
+        """One observe-plan-act pass; returns when to plan again if nothing happens."""
+        observed = self.snapshot()
+        if observed is None:
+            return None
+        snap, co = observed
+        started = time.perf_counter()
+        result = plan(snap, self.clock(), self.settings)
+        self.stats.plan_seconds.append(time.perf_counter() - started)
+        del self.stats.plan_seconds[:-1000]
+        self.stats.passes += 1
+        self.last_plan = result
+        for action in result.actions:
+            if not self.is_leader():
+                return self.clock() + 0.5
+            self.executor.execute(action, co)
+            self.stats.actions += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, result.in_flight)
+        if result.changed:
+            self._write_status(result.status)
+        if result.actions:
+            # our own writes changed the world: look again at once
+            return self.clock()
+        return result.requeue_at
+
+    def _write_status(self, upgrade_status: JSON) -> None:
+        with self._lock:
+            co = self._cluster_operator
+        if co is None:
+            return
+        status = dict(co.get("status") or {})
+        status["upgradeStatus"] = upgrade_status
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": co["metadata"]["resourceVersion"]},
+            {"op": "add", "path": "/status", "value": status},
+        ]
+        try:
+            obj = self.api.patch(
+                cluster_operator_path(self.target.cluster_operator, subresource="status"),
+                patch,
+                patch_type="json",
+            )
+        except KubeError as exc:
+            # a failed "test" op answers 422 (Invalid): someone wrote in between
+            if exc.status in (409, 422):
+                raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
+            raise
+        self.stats.status_writes += 1
+        self._on_cluster_operator("MODIFIED", obj)
+
+    def _refetch_cluster_operator(self) -> None:
+        try:
+            obj = self.api.get(cluster_operator_path(self.target.cluster_operator))
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning("could not refetch the ClusterOperator: %s", exc)
+            return
+        self._on_cluster_operator("MODIFIED", obj)

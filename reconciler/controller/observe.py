@@ -1,0 +1,159 @@
+"""From Kubernetes objects (plain JSON dicts) to the planner's snapshot parts. Pure."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.rollout.model import GPU_RESOURCES, DaemonSetView, DriverPod, RolloutNode
+
+JSON = dict[str, Any]
+REVISION_LABEL = "controller-revision-hash"
+
+
+def parse_timestamp(text: str | None) -> float:
+    """RFC 3339 as the API server writes it (``2026-11-30T01:02:03Z``) to epoch seconds."""
+    if not text:
+        return 0.0
+    return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def is_driver_pod(pod: Mapping[str, Any], daemonset: str = DRIVER_DAEMONSET,
+                  namespace: str = OPERATOR_NAMESPACE) -> bool:
+    meta = pod.get("metadata") or {}
+    if meta.get("namespace") != namespace:
+        return False
+    return any(
+        ref.get("kind") == "DaemonSet" and ref.get("name") == daemonset
+        for ref in meta.get("ownerReferences") or ()
+    )
+
+
+def requests_gpu(pod: Mapping[str, Any]) -> bool:
+    """A running or pending pod that asks for a GPU resource: it blocks the node's upgrade."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") or {}
+        for kind in ("requests", "limits"):
+            if any(name in (resources.get(kind) or {}) for name in GPU_RESOURCES):
+                return True
+    return False
+
+
+def driver_pod_view(pod: Mapping[str, Any]) -> DriverPod:
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    waiting_reason: str | None = None
+    restarts = 0
+    for container in status.get("containerStatuses") or ():
+        restarts += int(container.get("restartCount") or 0)
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            waiting_reason = str(waiting["reason"])
+    return DriverPod(
+        name=str(meta.get("name")),
+        revision=str((meta.get("labels") or {}).get(REVISION_LABEL, "")),
+        ready=ready,
+        waiting_reason=waiting_reason,
+        restart_count=restarts,
+        created_at=parse_timestamp(meta.get("creationTimestamp")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def pick_driver_pod(pods: Iterable[DriverPod]) -> DriverPod | None:
+    """The pod that speaks for the node: the live one over one being deleted, then the newest."""
+    best: DriverPod | None = None
+    for pod in pods:
+        if best is None or (best.deleting, -best.created_at, best.name) > (
+            pod.deleting, -pod.created_at, pod.name
+        ):
+            best = pod
+    return best
+
+
+def node_view(node: Mapping[str, Any], pod: DriverPod | None,
+              workloads: Iterable[str] = ()) -> RolloutNode:
+    meta = node.get("metadata") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or ()
+    )
+    return RolloutNode(
+        name=str(meta.get("name")),
+        ready=ready,
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        pod=pod,
+        workloads=tuple(sorted(workloads)),
+    )
+
+
+def revision_image(revision: Mapping[str, Any], container: str | None = None) -> str:
+    """The driver image recorded in a ControllerRevision of the DaemonSet."""
+    template = ((revision.get("data") or {}).get("spec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    for c in containers:
+        if container is None or c.get("name") == container:
+            return str(c.get("image", ""))
+    return ""
+
+
+def owned_by(obj: Mapping[str, Any], kind: str, name: str) -> bool:
+    return any(
+        ref.get("kind") == kind and ref.get("name") == name
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
+def daemonset_view(
+    daemonset: Mapping[str, Any], revisions: Iterable[Mapping[str, Any]]
+) -> DaemonSetView | None:
+    """The DaemonSet's current revision is its ControllerRevision with the highest number (the
+    DaemonSet controller renumbers a reused one). The image is taken from that revision, not from
+    the template, so revision and image always agree even while the template was just changed and
+    the controller has not caught up."""
+    name = str((daemonset.get("metadata") or {}).get("name"))
+    container = driver_container_name(daemonset)
+    owned = [r for r in revisions if owned_by(r, "DaemonSet", name)]
+    if not owned:
+        return None
+    current = max(owned, key=lambda r: int(r.get("revision") or 0))
+    images = {
+        str((r.get("metadata") or {}).get("labels", {}).get(REVISION_LABEL, "")): revision_image(
+            r, container
+        )
+        for r in owned
+    }
+    current_hash = str((current.get("metadata") or {}).get("labels", {}).get(REVISION_LABEL, ""))
+    return DaemonSetView(
+        current_revision=current_hash,
+        current_image=images.get(current_hash, ""),
+        revision_images=images,
+    )
+
+
+def driver_container_name(daemonset: Mapping[str, Any]) -> str | None:
+    containers = (
+        (((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+        or []
+    )
+    return str(containers[0].get("name")) if containers else None
+
+
+def template_image(daemonset: Mapping[str, Any]) -> str:
+    containers = (
+        (((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+        or []
+    )
+    return str(containers[0].get("image", "")) if containers else ""

@@ -1,0 +1,28 @@
+"""Git failures translated once, at the adapter seam, into what the caller does next."""
+
+from __future__ import annotations
+
+
+class GitOpsError(Exception):
+    """Base class: a Git operation of the reconciler failed."""
+
+
+class RemoteUnavailable(GitOpsError):
+    """The remote could not be reached (down, refused, missing): retry later, keep the queue."""
+
+
+class PushRejected(GitOpsError):
+    """The remote has commits we do not (non-fast-forward): fetch, rebase our commit, retry."""
+
+
+class PushDeclined(GitOpsError):
+    """The remote refused the update (hook, protected branch, dirty checked-out working copy):
+    not a race; retry later and make it visible."""
+
+
+class RepoConfigError(GitOpsError):
+    """``reconciler.yaml`` is unreadable or has a wrong type; the message names the key."""
+
+
+class StatusNotFound(GitOpsError):
+    """No status snapshot for the cluster at the branch head."""

@@ -1,0 +1,275 @@
+"""A bare mirror of the policy repository in the reconciler's state directory.
+
+Every Git read and write of the reconciler goes through this mirror, never through a person's
+working copy: commits are built with plumbing (a private index file, ``commit-tree``) on top of
+the remote branch head, and pushed without force. A push that loses a race raises
+``PushRejected``; an unreachable remote raises ``RemoteUnavailable``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import git
+from git.exc import BadName, GitCommandError
+
+from reconciler.gitops.commits import CommitInfo, Identity, Person
+from reconciler.gitops.errors import GitOpsError, PushDeclined, PushRejected, RemoteUnavailable
+
+#: never ask for a password on a terminal: a daemon must fail, not hang
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "true",
+    "GIT_SSH_COMMAND": "ssh -oBatchMode=yes",
+}
+#: a local working copy's checked-out branch is updated only when its tree is clean
+_UPDATE_INSTEAD = "--receive-pack=git -c receive.denyCurrentBranch=updateInstead receive-pack"
+_SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://|^[^/]+@[^/]+:")
+
+
+def is_local_path(url: str) -> bool:
+    return _SCHEME_RE.match(url) is None
+
+
+def normalize_url(url: str) -> str:
+    """Absolute path for a local repository, the URL unchanged otherwise."""
+    if is_local_path(url):
+        return str(Path(url).expanduser().resolve())
+    return url
+
+
+def mirror_dir(state_dir: Path, url: str) -> Path:
+    url = normalize_url(url)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", url.rstrip("/").rsplit("/", 1)[-1]).strip("-.")
+    digest = hashlib.sha1(url.encode()).hexdigest()[:10]
+    return state_dir / "mirrors" / f"{name.removesuffix('.git') or 'repo'}-{digest}.git"
+
+
+class Mirror:
+    """One bare mirror per remote; thread-safe (one lock around every ref-changing operation)."""
+
+    def __init__(
+        self,
+        url: str,
+        state_dir: Path | str,
+        *,
+        update_checked_out: bool | None = None,
+        network_timeout: float = 60.0,
+    ) -> None:
+        self.url = normalize_url(url)
+        self.path = mirror_dir(Path(state_dir), self.url)
+        # Pushing to a person's local working copy: update its checked-out branch only when its
+        # working tree is clean (git's updateInstead); a dirty tree declines and we retry later.
+        self.update_checked_out = is_local_path(url) if update_checked_out is None else (
+            update_checked_out
+        )
+        self.network_timeout = network_timeout
+        self._lock = threading.RLock()
+        self._repo = self._open()
+
+    # -- setup -------------------------------------------------------------------------------
+    def _open(self) -> git.Repo:
+        if (self.path / "HEAD").exists():
+            repo = git.Repo(self.path)
+            if repo.remotes.origin.url != self.url:
+                repo.git.remote("set-url", "origin", self.url)
+            return repo
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        repo = git.Repo.init(self.path, bare=True)
+        repo.git.remote("add", "origin", self.url)
+        repo.git.config("gc.autoDetach", "false")
+        return repo
+
+    @property
+    def repo(self) -> git.Repo:
+        return self._repo
+
+    def _git(
+        self, *args: str, env: Mapping[str, str] | None = None, timeout: float | None = None
+    ) -> tuple[int, str, str]:
+        status, stdout, stderr = self._repo.git.execute(
+            ["git", *args],
+            with_extended_output=True,
+            with_exceptions=False,
+            env={**_GIT_ENV, **(env or {})},
+            kill_after_timeout=timeout,
+        )
+        return int(status), str(stdout), str(stderr)
+
+    # -- remote ------------------------------------------------------------------------------
+    def fetch(self) -> dict[str, str]:
+        """Fetch every branch of the remote; returns branch -> head sha."""
+        with self._lock:
+            status, _, stderr = self._git(
+                "fetch", "--prune", "--no-tags", "origin", timeout=self.network_timeout
+            )
+            if status != 0:
+                raise RemoteUnavailable(f"fetch from {self.url} failed: {_last_line(stderr)}")
+            return self.branches()
+
+    def branches(self) -> dict[str, str]:
+        status, stdout, _ = self._git(
+            "for-each-ref", "--format=%(refname:lstrip=3) %(objectname)", "refs/remotes/origin/"
+        )
+        if status != 0:
+            return {}
+        result: dict[str, str] = {}
+        for line in stdout.splitlines():
+            name, _, sha = line.partition(" ")
+            if name and name != "HEAD":
+                result[name] = sha
+        return result
+
+    def head(self, branch: str) -> str | None:
+        """The remote branch's head as of the last fetch or push, None if it does not exist."""
+        return self.branches().get(branch)
+
+    def push(self, commit: str, branch: str) -> None:
+        """Fast-forward ``branch`` on the remote to ``commit``. Never forces."""
+        args = ["push", "--porcelain", "--no-verify"]
+        if self.update_checked_out:
+            args.append(_UPDATE_INSTEAD)
+        args += ["origin", f"{commit}:refs/heads/{branch}"]
+        with self._lock:
+            status, stdout, stderr = self._git(*args, timeout=self.network_timeout)
+            if status == 0:
+                # keep the remote-tracking ref in step, so the next build starts from our commit
+                self._git("update-ref", f"refs/remotes/origin/{branch}", commit)
+                return
+        rejected = [line for line in stdout.splitlines() if line.startswith("!")]
+        detail = rejected[0].split("\t")[-1] if rejected else _last_line(stderr)
+        if any("[rejected]" in line for line in rejected):
+            raise PushRejected(f"push to {self.url} {branch} lost a race: {detail}")
+        if any("[remote rejected]" in line for line in rejected):
+            raise PushDeclined(f"{self.url} refused the push to {branch}: {detail}")
+        raise RemoteUnavailable(f"push to {self.url} failed: {detail}")
+
+    # -- reading -----------------------------------------------------------------------------
+    def resolve(self, rev: str) -> str | None:
+        try:
+            return str(self._repo.rev_parse(rev).hexsha)
+        except (BadName, ValueError, GitCommandError):
+            return None
+
+    def read_file(self, commit: str, path: str) -> bytes | None:
+        """The file's bytes at ``commit``, None when the path is not a file there."""
+        try:
+            item = self._repo.commit(commit).tree / path
+        except KeyError:
+            return None
+        if item.type != "blob":
+            return None
+        data: bytes = item.data_stream.read()
+        return data
+
+    def list_dir(self, commit: str, directory: str) -> list[str]:
+        """Names of the entries of ``directory`` at ``commit`` (``[]`` if absent), sorted."""
+        tree = self._repo.commit(commit).tree
+        if directory.strip("/"):
+            try:
+                tree = tree / directory.strip("/")
+            except KeyError:
+                return []
+        if tree.type != "tree":
+            return []
+        return sorted(item.name for item in tree)
+
+    def is_dir(self, commit: str, directory: str) -> bool:
+        try:
+            return bool((self._repo.commit(commit).tree / directory).type == "tree")
+        except KeyError:
+            return False
+
+    def commit_info(self, sha: str) -> CommitInfo:
+        commit = self._repo.commit(sha)
+        return CommitInfo(
+            sha=commit.hexsha,
+            author=Person(str(commit.author.name), str(commit.author.email)),
+            committer=Person(str(commit.committer.name), str(commit.committer.email)),
+            authored_at=int(commit.authored_date),
+            committed_at=int(commit.committed_date),
+            message=str(commit.message),
+        )
+
+    def commits_between(self, old: str | None, new: str, *, limit: int = 1000) -> list[CommitInfo]:
+        """Commits reachable from ``new`` but not from ``old``, newest first."""
+        rev = new if old is None else f"{old}..{new}"
+        return [
+            self.commit_info(c.hexsha) for c in self._repo.iter_commits(rev, max_count=limit)
+        ]
+
+    def log_messages(self, rev: str, path: str | None = None, *, limit: int = 200) -> list[str]:
+        paths = [path] if path is not None else []
+        return [str(c.message) for c in self._repo.iter_commits(rev, paths, max_count=limit)]
+
+    # -- writing -----------------------------------------------------------------------------
+    def create_commit(
+        self,
+        parent: str | None,
+        changes: Mapping[str, bytes | None],
+        message: str,
+        identity: Identity,
+        *,
+        authored_at: float | None = None,
+    ) -> str:
+        """A commit with ``changes`` (path -> bytes, None deletes) on top of ``parent``.
+
+        Built in a private index, so nothing else in the mirror changes until it is pushed.
+        """
+        with self._lock, tempfile.TemporaryDirectory(prefix="reconciler-index-") as tmp:
+            env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+            self._check(self._git("read-tree", parent or "--empty", env=env))
+            for number, (path, data) in enumerate(changes.items()):
+                if data is None:
+                    self._check(self._git("update-index", "--force-remove", "--", path, env=env))
+                    continue
+                content = Path(tmp) / f"blob-{number}"
+                content.write_bytes(data)
+                blob = self._check(self._git("hash-object", "-w", "--", str(content))).strip()
+                self._check(
+                    self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}",
+                              env=env)
+                )
+            tree = self._check(self._git("write-tree", env=env)).strip()
+            message_file = os.path.join(tmp, "message")
+            Path(message_file).write_text(message, encoding="utf-8")
+            ident = {
+                "GIT_AUTHOR_NAME": identity.name,
+                "GIT_AUTHOR_EMAIL": identity.email,
+                "GIT_COMMITTER_NAME": identity.name,
+                "GIT_COMMITTER_EMAIL": identity.email,
+            }
+            if authored_at is not None:
+                ident["GIT_AUTHOR_DATE"] = f"@{int(authored_at)} +0000"
+            args = ["commit-tree", tree, "-F", message_file]
+            if parent:
+                args += ["-p", parent]
+            return self._check(self._git(*args, env=ident)).strip()
+
+    @staticmethod
+    def _check(result: tuple[int, str, str]) -> str:
+        status, stdout, stderr = result
+        if status != 0:
+            raise GitOpsError(f"git failed: {_last_line(stderr)}")
+        return stdout
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def default_state_dir() -> Path:
+    """``$RECONCILER_STATE_DIR``, else ``$XDG_STATE_HOME/gpu-gitops-reconciler``, else
+    ``~/.local/state/gpu-gitops-reconciler``."""
+    explicit = os.environ.get("RECONCILER_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpu-gitops-reconciler"

@@ -1,0 +1,109 @@
+"""The rollout's own changes to the policy, committed to Git (SPEC 4.6).
+
+Each write-back is its own commit on the policy branch with a message that says why, pushed
+through the ``Publisher`` like status snapshots. Each edit names the value it replaces, so if a
+person changed the same field in the meantime their commit wins and ours is dropped (visible
+through ``Publisher.on_skipped``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from reconciler.gitops.commits import ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
+from reconciler.gitops.config import RepoConfig
+from reconciler.gitops.edits import (
+    ANY,
+    FW_UPGRADE_POLICY_FIELD,
+    PAUSE_FIELD,
+    PAYLOAD_VERSION_FIELD,
+    FieldEdit,
+)
+from reconciler.gitops.publisher import PendingChange, Publisher
+
+
+class SpecWriteBack:
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        config: RepoConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.publisher = publisher
+        self.config = config or RepoConfig()
+        self._clock = clock
+
+    def pause(
+        self, cluster: str, *, reason: str, step: str | None = None,
+        source_commit: str | None = None,
+    ) -> PendingChange:
+        """``pause: true``: the rollout stopped at a manual gate or on a failure fallback."""
+        return self._submit(
+            cluster,
+            subject=f"policy({cluster}): pause the rollout"
+            + (f" at step {step}" if step else "") + f": {reason}",
+            body=f"The rollout controller paused the rollout ({reason}) and set "
+            "spec.driver.upgradePolicy.pause: true in the cluster. Merge a change to "
+            "`pause: false` to release the next batch.",
+            edits=(FieldEdit(PAUSE_FIELD, True, ANY),),
+            step=step,
+            source_commit=source_commit,
+        )
+
+    def restore_payload_version(
+        self, cluster: str, *, version: str, rolled_back: str, reason: str,
+        step: str | None = None, source_commit: str | None = None,
+    ) -> PendingChange:
+        """``payload.version`` back to ``version`` after ``rolled_back`` was rolled back.
+
+        Dropped if a person already changed the version away from ``rolled_back``.
+        """
+        return self._submit(
+            cluster,
+            subject=f"policy({cluster}): restore driver {version} after rolling back "
+            f"{rolled_back}",
+            body=f"{rolled_back} was rolled back ({reason}); the cluster runs {version} again, "
+            "so Git says so too and nothing asks for the failed version any more.",
+            edits=(FieldEdit(PAYLOAD_VERSION_FIELD, version, rolled_back),),
+            step=step,
+            source_commit=source_commit,
+        )
+
+    def firmware_never(
+        self, cluster: str, *, reason: str = "firmware upgrade finished",
+        source_commit: str | None = None, expected: str = "PreferCloud",
+    ) -> PendingChange:
+        """``fwUpgradePolicy: Never`` once the firmware upgrade flow is done."""
+        return self._submit(
+            cluster,
+            subject=f"policy({cluster}): set fwUpgradePolicy: Never: {reason}",
+            body="The firmware orchestrator finished and set fwUpgradePolicy back to Never in the "
+            "cluster, so a later merge does not start another firmware upgrade.",
+            edits=(FieldEdit(FW_UPGRADE_POLICY_FIELD, "Never", expected),),
+            step=None,
+            source_commit=source_commit,
+        )
+
+    def _submit(
+        self, cluster: str, *, subject: str, body: str, edits: tuple[FieldEdit, ...],
+        step: str | None, source_commit: str | None,
+    ) -> PendingChange:
+        trailers: list[tuple[str, str]] = []
+        if source_commit:
+            trailers.append((SOURCE_COMMIT_TRAILER, source_commit))
+        if step:
+            trailers.append((ROLLOUT_STEP_TRAILER, step))
+        change = PendingChange(
+            kind="spec",
+            cluster=cluster,
+            path=self.config.cluster_dir(cluster),
+            subject=subject,
+            body=body,
+            trailers=tuple(trailers),
+            created_at=self._clock(),
+            edits=edits,
+        )
+        self.publisher.enqueue(change)
+        return change

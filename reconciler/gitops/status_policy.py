@@ -1,0 +1,206 @@
+"""When a status snapshot becomes a commit (SPEC section 6), and what its message says.
+
+Pure: snapshots are plain data (the shape of ``schemas/status-snapshot.schema.json``), time is a
+number passed in. The rules:
+
+- only the *key* of a snapshot counts: phase, step index, step state, the rejected commit, the
+  firmware phase. Ready counters alone never cause a commit; the latest ones ride along;
+- a change is committed once it has been stable for ``min_interval`` and at least
+  ``min_interval`` after the previous commit, so the short-lived ``StepUpgradeInit`` and
+  ``StepReady`` states between steps coalesce away instead of causing a commit storm;
+- a state that keeps changing is still committed at least every ``max_delay``;
+- terminal states (rollout ``Completed``, phase ``Idling``/``Disabled``, a rejected commit) are
+  committed at once, so the end of a rollout or the reason for a refusal is in Git immediately;
+- a change back to the committed key before it was written cancels it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from reconciler.gitops.commits import PHASE_TRAILER, ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
+
+ACTIVE_PHASES = frozenset({"Progressing", "Terminating", "Disabling"})
+TERMINAL_PHASES = frozenset({"Idling", "Disabled"})
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotKey:
+    phase: str | None
+    step_index: int | None
+    step_state: str | None
+    rejected_commit: str | None = None
+    firmware_phase: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return (
+            self.step_state == "Completed"
+            or self.phase in TERMINAL_PHASES
+            or self.phase is None
+            or self.rejected_commit is not None
+        )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
+    upgrade = _mapping(snapshot.get("upgradeStatus"))
+    step = _mapping(upgrade.get("status"))
+    index = step.get("currentStepIndex")
+    return SnapshotKey(
+        phase=_str_or_none(upgrade.get("phase")),
+        step_index=index if isinstance(index, int) and not isinstance(index, bool) else None,
+        step_state=_str_or_none(step.get("currentStepState")),
+        rejected_commit=_str_or_none(_mapping(snapshot.get("rejection")).get("commit")),
+        firmware_phase=_str_or_none(_mapping(snapshot.get("firmware")).get("phase")),
+    )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class WriterTiming:
+    min_interval: float = 5.0
+    max_delay: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class WriterState:
+    """What the writer knows: the key last committed (or found in Git) and the pending snapshot."""
+
+    committed_key: SnapshotKey | None = None
+    last_commit_at: float | None = None
+    pending: Mapping[str, Any] | None = None
+    pending_key: SnapshotKey | None = None
+    first_pending_at: float | None = None
+    changed_at: float | None = None
+
+
+def observe(state: WriterState, snapshot: Mapping[str, Any], now: float) -> WriterState:
+    """Take in the latest snapshot (called for every status update, counters included)."""
+    key = snapshot_key(snapshot)
+    if key == state.committed_key:
+        return replace(state, pending=None, pending_key=None, first_pending_at=None,
+                       changed_at=None)
+    if key == state.pending_key:
+        return replace(state, pending=snapshot)  # fresher counters, same state
+    return replace(
+        state,
+        pending=snapshot,
+        pending_key=key,
+        first_pending_at=state.first_pending_at if state.pending is not None else now,
+        changed_at=now,
+    )
+
+
+def due_at(state: WriterState, timing: WriterTiming) -> float | None:
+    """When the pending snapshot should be committed; None when nothing is pending."""
+    if state.pending is None or state.pending_key is None:
+        return None
+    assert state.changed_at is not None and state.first_pending_at is not None
+    if state.pending_key.terminal:
+        return state.changed_at
+    settled = min(state.changed_at + timing.min_interval,
+                  state.first_pending_at + timing.max_delay)
+    if state.last_commit_at is None:
+        return settled
+    return max(settled, state.last_commit_at + timing.min_interval)
+
+
+def committed(state: WriterState, now: float) -> WriterState:
+    """The pending snapshot was handed to the publisher."""
+    return WriterState(committed_key=state.pending_key, last_commit_at=now)
+
+
+def step_label(snapshot: Mapping[str, Any]) -> str:
+    """``2/4`` when the number of steps is known, else ``2``; ``0`` before the first step."""
+    key = snapshot_key(snapshot)
+    index = key.step_index or 0
+    total = _step_count(snapshot)
+    return f"{index}/{total}" if total else str(index)
+
+
+def _step_count(snapshot: Mapping[str, Any]) -> int | None:
+    spec = _mapping(snapshot.get("spec"))
+    for policy in (spec.get("upgradePolicy"), _mapping(spec.get("driver")).get("upgradePolicy")):
+        steps = _mapping(policy).get("upgradeSteps")
+        if isinstance(steps, list) and steps:
+            return len(steps)
+    return None
+
+
+def describe(snapshot: Mapping[str, Any]) -> str:
+    """The commit subject: what happened, in the domain's words."""
+    cluster = snapshot.get("cluster", "?")
+    key = snapshot_key(snapshot)
+    upgrade = _mapping(snapshot.get("upgradeStatus"))
+    step = _mapping(upgrade.get("status"))
+    label = step_label(snapshot)
+    rejection = _mapping(snapshot.get("rejection"))
+    if key.rejected_commit:
+        findings = rejection.get("findings")
+        first = _mapping(findings[0]) if isinstance(findings, list) and findings else {}
+        where = first.get("file", "")
+        if first.get("line"):
+            where += f":{first['line']}"
+        reason = first.get("message", "invalid policy")
+        return f"status({cluster}): rejected {key.rejected_commit[:12]}: {where} {reason}".strip()
+    ready = step.get("totalUpgradeReadyReplicas")
+    total = step.get("totalUpgradeReplicas")
+    counts = f" ({ready}/{total} nodes on the new driver)" if ready is not None and total else ""
+    rolled_back = _rolled_back(upgrade)
+    state = key.step_state
+    if key.phase == "Terminating":
+        what = f"rolling back at step {label} after failures"
+    elif key.phase == "Disabling":
+        what = f"rolling back at step {label}: grey release turned off"
+    elif state == "Completed" and rolled_back:
+        what = f"rollback finished at step {label}: {rolled_back}"
+    elif state == "Completed":
+        what = f"rollout completed at step {label}{counts}"
+    elif key.phase in TERMINAL_PHASES or key.phase is None:
+        what = f"{key.phase or 'no rollout'}"
+    elif state == "StepPaused":
+        what = f"step {label} paused: {_pause_reason(upgrade)}{counts}"
+    elif state == "StepUpgrade":
+        what = f"step {label} upgrading{counts}"
+    elif state == "StepReady":
+        what = f"step {label} done{counts}"
+    elif state == "StepUpgradeInit":
+        what = f"step {label} starting"
+    else:
+        what = f"{key.phase} {state or ''}".strip()
+    if key.firmware_phase:
+        what += f"; firmware {key.firmware_phase}"
+    return f"status({cluster}): {what}"
+
+
+def _rolled_back(upgrade: Mapping[str, Any]) -> str | None:
+    for condition in upgrade.get("condition") or ():
+        condition = _mapping(condition)
+        if condition.get("type") == "RolledBack" and condition.get("status", "True") == "True":
+            return str(condition.get("message") or condition.get("reason") or "rolled back")
+    return None
+
+
+def _pause_reason(upgrade: Mapping[str, Any]) -> str:
+    message = upgrade.get("message") or _mapping(upgrade.get("status")).get("message")
+    return str(message) if message else "waiting"
+
+
+def trailers(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
+    key = snapshot_key(snapshot)
+    result = []
+    source = snapshot.get("sourceCommit")
+    if source:
+        result.append((SOURCE_COMMIT_TRAILER, str(source)))
+    result.append((ROLLOUT_STEP_TRAILER, step_label(snapshot)))
+    result.append((PHASE_TRAILER, key.phase or "None"))
+    return result

@@ -1,0 +1,133 @@
+"""Writes status snapshots of one cluster to ``status/<cluster>.yaml`` (SPEC section 6).
+
+The when-to-commit decision is ``status_policy`` (pure); this adapter feeds it snapshots and the
+clock, and hands due snapshots to the ``Publisher`` (queue, push, rebase, retry). On start it
+takes the state already committed from Git (or from its own queue, if the remote is down), so a
+restart never commits a state twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from reconciler.gitops import status_policy
+from reconciler.gitops.config import RepoConfig
+from reconciler.gitops.edits import parse_status
+from reconciler.gitops.errors import RemoteUnavailable
+from reconciler.gitops.publisher import PendingChange, Publisher
+from reconciler.gitops.status_policy import WriterState, WriterTiming
+
+log = logging.getLogger(__name__)
+
+
+def rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace(
+        "+00:00", "Z"
+    )
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        publisher: Publisher,
+        cluster: str,
+        *,
+        config: RepoConfig | None = None,
+        timing: WriterTiming | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.publisher = publisher
+        self.cluster = cluster
+        self.config = config or RepoConfig()
+        self.timing = timing or WriterTiming(min_interval=self.config.status_min_interval)
+        self.path = self.config.status_file(cluster)
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._state = WriterState(committed_key=self._committed_key())
+
+    def _committed_key(self) -> status_policy.SnapshotKey | None:
+        """The newest state this cluster has in Git, counting our own not yet pushed changes."""
+        for change in reversed(self.publisher.pending()):
+            if change.kind == "status" and change.path == self.path and change.snapshot:
+                return status_policy.snapshot_key(change.snapshot)
+        try:
+            self.publisher.mirror.fetch()
+        except RemoteUnavailable as exc:
+            log.warning("reading the last status from the mirror: %s", exc)
+        head = self.publisher.mirror.head(self.publisher.branch)
+        existing = parse_status(self.publisher.mirror.read_file(head, self.path)) if head else None
+        return status_policy.snapshot_key(existing) if existing is not None else None
+
+    @property
+    def state(self) -> WriterState:
+        with self._cond:
+            return self._state
+
+    def offer(self, snapshot: Mapping[str, Any]) -> None:
+        """The cluster's latest status (call it on every change; counters alone cost nothing)."""
+        now = self._clock()
+        full = {"cluster": self.cluster, "observedAt": rfc3339(now), **snapshot}
+        with self._cond:
+            self._state = status_policy.observe(self._state, full, now)
+            self._cond.notify_all()
+
+    def poll(self) -> PendingChange | None:
+        """Queue the pending snapshot if it is due; returns the queued change."""
+        with self._cond:
+            now = self._clock()
+            due = status_policy.due_at(self._state, self.timing)
+            if due is None or due > now or self._state.pending is None:
+                return None
+            snapshot = self._state.pending
+            change = PendingChange(
+                kind="status",
+                cluster=self.cluster,
+                path=self.path,
+                subject=status_policy.describe(snapshot),
+                trailers=tuple(status_policy.trailers(snapshot)),
+                created_at=now,
+                snapshot=dict(snapshot),
+            )
+            self.publisher.enqueue(change)
+            self._state = status_policy.committed(self._state, now)
+            return change
+
+    def next_due(self) -> float | None:
+        with self._cond:
+            return status_policy.due_at(self._state, self.timing)
+
+    # -- background --------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop = False
+            self._thread = threading.Thread(target=self._run, name=f"status-{self.cluster}",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                due = status_policy.due_at(self._state, self.timing)
+                wait = None if due is None else max(0.0, due - self._clock())
+                if wait is None or wait > 0:
+                    self._cond.wait(timeout=wait)
+                    continue
+            if self.poll() is not None:
+                self.publisher.kick()

@@ -1,0 +1,463 @@
+"""The parse layer: YAML 1.2 text to plain data, with every node's location kept for findings.
+
+Parsing uses ruamel.yaml's composer (libyaml-based C parser when available; the pure-Python one
+otherwise) and one walk over the composed nodes that builds plain ``dict``/``list`` data and
+checks what a permissive loader lets through: duplicate keys, tags outside the YAML 1.2 core
+schema, non-string keys, merge keys, recursive aliases and alias-expansion bombs. Locations are
+looked up in the composed nodes only when a finding needs one, so valid files pay nothing for them.
+
+Resource bounds (never unbounded memory, never a traceback): the file size is checked before
+parsing; nesting depth is bounded before the C composer (which recurses on the C stack) sees the
+text; aliases are never expanded (an alias is the same Python object) and the expanded size is
+computed, not built.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    CollectionEndEvent,
+    CollectionStartEvent,
+)
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.reader import ReaderError
+from ruamel.yaml.resolver import VersionedResolver
+
+from reconciler.policy.findings import Finding, split_pointer
+
+#: A policy file is a few kilobytes; anything far larger is a mistake or an attack.
+MAX_FILE_BYTES = 1024 * 1024
+#: Nodes after alias expansion (what a consumer that walks the data would visit).
+MAX_EXPANDED_NODES = 100_000
+#: Collection nesting. Kubernetes objects stay far below; libyaml's composer recurses on the C stack.
+MAX_DEPTH = 100
+#: Below this bound on the nesting depth the C composer is safe without a precise check.
+_SAFE_DEPTH_BOUND = 400
+
+_TAG = "tag:yaml.org,2002:"
+_STR, _NULL, _BOOL, _INT, _FLOAT = (_TAG + t for t in ("str", "null", "bool", "int", "float"))
+_MAP, _SEQ, _MERGE, _TIMESTAMP = (_TAG + t for t in ("map", "seq", "merge", "timestamp"))
+_YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S+)", re.MULTILINE)
+
+
+class _Resolver12(VersionedResolver):  # type: ignore[misc]
+    """YAML 1.2 core resolution, looked up once instead of per scalar (directives other than
+    ``%YAML 1.2`` are rejected before parsing)."""
+
+    _table: Any = None
+
+    @property
+    def processing_version(self) -> Any:
+        return (1, 2)
+
+    @property
+    def versioned_resolver(self) -> Any:
+        if self._table is None:
+            self._table = VersionedResolver.versioned_resolver.fget(self)
+        return self._table
+
+
+def _yaml(pure: bool) -> YAML:
+    yaml = YAML(typ="safe", pure=pure)
+    yaml.Resolver = _Resolver12
+    return yaml
+
+
+_FAST = _yaml(pure=False)
+_PURE = _yaml(pure=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """1-based line and column of a key and of its value."""
+
+    line: int
+    column: int
+
+
+@dataclass(slots=True)
+class ParsedDocument:
+    """A parsed YAML document: plain data plus the composed nodes for locating findings."""
+
+    file: str
+    obj: Any
+    root: Node | None
+    findings: list[Finding] = field(default_factory=list)
+
+    def locate(self, pointer: str, *, key: bool = False) -> Location:
+        """Where ``pointer`` is written: its value, or its key with ``key=True``.
+
+        A pointer that does not exist (a missing field) resolves to its deepest existing
+        ancestor's key, which is where a person adds the field.
+        """
+        node = self.root
+        key_node: Node | None = None
+        if node is None:
+            return Location(1, 1)
+        for token in split_pointer(pointer):
+            child = _child(node, token)
+            if child is None:
+                key = True
+                break
+            key_node, node = child
+        target = key_node if key and key_node is not None else node
+        mark = target.start_mark
+        return Location(mark.line + 1, mark.column + 1)
+
+    def finding(
+        self, pointer: str, rule: str, message: str, *, key: bool = False, warning: bool = False
+    ) -> Finding:
+        loc = self.locate(pointer, key=key)
+        return Finding(
+            self.file, loc.line, loc.column, pointer, rule,
+            "warning" if warning else "error", message,
+        )
+
+
+def _child(node: Node, token: str) -> tuple[Node | None, Node] | None:
+    if isinstance(node, MappingNode):
+        found: tuple[Node | None, Node] | None = None
+        for key_node, value_node in node.value:
+            if isinstance(key_node, ScalarNode) and key_node.value == token:
+                found = (key_node, value_node)  # the last duplicate wins, as in the data
+        return found
+    if isinstance(node, SequenceNode) and token.isdigit():
+        index = int(token)
+        if index < len(node.value):
+            return (None, node.value[index])
+    return None
+
+
+def parse_document(data: bytes | str, file: str, *, max_bytes: int = MAX_FILE_BYTES) -> ParsedDocument:
+    """Parse one YAML document. Problems become findings; ``obj`` is None when nothing usable."""
+    doc = ParsedDocument(file, None, None)
+    size = len(data.encode() if isinstance(data, str) else data)
+    if size > max_bytes:
+        doc.findings.append(Finding(
+            file, 1, 1, "", "file-too-large", "error",
+            f"file is {size} bytes, more than the limit of {max_bytes} bytes for a policy file",
+        ))
+        return doc
+    text = _decode(data, doc)
+    if text is None:
+        return doc
+    if not _check_directives(text, doc) or not _check_depth(text, doc):
+        return doc
+    root = _compose_single(text, doc)
+    if root is None:
+        return doc
+    doc.root = root
+    builder = _Builder(doc)
+    doc.obj = builder.build(root)
+    # without an alias ('*') every node is built once: the file size bounds the work
+    if "*" in text and builder.expanded_size(root) > MAX_EXPANDED_NODES:
+        doc.findings.append(doc.finding(
+            "", "alias-bomb",
+            f"aliases expand this document to more than {MAX_EXPANDED_NODES} nodes; "
+            "write the values out instead of nesting aliases",
+        ))
+        doc.obj = None
+    return doc
+
+
+def _decode(data: bytes | str, doc: ParsedDocument) -> str | None:
+    if isinstance(data, str):
+        return data.removeprefix("\ufeff")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        column = len(before) - (before.rfind(b"\n") + 1) + 1
+        encoding = " (it starts with a UTF-16 byte order mark)" if data[:2] in (
+            b"\xff\xfe", b"\xfe\xff") else ""
+        doc.findings.append(Finding(
+            doc.file, line, column, "", "not-utf8", "error",
+            f"expected UTF-8 text, found byte 0x{data[exc.start]:02x} that is not valid UTF-8"
+            f"{encoding}; save the file as UTF-8",
+        ))
+        return None
+
+
+def _check_directives(text: str, doc: ParsedDocument) -> bool:
+    if "%YAML" not in text:
+        return True
+    for match in _YAML_DIRECTIVE.finditer(text):
+        if match.group(1) != "1.2":
+            line = text.count("\n", 0, match.start()) + 1
+            doc.findings.append(Finding(
+                doc.file, line, 1, "", "yaml-version", "error",
+                f"policy files are YAML 1.2, found a '%YAML {match.group(1)}' directive; "
+                "remove it (YAML 1.1 would read yes/no/on/off as booleans)",
+            ))
+            return False
+    return True
+
+
+def _depth_bound(text: str) -> int:
+    """An upper bound on collection nesting, cheap enough for every file.
+
+    Each flow level needs a bracket; block levels need indentation or a '- '/'? ' indicator,
+    so the widest line prefix bounds them (twice, for a block sequence under a mapping key at the
+    same indentation).
+    """
+    prefix = max((len(line) - len(line.lstrip(" -?\t")) for line in text.splitlines()), default=0)
+    return text.count("[") + text.count("{") + 2 * (prefix + 2)
+
+
+def _check_depth(text: str, doc: ParsedDocument) -> bool:
+    if _depth_bound(text) <= _SAFE_DEPTH_BOUND:
+        return True
+    depth = 0
+    try:
+        for event in _FAST.parse(text):
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    mark = event.start_mark
+                    doc.findings.append(Finding(
+                        doc.file, mark.line + 1, mark.column + 1, "", "too-deep", "error",
+                        f"collections nested more than {MAX_DEPTH} levels deep",
+                    ))
+                    return False
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    except YAMLError:
+        pass  # the composer reports syntax errors with their location
+    return True
+
+
+def _compose_single(text: str, doc: ParsedDocument) -> Node | None:
+    try:
+        nodes = list(_FAST.compose_all(text))
+    except YAMLError:
+        # The pure-Python parser words syntax errors better (it names the offending character).
+        try:
+            nodes = list(_PURE.compose_all(text))
+        except RecursionError:
+            doc.findings.append(Finding(
+                doc.file, 1, 1, "", "too-deep", "error",
+                f"collections nested more than {MAX_DEPTH} levels deep",
+            ))
+            return None
+        except YAMLError as exc:
+            doc.findings.append(_syntax_finding(exc, text, doc.file))
+            return None
+    # A trailing '---' with nothing after it is an empty document, not a second object.
+    while len(nodes) > 1 and _is_empty(nodes[-1]):
+        nodes.pop()
+    if not nodes or (len(nodes) == 1 and _is_empty(nodes[0])):
+        doc.findings.append(Finding(
+            doc.file, 1, 1, "", "empty-document", "error",
+            "the file holds no YAML document (it is empty or only comments)",
+        ))
+        return None
+    if len(nodes) > 1:
+        mark = nodes[1].start_mark
+        doc.findings.append(Finding(
+            doc.file, mark.line + 1, mark.column + 1, "", "multiple-documents", "error",
+            f"expected one YAML document, found {len(nodes)} (separated by '---'); "
+            "put each object in its own file",
+        ))
+        return None
+    return nodes[0]
+
+
+def _is_empty(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == _NULL and node.value in ("", "~", "null")
+
+
+def _syntax_finding(exc: YAMLError, text: str, file: str) -> Finding:
+    if isinstance(exc, MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        problem = exc.problem or "invalid YAML"
+        context = ""
+        if exc.context:
+            context = f" ({exc.context}"
+            if exc.context_mark is not None and exc.context_mark.line != mark.line:
+                context += f" that starts at line {exc.context_mark.line + 1}"
+            context += ")"
+        return Finding(
+            file, mark.line + 1, mark.column + 1, "", "yaml-syntax", "error",
+            f"invalid YAML{context}: {problem}",
+        )
+    if isinstance(exc, ReaderError):
+        before = text[: exc.position]
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        return Finding(
+            file, line, column, "", "yaml-syntax", "error",
+            f"invalid YAML: control character {_codepoint(exc.character)} is not allowed; "
+            "remove it",
+        )
+    return Finding(file, 1, 1, "", "yaml-syntax", "error", f"invalid YAML: {exc}")
+
+
+def _codepoint(character: object) -> str:
+    code = character if isinstance(character, int) else ord(str(character)[:1] or "\0")
+    return f"U+{code:04X}"
+
+
+def _describe_tag(tag: str) -> str:
+    return "!!" + tag[len(_TAG):] if tag.startswith(_TAG) else tag
+
+
+class _Builder:
+    """Builds plain data from composed nodes; an alias becomes the same Python object."""
+
+    def __init__(self, doc: ParsedDocument) -> None:
+        self.doc = doc
+        self.built: dict[int, Any] = {}
+        self.sizes: dict[int, int] = {}
+        self.active: set[int] = set()
+
+    def build(self, root: Node) -> Any:
+        return self._node(root, "", 0)
+
+    def _error(self, node: Node, pointer: str, rule: str, message: str) -> None:
+        mark = node.start_mark
+        self.doc.findings.append(Finding(
+            self.doc.file, mark.line + 1, mark.column + 1, pointer, rule, "error", message
+        ))
+
+    def _node(self, node: Node, pointer: str, depth: int) -> Any:
+        key = id(node)
+        if key in self.built:
+            return self.built[key]
+        if key in self.active:
+            self._error(node, pointer, "recursive-alias",
+                        "an alias refers to a collection that contains it; "
+                        "recursive structures cannot be applied")
+            return None
+        if depth > MAX_DEPTH:
+            self._error(node, pointer, "too-deep",
+                        f"collections nested more than {MAX_DEPTH} levels deep")
+            return None
+        tag = node.tag
+        if isinstance(node, ScalarNode):
+            value = self._scalar(node, pointer)
+        else:
+            if tag not in (_MAP, _SEQ):
+                self._error(node, pointer, "custom-tag",
+                            f"tag '{_describe_tag(tag)}' is not allowed: policy files use plain "
+                            "YAML 1.2 (strings, numbers, booleans, null, mappings, lists); "
+                            "remove the tag")
+            self.active.add(key)
+            if isinstance(node, MappingNode):
+                value = self._mapping(node, pointer, depth)
+            else:
+                value = [self._node(item, f"{pointer}/{i}", depth + 1)
+                         for i, item in enumerate(node.value)]
+            self.active.discard(key)
+        self.built[key] = value
+        return value
+
+    def _mapping(self, node: MappingNode, pointer: str, depth: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                self._error(key_node, pointer, "merge-key",
+                            "merge keys ('<<') are not part of YAML 1.2 and Kubernetes tools "
+                            "disagree on them; write the keys out")
+                continue
+            if not isinstance(key_node, ScalarNode):
+                self._error(key_node, pointer, "key-type",
+                            "expected a string key, found a mapping or list used as a key")
+                continue
+            name = str(key_node.value)
+            child = f"{pointer}/{name.replace('~', '~0').replace('/', '~1')}"
+            if key_node.tag != _STR:
+                self._error(key_node, child, "key-type",
+                            f"expected a string key, found {_describe_tag(key_node.tag)[2:]} "
+                            f"{name!r}; quote it")
+            if name in seen:
+                self._error(key_node, child, "duplicate-key",
+                            f"duplicate key '{name}' (first at line {seen[name]}); "
+                            "a YAML mapping cannot repeat a key: keep one")
+            seen[name] = key_node.start_mark.line + 1
+            result[name] = self._node(value_node, child, depth + 1)
+        return result
+
+    def _scalar(self, node: ScalarNode, pointer: str) -> Any:
+        tag, text = node.tag, node.value
+        if tag == _STR or tag == _TIMESTAMP:
+            return text  # a timestamp stays the text written, as Kubernetes reads it
+        if tag == _NULL:
+            return None
+        if tag == _BOOL:
+            return text.lower() == "true"
+        if tag == _INT:
+            return _to_int(text)
+        if tag == _FLOAT:
+            value = _to_float(text)
+            if not math.isfinite(value):
+                self._error(node, pointer, "non-finite-number",
+                            f"{text} is not a finite number and cannot be applied")
+            return value
+        self._error(node, pointer, "custom-tag",
+                    f"tag '{_describe_tag(tag)}' is not allowed: policy files use plain YAML 1.2 "
+                    "(strings, numbers, booleans, null, mappings, lists); remove the tag")
+        return text
+
+    def expanded_size(self, root: Node) -> int:
+        """Node count with every alias expanded, computed without expanding (memoised)."""
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        sizes = self.sizes
+        pending: set[int] = set()
+        while stack:
+            node, children_done = stack.pop()
+            key = id(node)
+            if key in sizes:
+                continue
+            if isinstance(node, ScalarNode):
+                sizes[key] = 1
+                continue
+            if children_done:
+                pending.discard(key)
+                sizes[key] = 1 + sum(sizes.get(id(c), 0) for c in _children(node))
+                if sizes[key] > MAX_EXPANDED_NODES:
+                    return sizes[key]
+                continue
+            if key in pending:
+                continue  # recursion through an alias, reported by the builder
+            pending.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
+        return sizes.get(id(root), 0)
+
+
+def _children(node: Node) -> Iterator[Node]:
+    if isinstance(node, MappingNode):
+        for key_node, value_node in node.value:
+            yield key_node
+            yield value_node
+    elif isinstance(node, SequenceNode):
+        yield from node.value
+
+
+def _to_int(text: str) -> int:
+    digits = text.replace("_", "")
+    sign = -1 if digits.startswith("-") else 1
+    digits = digits.lstrip("+-")
+    lowered = digits.lower()
+    for prefix, base in (("0x", 16), ("0o", 8), ("0b", 2)):
+        if lowered.startswith(prefix):
+            return sign * int(digits[2:], base)
+    return sign * int(digits, 10)
+
+
+def _to_float(text: str) -> float:
+    lowered = text.replace("_", "").lower()
+    if lowered.endswith(".inf"):
+        return -math.inf if lowered.startswith("-") else math.inf
+    if lowered.endswith(".nan"):
+        return math.nan
+    return float(lowered)

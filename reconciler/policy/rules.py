@@ -1,0 +1,171 @@
+"""Semantic rules of SPEC section 3 and the metadata rules of section 6.
+
+They run after the schema layer and look only at values whose type the schema accepted, so a
+mistake is reported once, by the layer that explains it best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.policy.document import ParsedDocument
+from reconciler.policy.findings import Finding
+from reconciler.policy.quantity import PERCENT_RE, Quantity, parse_quantity
+
+POLICY_POINTER = "/spec/driver/upgradePolicy"
+
+#: Written by the API server; a policy file that carries them was copied from `kubectl get`.
+SERVER_POPULATED_METADATA = (
+    "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink",
+    "deletionTimestamp", "deletionGracePeriodSeconds",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """What a rule sees: the parsed file and, for transition rules, the live state."""
+
+    doc: ParsedDocument
+    #: the spec the cluster runs (including the rollout controller's own changes), if known
+    previous_spec: Mapping[str, Any] | None
+    #: ``status.upgradeStatus.phase`` of the cluster, if known
+    phase: str | None
+    #: the firmware upgrade phase of the cluster (status snapshot ``firmware.phase``), if known
+    firmware_phase: str | None
+
+
+def upgrade_policy_of(obj: Any) -> Mapping[str, Any] | None:
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    driver = spec.get("driver") if isinstance(spec, dict) else None
+    policy = driver.get("upgradePolicy") if isinstance(driver, dict) else None
+    return policy if isinstance(policy, dict) else None
+
+
+def _quantity(value: Any) -> Quantity | None:
+    """The int-or-percent value if the schema accepted its form, else None (already reported)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    if isinstance(value, str) and not PERCENT_RE.match(value):
+        return None
+    return parse_quantity(value)
+
+
+def semantic_rules(ctx: RuleContext) -> Iterator[Finding]:
+    yield from _metadata_rules(ctx.doc)
+    policy = upgrade_policy_of(ctx.doc.obj)
+    if policy is None:
+        return
+    yield from _percent_ranges(ctx.doc, policy)
+    yield from _step_rules(ctx.doc, policy)
+
+
+def _percent_ranges(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Finding]:
+    checks: list[tuple[str, Any, int, str]] = [
+        (f"{POLICY_POINTER}/maxParallel", policy.get("maxParallel"), 1,
+         "upgradePolicy.maxParallel"),
+        (f"{POLICY_POINTER}/maxUnavailable", policy.get("maxUnavailable"), 0,
+         "upgradePolicy.maxUnavailable"),
+    ]
+    steps = policy.get("upgradeSteps")
+    if isinstance(steps, list):
+        for index, step in enumerate(steps):
+            if isinstance(step, dict):
+                checks.append((f"{POLICY_POINTER}/upgradeSteps/{index}/replicas",
+                               step.get("replicas"), 1, f"upgradeSteps[{index}].replicas"))
+    for pointer, value, low, label in checks:
+        quantity = _quantity(value)
+        if quantity is None or not quantity.percent:
+            continue
+        if not low <= quantity.value <= 100:
+            yield doc.finding(
+                pointer, "percent-range",
+                f"{label}: expected a percentage from {low}% to 100%, got '{value}'",
+            )
+
+
+def _step_rules(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Finding]:
+    steps = policy.get("upgradeSteps")
+    if policy.get("enableRollout") is True and steps is None:
+        yield doc.finding(
+            f"{POLICY_POINTER}/upgradeSteps", "steps-required",
+            "upgradePolicy: enableRollout is true but upgradeSteps is missing; add the batches, "
+            "the last one with replicas: '100%'", key=True,
+        )
+    if not isinstance(steps, list) or not steps:
+        return
+    last_count: tuple[int, int] | None = None  # (value, step index)
+    last_percent: tuple[int, int] | None = None
+    full_at: int | None = None
+    for index, step in enumerate(steps):
+        replicas = step.get("replicas") if isinstance(step, dict) else None
+        quantity = _quantity(replicas)
+        pointer = f"{POLICY_POINTER}/upgradeSteps/{index}/replicas"
+        if quantity is None or (quantity.percent and not 1 <= quantity.value <= 100):
+            continue
+        label = f"upgradeSteps[{index}].replicas"
+        if full_at is not None:
+            yield doc.finding(
+                pointer, "steps-increasing",
+                f"{label}: step targets must strictly increase, but step {full_at + 1} already "
+                f"covers 100% of the nodes; this step would add none: remove it",
+            )
+            continue
+        previous = last_percent if quantity.percent else last_count
+        if previous is not None and quantity.value <= previous[0]:
+            unit = "%" if quantity.percent else ""
+            yield doc.finding(
+                pointer, "steps-increasing",
+                f"{label}: step targets must strictly increase (replicas is the cumulative number "
+                f"of upgraded nodes), got {quantity.value}{unit} after {previous[0]}{unit} in "
+                f"step {previous[1] + 1}",
+            )
+        if quantity.percent:
+            last_percent = (quantity.value, index)
+            if quantity.value == 100:
+                full_at = index
+        else:
+            last_count = (quantity.value, index)
+    last = steps[-1]
+    replicas = last.get("replicas") if isinstance(last, dict) else None
+    quantity = _quantity(replicas)
+    if quantity is not None and not (quantity.percent and quantity.value == 100):
+        shown = f"'{replicas}'" if isinstance(replicas, str) else str(replicas)
+        hint = ("; a node count cannot promise every node (N is known only when the rollout "
+                "starts): end with replicas: '100%'" if not quantity.percent
+                else "; add a last step with replicas: '100%'")
+        yield doc.finding(
+            f"{POLICY_POINTER}/upgradeSteps/{len(steps) - 1}/replicas", "last-step-100",
+            f"upgradeSteps[{len(steps) - 1}].replicas: the last step must be '100%' so the "
+            f"rollout upgrades every node, got {shown}{hint}",
+        )
+
+
+def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:
+    obj = doc.obj
+    if not isinstance(obj, dict):
+        return
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        for name in SERVER_POPULATED_METADATA:
+            if name in metadata:
+                yield doc.finding(
+                    f"/metadata/{name}", "server-populated-field",
+                    f"metadata.{name} is set by the API server, not by a policy; it is never "
+                    "applied: remove it (the file was probably copied from kubectl get)",
+                    key=True, warning=True,
+                )
+        if "namespace" in metadata:
+            yield doc.finding(
+                "/metadata/namespace", "cluster-scoped-namespace",
+                "metadata.namespace: ClusterOperator is cluster-scoped, so a namespace is ignored; "
+                "remove it", key=True, warning=True,
+            )
+    if "status" in obj:
+        yield doc.finding(
+            "/status", "server-populated-field",
+            "status is written by the rollout controller, not by a policy; it is never applied: "
+            "remove it (status snapshots live under the repository's status path)",
+            key=True, warning=True,
+        )

@@ -1,0 +1,106 @@
+"""What the rollout planner observes: a snapshot a controller can build from its list/watch caches.
+
+Everything is immutable. A caller that keeps its snapshot up to date (the simulator, the
+controller's caches) replaces only the entries that changed, so building a snapshot costs
+O(changed nodes), not O(fleet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.policy.upgrade_policy import UpgradePolicy
+
+ANNOTATION_PREFIX = "gpu.metax-tech.com/"
+#: label that puts a node in front of the rollout order
+CANARY_LABEL = "gpu.metax-tech.com/canary"
+
+# Per-node rollout state (node annotations); a restarted controller resumes from them.
+ANN_STATE = ANNOTATION_PREFIX + "upgrade-state"
+ANN_TARGET = ANNOTATION_PREFIX + "upgrade-target-revision"
+ANN_WAS_UNSCHEDULABLE = ANNOTATION_PREFIX + "was-unschedulable"
+ANN_ATTEMPT = ANNOTATION_PREFIX + "attempt"
+ANN_DELETED_AT = ANNOTATION_PREFIX + "deleted-at"
+ANN_FAILED_AT = ANNOTATION_PREFIX + "failed-at"
+#: ``<batch epoch>|<failures counted in that epoch>``; the source of ``currentFailureRetry``
+ANN_FAILURES = ANNOTATION_PREFIX + "failures"
+ANN_FAILURE_REASON = ANNOTATION_PREFIX + "failure-reason"
+
+# Values of ANN_STATE. Each is meaningful only together with ANN_TARGET.
+STATE_UPGRADING = "upgrading"  # old pod deleted for the target revision, new pod not yet Ready
+STATE_FAILED = "failed"  # the attempt failed; waits for a retry, a person or a rollback
+STATE_DONE = "done"  # Ready on the target revision, schedulability restored
+
+#: waiting reasons of a driver pod that mean the attempt failed
+FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff"})
+
+GPU_RESOURCES = ("metax-tech.com/gpu", "metax-tech.com/vfio-gpu")
+
+
+@dataclass(frozen=True, slots=True)
+class DriverPod:
+    """The driver DaemonSet's pod on one node."""
+
+    name: str
+    revision: str  # label controller-revision-hash
+    ready: bool = False
+    waiting_reason: str | None = None  # e.g. ErrImagePull, CrashLoopBackOff
+    restart_count: int = 0
+    created_at: float = 0.0  # seconds since the epoch
+    deleting: bool = False  # deletionTimestamp set
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutNode:
+    """A node that runs the driver DaemonSet, with its driver pod and GPU workloads."""
+
+    name: str
+    ready: bool = True
+    unschedulable: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    pod: DriverPod | None = None
+    #: ``namespace/name`` of pods on the node requesting a GPU resource (the offline precondition)
+    workloads: tuple[str, ...] = ()
+
+    @property
+    def canary(self) -> bool:
+        return self.labels.get(CANARY_LABEL) == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSetView:
+    """The driver DaemonSet: its current template revision and the images of known revisions."""
+
+    current_revision: str
+    current_image: str
+    #: revision hash -> image (ControllerRevisions); used to name versions in messages
+    revision_images: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutSnapshot:
+    nodes: Mapping[str, RolloutNode]
+    daemonset: DaemonSetView
+    #: ``spec.driver.payload`` as written (registry, name, version, pullPolicy)
+    payload: Mapping[str, Any]
+    policy: UpgradePolicy
+    #: ``status.upgradeStatus`` as last written (``{}`` when never written)
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSettings:
+    """Reconciler settings of the planner (not part of the policy)."""
+
+    ready_timeout: float = 600.0  # seconds a new driver pod may take to become Ready
+    retry_backoff: float = 30.0  # seconds before the first retry of a failed node
+    retry_backoff_max: float = 300.0  # the back-off doubles per attempt up to this
+    #: nodes named in a status message before "and N more"
+    message_node_limit: int = 5
+
+    def backoff(self, attempt: int) -> float:
+        """Back-off after the ``attempt``-th failed attempt (1-based)."""
+        return min(self.retry_backoff * 2.0 ** max(attempt - 1, 0), self.retry_backoff_max)

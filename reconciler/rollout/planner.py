@@ -1,0 +1,709 @@
+"""The batched canary rollout of SPEC section 4 as a pure function.
+
+``plan(snapshot, now)`` looks at what a controller can observe and returns the actions to take
+and the new ``status.upgradeStatus``. It keeps no memory between calls: everything a restart
+needs is in the status it returns and in the node annotations its actions write. Calling it again
+on the same snapshot returns the same plan, and calling it on the snapshot after its actions were
+carried out asks for nothing new.
+
+One pass over the nodes per call (O(N)); a caller batches simultaneous events into one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.policy.payload import Payload
+from reconciler.rollout import status as st
+from reconciler.rollout.actions import (
+    Action,
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    RecordEvent,
+    RestorePayload,
+    SetDaemonSetImage,
+    SetPolicyPause,
+    Uncordon,
+)
+from reconciler.rollout.model import (
+    ANN_ATTEMPT,
+    ANN_DELETED_AT,
+    ANN_FAILED_AT,
+    ANN_FAILURE_REASON,
+    ANN_FAILURES,
+    ANN_STATE,
+    ANN_TARGET,
+    ANN_WAS_UNSCHEDULABLE,
+    FAILURE_REASONS,
+    STATE_DONE,
+    STATE_FAILED,
+    STATE_UPGRADING,
+    PlannerSettings,
+    RolloutNode,
+    RolloutSnapshot,
+)
+
+DEFAULT_SETTINGS = PlannerSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[Action, ...]
+    #: the new ``status.upgradeStatus``; equal to the old one (same lastUpdateTime) when
+    #: nothing changed, so the caller can skip the write
+    status: dict[str, Any]
+    changed: bool
+    #: when to plan again if nothing happens before (pause end, back-off, readyTimeout)
+    requeue_at: float | None = None
+    #: nodes in flight after the actions are carried out
+    in_flight: int = 0
+    #: unavailable rollout nodes as observed (SPEC 4.3 step 5)
+    unavailable: int = 0
+
+
+def plan(
+    snapshot: RolloutSnapshot, now: float, settings: PlannerSettings = DEFAULT_SETTINGS
+) -> Plan:
+    return _Planner(snapshot, now, settings).run()
+
+
+def previous_payload(snapshot: RolloutSnapshot) -> dict[str, Any]:
+    """The payload the fleet runs: the last applied one if it still names the DaemonSet's
+    image, else parsed back from the image (``<registry>/<name>:<version>``)."""
+    last = (snapshot.status.get("lastAppliedSpec") or {}).get("payload")
+    if last and Payload.from_spec(last).image == snapshot.daemonset.current_image:
+        return dict(last)
+    image = snapshot.daemonset.current_image
+    repo, _, version = image.rpartition(":")
+    registry, _, name = repo.rpartition("/")
+    result: dict[str, Any] = dict(snapshot.payload)
+    result.update({"registry": registry, "name": name, "version": version})
+    return result
+
+
+@dataclass(slots=True)
+class _Scan:
+    """One pass over the nodes against a target revision."""
+
+    ready: int = 0  # Ready on the target revision
+    unavailable: int = 0
+    in_flight: int = 0
+    completed: list[RolloutNode] = field(default_factory=list)
+    new_failures: list[tuple[RolloutNode, str]] = field(default_factory=list)
+    failed: list[RolloutNode] = field(default_factory=list)  # failed moves to the target
+    joiners_pending: int = 0  # untouched, on the target revision, not Ready yet
+    untouched: list[RolloutNode] = field(default_factory=list)  # not on the target, not moved
+    failed_other: list[RolloutNode] = field(default_factory=list)  # rollback: failed upgrades
+    convert: list[RolloutNode] = field(default_factory=list)  # rollback: in-flight upgrades
+    redo: list[RolloutNode] = field(default_factory=list)  # recorded move, pod not deleted yet
+    epoch_failures: int = 0
+    ready_other: int = 0  # rollback: still Ready on the revision being rolled back
+    deadlines: list[float] = field(default_factory=list)
+
+
+class _Planner:
+    def __init__(self, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> None:
+        self.snap = snapshot
+        self.now = now
+        self.now_text = st.format_time(now)
+        self.settings = settings
+        self.policy = snapshot.policy
+        self.old = snapshot.status
+        self.status = st.normalized(snapshot.status)
+        self.inner: dict[str, Any] = self.status["status"]
+        self.actions: list[Action] = []
+        self.requeue: list[float] = []
+        self.in_flight = 0
+        self.unavailable = 0
+        self.total = len(snapshot.nodes)
+
+    # ----------------------------------------------------------------------------- entry
+
+    def run(self) -> Plan:
+        phase = self.status.get("phase") or st.PHASE_IDLING
+        if phase == st.PHASE_PROGRESSING:
+            self._progressing()
+        elif phase in (st.PHASE_TERMINATING, st.PHASE_DISABLING):
+            self._rolling_back()
+        else:
+            self._idle()
+        self.status["upgrading"] = self.status["phase"] in st.ACTIVE_PHASES
+        changed = st.without_update_time(self.status) != st.without_update_time(
+            st.normalized(self.old)
+        )
+        if changed:
+            self.inner["lastUpdateTime"] = self.now_text
+        else:
+            self.inner["lastUpdateTime"] = (self.old.get("status") or {}).get("lastUpdateTime", "")
+        future = [t for t in self.requeue if t > self.now]
+        return Plan(
+            actions=tuple(self.actions),
+            status=self.status,
+            changed=changed,
+            requeue_at=min(future) if future else None,
+            in_flight=self.in_flight,
+            unavailable=self.unavailable,
+        )
+
+    def _event(self, reason: str, message: str, *, warning: bool = False, **kw: Any) -> None:
+        self.actions.append(
+            RecordEvent("Warning" if warning else "Normal", reason, message, **kw)
+        )
+
+    # ----------------------------------------------------------------------------- idle
+
+    def _idle(self) -> None:
+        snap = self.snap
+        desired = Payload.from_spec(snap.payload)
+        idle_phase = st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED
+        if desired.image == snap.daemonset.current_image:
+            self.status["phase"] = idle_phase
+            self.status["lastAppliedSpec"] = {"payload": dict(snap.payload)}
+            self.inner["lastPodSpecRevision"] = snap.daemonset.current_revision
+            if not self.status["message"]:
+                self.status["message"] = "nothing to do"
+            return
+        before = previous_payload(snap)
+        self.status["lastCoDriverSpec"] = {"payload": before}
+        self.status["lastAppliedSpec"] = {"payload": dict(snap.payload)}
+        self.actions.append(SetDaemonSetImage(desired.image))
+        if not self.policy.enable_rollout:
+            # SPEC 4.2: the template changes; OnDelete leaves every pod where it is.
+            self.status["phase"] = st.PHASE_DISABLED
+            self.status["message"] = (
+                f"grey release off: driver template set to {desired.version}; nodes change "
+                "when their driver pod is deleted"
+            )
+            self._event("TemplateUpdated", self.status["message"])
+            return
+        self.status["phase"] = st.PHASE_PROGRESSING
+        self.status["condition"] = []
+        self.status["message"] = f"upgrading driver {before.get('version')} -> {desired.version}"
+        self.inner.update(
+            lastPodSpecRevision=snap.daemonset.current_revision,
+            upgradingPodSpecRevision="",
+            currentStepIndex=1,
+            currentStepState=st.STEP_INIT,
+            currentUpgradeReplicas=0,
+            currentUpgradeReadyReplicas=0,
+            currentFailureRetry=0,
+            totalUpgradeReplicas=self.total,
+            totalUpgradeReadyReplicas=0,
+            message="waiting for the driver DaemonSet to take the new template",
+            recheckTime="",
+        )
+        self._set_epoch(1, reason="StepStarted")
+        self._event("RolloutStarted", self.status["message"], step=1)
+
+    def _set_epoch(self, step: int, *, reason: str) -> None:
+        st.set_condition(
+            self.status,
+            st.COND_PROGRESSING,
+            "True",
+            reason,
+            f"step {step} of {len(self.policy.steps)}",
+            self.now_text,
+            touch=True,
+        )
+
+    def _epoch(self) -> str:
+        cond = st.find_condition(self.status, st.COND_PROGRESSING) or {}
+        return f"{self.inner.get('currentStepIndex', 0)}@{cond.get('lastTransitionTime', '')}"
+
+    # ----------------------------------------------------------------------------- scan
+
+    def _scan(self, target: str, *, rollback_from: str = "") -> _Scan:
+        """Classify every node against ``target``; detect completions and failures.
+
+        ``rollback_from`` is the revision being rolled back (empty while progressing).
+        """
+        scan = _Scan()
+        epoch = self._epoch() + "|"
+        timeout = self.settings.ready_timeout
+        now = self.now
+        for node in self.snap.nodes.values():
+            ann = node.annotations
+            recorded = ann.get(ANN_STATE)
+            state = recorded if ann.get(ANN_TARGET) == target else None
+            pod = node.pod
+            on_target = pod is not None and pod.revision == target and not pod.deleting
+            ready_target = on_target and pod is not None and pod.ready
+            failures = ann.get(ANN_FAILURES)
+            if failures and failures.startswith(epoch):
+                scan.epoch_failures += int(failures[len(epoch) :])
+            in_flight = False
+            if state == STATE_UPGRADING:
+                if ready_target:
+                    scan.completed.append(node)
+                elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
+                    scan.new_failures.append((node, str(pod.waiting_reason)))
+                else:
+                    deleted_at = st.parse_time(ann.get(ANN_DELETED_AT) or self.now_text)
+                    if now >= deleted_at + timeout:
+                        scan.new_failures.append((node, "ReadyTimeout"))
+                    else:
+                        in_flight = True
+                        scan.deadlines.append(deleted_at + timeout)
+                        if pod is not None and pod.revision != target and not pod.deleting:
+                            scan.redo.append(node)
+            elif state == STATE_FAILED:
+                if ready_target:
+                    scan.completed.append(node)
+                else:
+                    scan.failed.append(node)
+            elif state is None:
+                other = recorded if rollback_from and ann.get(ANN_TARGET) == rollback_from else None
+                if ready_target:
+                    if other in (STATE_UPGRADING, STATE_FAILED):
+                        scan.completed.append(node)
+                elif on_target:
+                    if other == STATE_UPGRADING:
+                        in_flight = True  # the DaemonSet recreated it on the target already
+                    else:
+                        scan.joiners_pending += 1
+                elif pod is not None and not pod.deleting:
+                    if other == STATE_UPGRADING:
+                        in_flight = True
+                        scan.convert.append(node)
+                    elif other == STATE_FAILED:
+                        scan.failed_other.append(node)
+                    else:
+                        scan.untouched.append(node)
+                elif other == STATE_UPGRADING:
+                    in_flight = True  # waiting for the DaemonSet to recreate the pod
+            if ready_target:
+                scan.ready += 1
+            elif rollback_from and pod is not None and pod.ready and pod.revision == rollback_from:
+                scan.ready_other += 1
+            if in_flight:
+                scan.in_flight += 1
+            else:
+                by_us = (
+                    recorded in (STATE_UPGRADING, STATE_FAILED)
+                    and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"
+                )
+                if (
+                    not node.ready
+                    or pod is None
+                    or not pod.ready
+                    or pod.deleting
+                    or (node.unschedulable and not by_us)
+                ):
+                    scan.unavailable += 1
+        return scan
+
+    # ----------------------------------------------------------------------------- node moves
+
+    @staticmethod
+    def _order(node: RolloutNode) -> tuple[bool, str]:
+        return (not node.canary, node.name)
+
+    def _complete(self, nodes: list[RolloutNode], target: str) -> None:
+        """Ready on the target: restore schedulability, then clear the move record."""
+        for node in nodes:
+            if node.unschedulable and node.annotations.get(ANN_WAS_UNSCHEDULABLE) == "false":
+                self.actions.append(Uncordon(node.name))
+            self.actions.append(
+                AnnotateNode(
+                    node.name,
+                    {
+                        ANN_STATE: STATE_DONE,
+                        ANN_TARGET: target,
+                        ANN_WAS_UNSCHEDULABLE: None,
+                        ANN_DELETED_AT: None,
+                        ANN_FAILED_AT: None,
+                        ANN_FAILURE_REASON: None,
+                    },
+                )
+            )
+
+    def _fail(self, failures: list[tuple[RolloutNode, str]], *, counted: bool) -> None:
+        epoch = self._epoch()
+        for node, reason in failures:
+            ann = node.annotations
+            update: dict[str, str | None] = {
+                ANN_STATE: STATE_FAILED,
+                ANN_FAILED_AT: self.now_text,
+                ANN_FAILURE_REASON: reason,
+            }
+            if counted:
+                previous = ann.get(ANN_FAILURES) or ""
+                prior = int(previous.rpartition("|")[2]) if previous.startswith(epoch + "|") else 0
+                update[ANN_FAILURES] = f"{epoch}|{prior + 1}"
+            self.actions.append(AnnotateNode(node.name, update))
+            if not node.unschedulable:
+                self.actions.append(Cordon(node.name))
+            self._event(
+                "NodeFailed",
+                f"{node.name}: driver pod failed ({reason}), attempt {ann.get(ANN_ATTEMPT, '1')}",
+                warning=True,
+                node=node.name,
+                step=int(self.inner["currentStepIndex"] or 0) or None,
+                extra={"reason": reason},
+            )
+
+    def _move(self, node: RolloutNode, target: str, attempt: int) -> None:
+        """Record the move, cordon, delete the old pod, in that order."""
+        assert node.pod is not None
+        ann = node.annotations
+        if ann.get(ANN_STATE) in (STATE_UPGRADING, STATE_FAILED) and ann.get(
+            ANN_WAS_UNSCHEDULABLE
+        ) in ("true", "false"):
+            was = str(ann[ANN_WAS_UNSCHEDULABLE])  # the cordon is ours already
+        else:
+            was = "true" if node.unschedulable else "false"
+        self.actions.append(
+            AnnotateNode(
+                node.name,
+                {
+                    ANN_STATE: STATE_UPGRADING,
+                    ANN_TARGET: target,
+                    ANN_WAS_UNSCHEDULABLE: was,
+                    ANN_ATTEMPT: str(attempt),
+                    ANN_DELETED_AT: self.now_text,
+                    ANN_FAILED_AT: None,
+                    ANN_FAILURE_REASON: None,
+                },
+            )
+        )
+        if not node.unschedulable:
+            self.actions.append(Cordon(node.name))
+        self.actions.append(DeleteDriverPod(node.name, node.pod.name))
+
+    def _redo(self, nodes: list[RolloutNode]) -> None:
+        """A recorded move whose cordon or delete never happened (crash after annotating)."""
+        for node in nodes:
+            assert node.pod is not None
+            if not node.unschedulable:
+                self.actions.append(Cordon(node.name))
+            self.actions.append(DeleteDriverPod(node.name, node.pod.name))
+
+    def _retry_due(self, node: RolloutNode, epoch_start: float) -> float:
+        ann = node.annotations
+        failed_at = st.parse_time(ann.get(ANN_FAILED_AT) or self.now_text)
+        if failed_at < epoch_start:
+            return self.now  # failed before a person resumed: retry at once
+        return failed_at + self.settings.backoff(int(ann.get(ANN_ATTEMPT) or 1))
+
+    def _retries(self, failed: list[RolloutNode], target: str, slots: int) -> int:
+        """Retry failed nodes whose back-off passed; returns how many were started."""
+        cond = st.find_condition(self.status, st.COND_PROGRESSING) or {}
+        epoch_start = st.parse_time(cond.get("lastTransitionTime") or self.now_text)
+        started = 0
+        for node in sorted(failed, key=self._order):
+            if started >= slots:
+                break
+            due = self._retry_due(node, epoch_start)
+            if due > self.now:
+                self.requeue.append(due)
+                continue
+            if node.workloads or not node.ready or node.pod is None or node.pod.deleting:
+                continue
+            self._move(node, target, int(node.annotations.get(ANN_ATTEMPT) or 1) + 1)
+            self._event(
+                "NodeRetried",
+                f"{node.name}: retrying the driver pod",
+                node=node.name,
+                step=int(self.inner["currentStepIndex"] or 0) or None,
+            )
+            started += 1
+        return started
+
+    def _fresh_starts(self, candidates: list[RolloutNode], target: str, count: int) -> int:
+        """Start up to ``count`` untouched nodes in rollout order; busy nodes wait."""
+        if count <= 0:
+            return 0
+        started = 0
+        blocked: list[str] = []
+        limit = self.settings.message_node_limit
+        ordered = sorted(candidates, key=self._order)
+        for node in ordered:
+            if started >= count:
+                break
+            if not node.ready:
+                continue
+            if node.workloads:
+                if len(blocked) < limit:
+                    blocked.append(f"{node.name} ({', '.join(node.workloads)})")
+                continue
+            self._move(node, target, 1)
+            started += 1
+        if blocked:
+            self.inner["message"] = "waiting for GPU workloads to finish: " + "; ".join(blocked)
+        return started
+
+    # ----------------------------------------------------------------------------- progressing
+
+    def _progressing(self) -> None:
+        snap, policy, inner = self.snap, self.policy, self.inner
+        if not policy.enable_rollout:
+            self._begin_rollback(st.PHASE_DISABLING, st.REASON_DISABLED, "enableRollout turned off")
+            self._rolling_back()
+            return
+        target_payload = (self.status.get("lastAppliedSpec") or {}).get("payload") or snap.payload
+        target_image = Payload.from_spec(target_payload).image
+        ds = snap.daemonset
+        if ds.current_image != target_image:
+            self.actions.append(SetDaemonSetImage(target_image))
+            if not inner["upgradingPodSpecRevision"]:
+                inner["currentStepState"] = st.STEP_INIT
+            inner["message"] = "waiting for the driver DaemonSet to take the new template"
+            return
+        if inner["upgradingPodSpecRevision"] != ds.current_revision:
+            inner["upgradingPodSpecRevision"] = ds.current_revision
+        revision = ds.current_revision
+        if Payload.from_spec(snap.payload).image != target_image:
+            self.status["message"] = (
+                "spec.driver.payload changed during an active rollout; ignored until it ends"
+            )
+        inner["message"] = ""
+        scan = self._scan(revision)
+        self._complete(scan.completed, revision)
+        self._fail(scan.new_failures, counted=True)
+        for node in scan.failed:
+            if not node.unschedulable:
+                self.actions.append(Cordon(node.name))
+        self._redo(scan.redo)
+        self.requeue.extend(scan.deadlines)
+        self.unavailable = scan.unavailable
+        self.in_flight = scan.in_flight
+        self._steps(scan, revision)
+
+    def _steps(self, scan: _Scan, revision: str) -> None:
+        policy, inner = self.policy, self.inner
+        steps = policy.steps
+        total = self.total
+        targets = policy.step_targets(total)
+        threshold = policy.max_failure_threshold
+        counter = min(threshold, scan.epoch_failures + len(scan.new_failures))
+        inner["currentFailureRetry"] = counter
+        inner["totalUpgradeReplicas"] = total
+        inner["totalUpgradeReadyReplicas"] = scan.ready
+        index = min(max(int(inner["currentStepIndex"] or 1), 1), len(steps))
+        for _ in range(len(steps) + 2):
+            target = targets[index - 1]
+            before = targets[index - 2] if index > 1 else 0
+            batch = max(target - before, 0)
+            inner["currentStepIndex"] = index
+            inner["currentUpgradeReplicas"] = batch
+            inner["currentUpgradeReadyReplicas"] = min(max(scan.ready - before, 0), batch)
+            if st.condition_true(self.status, st.COND_BATCH_FAILED):
+                if policy.pause:
+                    inner["currentStepState"] = st.STEP_PAUSED
+                    return
+                st.set_condition(
+                    self.status, st.COND_BATCH_FAILED, "False", "Resumed",
+                    "a person resumed the batch", self.now_text,
+                )
+                self._set_epoch(index, reason="Resumed")
+                counter = 0
+                inner["currentFailureRetry"] = 0
+                self._event("Resumed", f"step {index}: resumed after the fallback", step=index)
+            if st.condition_true(self.status, st.COND_MANUAL_GATE):
+                if policy.pause:
+                    inner["currentStepState"] = st.STEP_PAUSED
+                    return
+                st.set_condition(
+                    self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
+                    f"step {index} confirmed", self.now_text,
+                )
+                self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
+                if not self._advance(index, revision):
+                    return
+                index += 1
+                continue
+            if counter >= threshold:
+                self._fallback(scan, index)
+                return
+            if scan.ready >= target:
+                step = steps[index - 1]
+                if step.pause_ms is None:
+                    st.set_condition(
+                        self.status, st.COND_MANUAL_GATE, "True", "WaitingForConfirmation",
+                        f"step {index} done; set spec.driver.upgradePolicy.pause to false "
+                        "to continue",
+                        self.now_text,
+                    )
+                    if not policy.pause:
+                        self.actions.append(SetPolicyPause(True))
+                    inner["currentStepState"] = st.STEP_PAUSED
+                    self._event(
+                        "GateOpened", f"step {index} done: waiting for a person", step=index
+                    )
+                    return
+                if not inner["recheckTime"]:
+                    inner["recheckTime"] = st.format_time(self.now + step.pause_ms / 1000)
+                    self._event(
+                        "StepCompleted",
+                        f"step {index} done ({scan.ready}/{total} nodes); pausing "
+                        f"{step.pause_ms} ms",
+                        step=index,
+                    )
+                recheck = st.parse_time(inner["recheckTime"])
+                if self.now >= recheck and not policy.pause:
+                    if not self._advance(index, revision):
+                        return
+                    index += 1
+                    continue
+                inner["currentStepState"] = st.STEP_PAUSED
+                self.requeue.append(recheck)
+                return
+            if policy.pause:
+                inner["currentStepState"] = st.STEP_PAUSED
+                inner["message"] = inner["message"] or "paused: spec.driver.upgradePolicy.pause"
+                return
+            inner["currentStepState"] = st.STEP_UPGRADE
+            self._start_nodes(scan, revision, target, batch)
+            return
+
+    def _start_nodes(self, scan: _Scan, revision: str, target: int, batch: int) -> None:
+        policy = self.policy
+        slots = policy.batch_max_parallel(batch) - scan.in_flight
+        retried = self._retries(scan.failed, revision, slots) if slots > 0 else 0
+        slots -= retried
+        occupied = (
+            scan.ready + scan.in_flight + len(scan.failed) + len(scan.new_failures)
+            + scan.joiners_pending
+        )
+        need = target - occupied
+        fresh = 0
+        if need > 0 and slots > 0:
+            max_unavailable = policy.resolved_max_unavailable(self.total)
+            if scan.unavailable <= max_unavailable:
+                fresh = self._fresh_starts(scan.untouched, revision, min(need, slots))
+            else:
+                self.inner["message"] = (
+                    f"{scan.unavailable} rollout nodes unavailable (maxUnavailable "
+                    f"{max_unavailable}): no new node starts"
+                )
+        self.in_flight = scan.in_flight + retried + fresh
+
+    def _advance(self, index: int, revision: str) -> bool:
+        """Leave step ``index``: start the next one (True) or complete the rollout (False)."""
+        inner = self.inner
+        inner["recheckTime"] = ""
+        if index >= len(self.policy.steps):
+            self.status["phase"] = st.PHASE_IDLING
+            inner["currentStepState"] = st.STEP_COMPLETED
+            inner["lastPodSpecRevision"] = revision
+            version = ((self.status.get("lastAppliedSpec") or {}).get("payload") or {}).get(
+                "version"
+            )
+            self.status["message"] = f"rollout of driver {version} completed"
+            st.set_condition(
+                self.status, st.COND_PROGRESSING, "False", "RolloutCompleted",
+                self.status["message"], self.now_text,
+            )
+            self._event("RolloutCompleted", self.status["message"], step=index)
+            return False
+        inner["currentStepIndex"] = index + 1
+        inner["currentFailureRetry"] = 0
+        inner["currentStepState"] = st.STEP_INIT
+        self._set_epoch(index + 1, reason="StepStarted")
+        self._event("StepStarted", f"step {index + 1} of {len(self.policy.steps)}", step=index + 1)
+        return True
+
+    def _fallback(self, scan: _Scan, index: int) -> None:
+        limit = self.settings.message_node_limit
+        failed = [n.name for n in scan.failed] + [n.name for n, _ in scan.new_failures]
+        named = ", ".join(sorted(failed)[:limit])
+        if len(failed) > limit:
+            named += f" and {len(failed) - limit} more"
+        message = (
+            f"step {index}: {self.inner['currentFailureRetry']} failures reached "
+            f"maxFailureThreshold {self.policy.max_failure_threshold} (failed: {named})"
+        )
+        if self.policy.fallback == "rollback":
+            self._begin_rollback(st.PHASE_TERMINATING, st.REASON_THRESHOLD, message)
+            self._rolling_back()
+            return
+        st.set_condition(
+            self.status, st.COND_BATCH_FAILED, "True", st.REASON_THRESHOLD, message, self.now_text
+        )
+        if not self.policy.pause:
+            self.actions.append(SetPolicyPause(True))
+        self.inner["currentStepState"] = st.STEP_PAUSED
+        self.inner["message"] = message
+        self._event("FallbackPaused", message, warning=True, step=index)
+
+    # ----------------------------------------------------------------------------- rollback
+
+    def _begin_rollback(self, phase: str, reason: str, why: str) -> None:
+        self.status["phase"] = phase
+        for ctype in (st.COND_MANUAL_GATE, st.COND_BATCH_FAILED):
+            if st.condition_true(self.status, ctype):
+                st.set_condition(self.status, ctype, "False", reason, why, self.now_text)
+        st.set_condition(self.status, st.COND_PROGRESSING, "False", reason, why, self.now_text)
+        self.inner["recheckTime"] = ""
+        self.inner["currentStepState"] = st.STEP_UPGRADE
+        version = ((self.status.get("lastAppliedSpec") or {}).get("payload") or {}).get("version")
+        self.status["message"] = f"rolling back driver {version}: {why}"
+        self._event("RollbackStarted", self.status["message"], warning=True,
+                    step=int(self.inner["currentStepIndex"] or 0) or None)
+
+    def _rolling_back(self) -> None:
+        snap, inner = self.snap, self.inner
+        previous = (self.status.get("lastCoDriverSpec") or {}).get("payload") or previous_payload(
+            snap
+        )
+        previous_image = Payload.from_spec(previous).image
+        ds = snap.daemonset
+        if ds.current_image != previous_image:
+            self.actions.append(SetDaemonSetImage(previous_image))
+        if Payload.from_spec(snap.payload).image != previous_image:
+            self.actions.append(RestorePayload(dict(previous)))
+        if ds.current_image != previous_image:
+            inner["message"] = "waiting for the driver DaemonSet to take the previous template"
+            return
+        # Restoring a template brings back its revision hash; adopt it if it was recreated.
+        old = inner["lastPodSpecRevision"] = ds.current_revision
+        new = str(inner["upgradingPodSpecRevision"] or "")
+        inner["message"] = ""
+        scan = self._scan(old, rollback_from=new)
+        self._complete(scan.completed, old)
+        self._fail(scan.new_failures, counted=False)
+        for node in scan.failed:
+            if not node.unschedulable:
+                self.actions.append(Cordon(node.name))
+        self._redo(scan.redo)
+        self.requeue.extend(scan.deadlines)
+        self.unavailable = scan.unavailable
+        for node in scan.convert:  # in flight to the new revision: turn around, same slot
+            self._move(node, old, 1)
+        batch = int(inner["currentUpgradeReplicas"] or 1)
+        slots = self.policy.batch_max_parallel(batch) - scan.in_flight
+        started = self._retries(scan.failed, old, slots) if slots > 0 else 0
+        waiting = scan.failed_other + sorted(scan.untouched, key=self._order)
+        for node in waiting:
+            if started >= slots:
+                break
+            if node.workloads or not node.ready:
+                continue
+            self._move(node, old, 1)
+            started += 1
+        self.in_flight = scan.in_flight + started
+        remaining = (
+            len(scan.untouched) + len(scan.failed_other) + len(scan.failed)
+            + len(scan.new_failures) + scan.in_flight + len(scan.convert)
+        )
+        inner["totalUpgradeReadyReplicas"] = scan.ready_other
+        inner["totalUpgradeReplicas"] = self.total
+        inner["currentStepState"] = st.STEP_UPGRADE
+        if remaining or started or Payload.from_spec(snap.payload).image != previous_image:
+            return
+        cause = st.find_condition(self.status, st.COND_PROGRESSING) or {}
+        reason = str(cause.get("reason") or st.REASON_THRESHOLD)
+        rolled = ((self.status.get("lastAppliedSpec") or {}).get("payload") or {}).get("version")
+        message = (
+            f"driver {rolled} rolled back to {previous.get('version')} ({reason}): "
+            f"{cause.get('message', '')}"
+        )
+        st.set_condition(self.status, st.COND_ROLLED_BACK, "True", reason, message, self.now_text)
+        self.status["phase"] = st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED
+        self.status["message"] = message
+        self.status["lastAppliedSpec"] = {"payload": dict(previous)}
+        inner["currentStepState"] = st.STEP_COMPLETED
+        self._event("RolledBack", message, warning=True,
+                    step=int(inner["currentStepIndex"] or 0) or None)

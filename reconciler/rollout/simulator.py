@@ -1,0 +1,377 @@
+"""A virtual fleet on a virtual clock, driven by the real planner: the what-if engine behind
+``reconciler simulate`` and the rollout benchmark.
+
+The fleet plays the parts of kubelet, the DaemonSet controller (OnDelete: a deleted driver pod
+comes back at once on the template's current revision) and a person confirming gates. Events
+that happen at the same virtual instant are handled together, so a wave of 50,000 pods turning
+Ready is one planning call, and the fleet is kept as an index the planner reads without copying.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from reconciler.policy.payload import Payload, normalize_version
+from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.rollout import status as st
+from reconciler.rollout.actions import (
+    Action,
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    RecordEvent,
+    RestorePayload,
+    SetDaemonSetImage,
+    SetPolicyPause,
+    Uncordon,
+)
+from reconciler.rollout.model import (
+    DaemonSetView,
+    DriverPod,
+    PlannerSettings,
+    RolloutNode,
+    RolloutSnapshot,
+)
+from reconciler.rollout.planner import Plan, plan
+
+Fault = Literal["imagepull", "crashloop", "never-ready", "node-notready"]
+FAULTS: tuple[str, ...] = ("imagepull", "crashloop", "never-ready", "node-notready")
+#: virtual time 0 is this instant (2026-01-01T00:00:00Z), so status timestamps read naturally
+EPOCH = 1767225600.0
+DEFAULT_UNTIL = 7 * 24 * 3600.0
+
+_NODE_ACTIONS = (AnnotateNode, Cordon, Uncordon, DeleteDriverPod, RecordEvent)
+
+
+def node_name(index: int, width: int) -> str:
+    return f"node-{index:0{width}d}"
+
+
+def revision_of(image: str) -> str:
+    """Stand-in for the DaemonSet controller's ControllerRevision hash: same template, same hash."""
+    return hashlib.sha256(image.encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    nodes: int
+    from_version: str
+    install_seconds: float = 60.0
+    auto_confirm: float | None = None
+    until: float = DEFAULT_UNTIL
+    faults: Mapping[str, Fault] = field(default_factory=dict)
+    settings: PlannerSettings = field(default_factory=PlannerSettings)
+    #: plan again after every change and check that the repeat asks for no node action
+    #: (idempotency); costs a second pass per event, meant for tests
+    verify_idempotent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SimEvent:
+    t: float
+    type: str
+    message: str
+    node: str | None = None
+    step: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"t": self.t, "type": self.type}
+        if self.node is not None:
+            result["node"] = self.node
+        if self.step is not None:
+            result["step"] = self.step
+        result["message"] = self.message
+        return result
+
+
+@dataclass(slots=True)
+class SimResult:
+    final: dict[str, Any]
+    duration_seconds: float
+    completed: bool
+    rolled_back: bool
+    stop_reason: str
+    max_in_flight: int
+    max_unavailable_seen: int
+    nodes: list[dict[str, Any]]
+    events: list[SimEvent]
+    planning_calls: int
+    #: (t, in_flight, unavailable, upgraded, step index, step target) after every planning call
+    ticks: list[tuple[float, int, int, int, int, int]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "final": self.final,
+            "duration_seconds": self.duration_seconds,
+            "completed": self.completed,
+            "rolled_back": self.rolled_back,
+            "stop_reason": self.stop_reason,
+            "max_in_flight": self.max_in_flight,
+            "max_unavailable_seen": self.max_unavailable_seen,
+            "planning_calls": self.planning_calls,
+            "nodes": self.nodes,
+            "events": [event.to_json() for event in self.events],
+        }
+
+
+class Simulation:
+    """One what-if run. ``driver`` is ``spec.driver`` (payload + upgradePolicy) as written."""
+
+    def __init__(self, driver: Mapping[str, Any], config: SimConfig) -> None:
+        self.config = config
+        self.payload: dict[str, Any] = dict(driver.get("payload") or {})
+        self.policy_raw: dict[str, Any] = dict(driver.get("upgradePolicy") or {})
+        self.policy = UpgradePolicy.from_spec(self.policy_raw)
+        old_payload = dict(self.payload, version=config.from_version)
+        old_image = Payload.from_spec(old_payload).image
+        new_image = Payload.from_spec(self.payload).image
+        # versions exactly as written, by revision
+        self.versions: dict[str, str] = {
+            revision_of(new_image): str(self.payload.get("version", "")),
+            revision_of(old_image): config.from_version,
+        }
+        self.new_revision = revision_of(new_image)
+        self.old_revision = revision_of(old_image)
+        self.ds = DaemonSetView(revision_of(old_image), old_image, {})
+        width = max(4, len(str(config.nodes)))
+        self.nodes: dict[str, RolloutNode] = {}
+        self.pod_serial: dict[str, int] = {}
+        for index in range(1, config.nodes + 1):
+            name = node_name(index, width)
+            ready = config.faults.get(name) != "node-notready"
+            pod = DriverPod(f"metax-driver-{name}-0", self.ds.current_revision, ready=ready)
+            self.nodes[name] = RolloutNode(name=name, ready=ready, pod=pod)
+            self.pod_serial[name] = 0
+        self.status: dict[str, Any] = {"lastAppliedSpec": {"payload": old_payload}}
+        self.t = 0.0
+        self.queue: list[tuple[float, int, str, str, str]] = []
+        self.seq = 0
+        self.wakes: set[float] = set()
+        self.events: list[SimEvent] = []
+        self.ticks: list[tuple[float, int, int, int, int, int]] = []
+        self.max_in_flight = 0
+        self.max_unavailable = 0
+        self.calls = 0
+        self.confirm_scheduled = False
+        self.last_change = 0.0
+
+    # ----------------------------------------------------------------------------- world
+
+    def _push(self, at: float, kind: str, node: str = "", pod: str = "") -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (at, self.seq, kind, node, pod))
+
+    def _snapshot(self) -> RolloutSnapshot:
+        return RolloutSnapshot(
+            nodes=self.nodes,
+            daemonset=self.ds,
+            payload=self.payload,
+            policy=self.policy,
+            status=self.status,
+        )
+
+    def _apply(self, action: Action) -> None:
+        cfg = self.config
+        if isinstance(action, AnnotateNode):
+            node = self.nodes[action.node]
+            annotations = dict(node.annotations)
+            for key, value in action.annotations.items():
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
+            self.nodes[action.node] = dataclasses.replace(node, annotations=annotations)
+        elif isinstance(action, Cordon | Uncordon):
+            node = self.nodes[action.node]
+            self.nodes[action.node] = dataclasses.replace(
+                node, unschedulable=isinstance(action, Cordon)
+            )
+        elif isinstance(action, DeleteDriverPod):
+            node = self.nodes[action.node]
+            if node.pod is None or node.pod.name != action.pod:
+                return  # already gone: deleting is idempotent
+            serial = self.pod_serial[node.name] + 1
+            self.pod_serial[node.name] = serial
+            revision = self.ds.current_revision
+            pod_name = f"metax-driver-{node.name}-{serial}"
+            pod = DriverPod(pod_name, revision, created_at=EPOCH + self.t)
+            self.nodes[node.name] = dataclasses.replace(node, pod=pod)
+            self.events.append(
+                SimEvent(self.t, "NodeUpgradeStarted" if revision == self.new_revision
+                         else "NodeRollbackStarted",
+                         f"{node.name}: driver pod deleted, new pod on "
+                         f"{self.versions.get(revision, revision)}", node=node.name)
+            )
+            fault = cfg.faults.get(node.name)
+            if not node.ready:
+                return  # kubelet is gone: the pod never starts
+            if fault and revision == self.new_revision:
+                if fault == "imagepull":
+                    self._push(self.t, "waiting:ErrImagePull", node.name, pod_name)
+                elif fault == "crashloop":
+                    self._push(self.t + cfg.install_seconds, "waiting:CrashLoopBackOff",
+                               node.name, pod_name)
+                return  # never-ready: runs, never Ready
+            self._push(self.t + cfg.install_seconds, "ready", node.name, pod_name)
+        elif isinstance(action, SetDaemonSetImage):
+            revision = revision_of(action.image)
+            images = dict(self.ds.revision_images)
+            images[revision] = action.image
+            self.ds = DaemonSetView(revision, action.image, images)
+        elif isinstance(action, SetPolicyPause):
+            self.policy_raw["pause"] = action.pause
+            self.policy = UpgradePolicy.from_spec(self.policy_raw)
+        elif isinstance(action, RestorePayload):
+            self.payload = dict(action.payload)
+        elif isinstance(action, RecordEvent):
+            self.events.append(
+                SimEvent(self.t, action.reason, action.message, action.node, action.step)
+            )
+
+    def _handle(self, kind: str, node_name_: str, pod_name: str) -> None:
+        if kind == "wake":
+            self.wakes.discard(self.t)
+            return
+        if kind == "confirm":
+            self.confirm_scheduled = False
+            self.policy_raw["pause"] = False
+            self.policy = UpgradePolicy.from_spec(self.policy_raw)
+            self.events.append(
+                SimEvent(self.t, "AutoConfirm", "gate confirmed: pause set to false")
+            )
+            return
+        node = self.nodes[node_name_]
+        if node.pod is None or node.pod.name != pod_name:
+            return  # that pod was replaced meanwhile
+        if kind == "ready":
+            pod = dataclasses.replace(node.pod, ready=True)
+            self.events.append(
+                SimEvent(self.t, "NodeReady",
+                         f"{node.name}: driver Ready on "
+                         f"{self.versions.get(pod.revision, pod.revision)}", node=node.name)
+            )
+        else:
+            pod = dataclasses.replace(node.pod, waiting_reason=kind.partition(":")[2])
+        self.nodes[node_name_] = dataclasses.replace(node, pod=pod)
+
+    # ----------------------------------------------------------------------------- loop
+
+    def _plan_once(self) -> Plan:
+        result = plan(self._snapshot(), EPOCH + self.t, self.config.settings)
+        self.calls += 1
+        for action in result.actions:
+            self._apply(action)
+        if result.changed or result.actions:
+            self.last_change = self.t
+        self.status = result.status
+        inner = result.status.get("status") or {}
+        self.max_in_flight = max(self.max_in_flight, result.in_flight)
+        self.max_unavailable = max(self.max_unavailable, result.unavailable)
+        index = int(inner.get("currentStepIndex") or 0)
+        targets = self.policy.step_targets(len(self.nodes))
+        target = targets[index - 1] if 0 < index <= len(targets) else 0
+        self.ticks.append(
+            (self.t, result.in_flight, result.unavailable,
+             int(inner.get("totalUpgradeReadyReplicas") or 0), index, target)
+        )
+        if result.requeue_at is not None:
+            at = result.requeue_at - EPOCH
+            if at not in self.wakes:
+                self.wakes.add(at)
+                self._push(at, "wake")
+        return result
+
+    def _plan(self) -> None:
+        for _ in range(8):
+            phase = self.status.get("phase")
+            result = self._plan_once()
+            structural = any(not isinstance(a, _NODE_ACTIONS) for a in result.actions)
+            if self.config.verify_idempotent and result.actions:
+                again = plan(self._snapshot(), EPOCH + self.t, self.config.settings)
+                moves = [a for a in again.actions if isinstance(a, DeleteDriverPod)]
+                if moves and not structural:
+                    raise AssertionError(f"planner not idempotent at t={self.t}: {moves[:3]}")
+            if not structural and result.status.get("phase") == phase:
+                return
+        return
+
+    def _stop_reason(self, started: bool) -> str | None:
+        phase = self.status.get("phase")
+        if started and phase not in st.ACTIVE_PHASES:
+            return "rolled-back" if st.condition_true(self.status, st.COND_ROLLED_BACK) else (
+                "completed" if (self.status.get("status") or {}).get("currentStepState")
+                == st.STEP_COMPLETED else "idle"
+            )
+        if st.condition_true(self.status, st.COND_BATCH_FAILED):
+            return "fallback-pause"
+        if st.condition_true(self.status, st.COND_MANUAL_GATE):
+            if self.config.auto_confirm is None:
+                return "manual-gate"
+            if not self.confirm_scheduled and self.policy.pause:
+                self.confirm_scheduled = True
+                self._push(self.t + self.config.auto_confirm, "confirm")
+        return None
+
+    def run(self) -> SimResult:
+        cfg = self.config
+        self._plan()
+        started = self.status.get("phase") in st.ACTIVE_PHASES
+        reason = self._stop_reason(started)
+        while reason is None:
+            if not self.queue:
+                reason = "stalled" if started else "idle"
+                break
+            at = self.queue[0][0]
+            if at > cfg.until:
+                reason = "until"
+                break
+            self.t = at
+            while self.queue and self.queue[0][0] == at:
+                _, _, kind, name, pod = heapq.heappop(self.queue)
+                self._handle(kind, name, pod)
+            self._plan()
+            started = started or self.status.get("phase") in st.ACTIVE_PHASES
+            reason = self._stop_reason(started)
+        end = cfg.until if reason == "until" else self.last_change
+        return self._result(end, reason)
+
+    def _result(self, end: float, reason: str) -> SimResult:
+        new = self.new_revision
+        completed = True
+        nodes: list[dict[str, Any]] = []
+        for node in self.nodes.values():
+            pod = node.pod
+            ready = node.ready and pod is not None and pod.ready and not pod.deleting
+            revision = pod.revision if pod is not None else ""
+            if not (ready and revision == new):
+                completed = False
+            nodes.append({
+                "name": node.name,
+                "version": self.versions.get(revision, revision),
+                "ready": ready,
+            })
+        same = normalize_version(self.config.from_version) == normalize_version(
+            str(self.payload.get("version", ""))
+        )
+        return SimResult(
+            final=self.status,
+            duration_seconds=end,
+            completed=completed and reason in ("completed", "idle") and bool(nodes or same),
+            rolled_back=reason == "rolled-back",
+            stop_reason=reason,
+            max_in_flight=self.max_in_flight,
+            max_unavailable_seen=self.max_unavailable,
+            nodes=nodes,
+            events=self.events,
+            planning_calls=self.calls,
+            ticks=self.ticks,
+        )
+
+
+def simulate(driver: Mapping[str, Any], config: SimConfig) -> SimResult:
+    return Simulation(driver, config).run()

@@ -1,0 +1,447 @@
+"""A local Kubernetes control plane: etcd, kube-apiserver (RBAC on), kube-controller-manager
+(node lifecycle controller off, so simulated nodes are never evicted) and kube-scheduler, on free
+loopback ports, in a temporary directory of their own.
+
+Each process runs in its own process group; ``stop()`` terminates the groups and checks that
+nothing is left. Logs stay on disk when something failed (``mark_failed()``, or a start that did
+not come up) and are removed otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Self
+
+from reconciler.kube.api import Conflict, KubeApi, KubeError, resource_path
+from reconciler.kube.kubeconfig import write_kubeconfig
+from reconciler.sim.pki import Pki, make_pki
+
+KUBE_VERSION = "1.20.2"
+DEFAULT_CACHE = Path("/var/cache/gpu-reconciler")
+MINTED_NAMESPACE = "gpu-reconciler-identities"
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Binaries:
+    etcd: Path
+    apiserver: Path
+    controller_manager: Path
+    scheduler: Path
+
+    @classmethod
+    def locate(cls) -> Binaries:
+        """``KUBE_BIN_DIR`` if set, else the cache ``scripts/install-kubernetes`` builds into;
+        etcd from ``ETCD_BIN`` or ``PATH``."""
+        explicit = os.environ.get("KUBE_BIN_DIR")
+        cache = Path(os.environ.get("RECONCILER_CACHE", str(DEFAULT_CACHE)))
+        bin_dir = Path(explicit) if explicit else cache / f"kubernetes-{KUBE_VERSION}" / "bin"
+        etcd = os.environ.get("ETCD_BIN") or shutil.which("etcd") or "/usr/bin/etcd"
+        found = cls(
+            etcd=Path(etcd),
+            apiserver=bin_dir / "kube-apiserver",
+            controller_manager=bin_dir / "kube-controller-manager",
+            scheduler=bin_dir / "kube-scheduler",
+        )
+        missing = [str(p) for p in (found.etcd, found.apiserver, found.controller_manager,
+                                    found.scheduler) if not os.access(p, os.X_OK)]
+        if missing:
+            raise ControlPlaneError(
+                f"missing control plane binaries: {', '.join(missing)}; run scripts/install-kubernetes "
+                "(or set KUBE_BIN_DIR to a directory holding kube-apiserver, "
+                "kube-controller-manager and kube-scheduler)"
+            )
+        return found
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (held open together so they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _die_with_parent() -> None:
+    # Children of a crashed test run must not outlive it: ask the kernel to SIGTERM them.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class _Process:
+    name: str
+    args: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+
+
+class ControlPlane:
+    """``with ControlPlane() as cp: api = cp.api()``; or ``start()`` / ``stop()``."""
+
+    def __init__(
+        self,
+        *,
+        binaries: Binaries | None = None,
+        workdir: Path | None = None,
+        start_timeout: float = 90.0,
+    ) -> None:
+        self.binaries = binaries or Binaries.locate()
+        self.start_timeout = start_timeout
+        self._given_workdir = workdir
+        self.workdir: Path = workdir or Path("/nonexistent")
+        self.etcd_dir: Path | None = None
+        self.kubeconfig: Path = self.workdir / "kubeconfig"
+        self.server = ""
+        self.failed = False
+        self.boot_seconds: float | None = None
+        self.pki: Pki | None = None
+        self._processes: list[_Process] = []
+        self._pgids: set[int] = set()
+        self._minted = 0
+        self._lock = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.failed = True
+        self.stop()
+
+    def start(self) -> Self:
+        started = time.monotonic()
+        if self._given_workdir is not None:
+            self.workdir = self._given_workdir
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.workdir = Path(tempfile.mkdtemp(prefix="gpu-reconciler-cp-"))
+        shm = Path("/dev/shm")
+        self.etcd_dir = Path(tempfile.mkdtemp(prefix="gpu-reconciler-etcd-",
+                                              dir=shm if shm.is_dir() else None))
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        self.kubeconfig = self.workdir / "kubeconfig"
+        try:
+            self.pki = make_pki(self.workdir / "pki")
+            for attempt in range(3):
+                try:
+                    self._boot()
+                    break
+                except _PortTaken:
+                    self._terminate_all()
+                    if attempt == 2:
+                        raise
+        except BaseException as exc:
+            self.failed = True
+            self.stop()
+            if isinstance(exc, ControlPlaneError):
+                raise ControlPlaneError(f"{exc} (logs kept in {self.workdir / 'logs'})") from exc
+            raise
+        self.boot_seconds = time.monotonic() - started
+        return self
+
+    def _boot(self) -> None:
+        assert self.pki is not None and self.etcd_dir is not None
+        pki = self.pki
+        etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = free_ports(5)
+        self.server = f"https://127.0.0.1:{apiserver_port}"
+        write_kubeconfig(
+            self.kubeconfig, server=self.server, ca_cert=pki.ca.cert.read_bytes(), user="admin",
+            client_cert=pki.admin.cert.read_bytes(), client_key=pki.admin.key.read_bytes(),
+        )
+        for name, pair in (("controller-manager", pki.controller_manager),
+                           ("scheduler", pki.scheduler)):
+            write_kubeconfig(
+                self.workdir / f"{name}.kubeconfig", server=self.server,
+                ca_cert=pki.ca.cert.read_bytes(), user=name,
+                client_cert=pair.cert.read_bytes(), client_key=pair.key.read_bytes(),
+            )
+        data_dir = self.etcd_dir / "data"
+        shutil.rmtree(data_dir, ignore_errors=True)
+        self._launch("etcd", [
+            str(self.binaries.etcd), "--name", "default", "--data-dir", str(data_dir),
+            "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{etcd_peer}",
+            "--log-level", "warn", "--logger", "zap", "--quota-backend-bytes", str(4 << 30),
+        ])
+        self._launch("kube-apiserver", [
+            str(self.binaries.apiserver),
+            f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={apiserver_port}",
+            f"--tls-cert-file={pki.apiserver.cert}", f"--tls-private-key-file={pki.apiserver.key}",
+            f"--client-ca-file={pki.ca.cert}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={pki.service_account_pub}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            # Pods need no service account token mounts here (no kubelet reads them).
+            "--disable-admission-plugins=ServiceAccount",
+            # Thousands of simulated kubelets write at once: no fairness queueing, wide limits.
+            "--enable-priority-and-fairness=false",
+            "--max-requests-inflight=3000", "--max-mutating-requests-inflight=2000",
+            "--endpoint-reconciler-type=none", "--profiling=false",
+            f"--cert-dir={self.workdir / 'pki'}",
+            "--v=1",
+        ])
+        self._wait_apiserver()
+        self._launch("kube-controller-manager", [
+            str(self.binaries.controller_manager),
+            f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
+            "--controllers=*,-nodelifecycle",
+            "--kube-api-qps=1000", "--kube-api-burst=2000",
+            "--leader-elect=false", "--secure-port=0",
+            "--address=127.0.0.1", f"--port={kcm_port}",
+            f"--service-account-private-key-file={pki.service_account_key}",
+            f"--root-ca-file={pki.ca.cert}",
+            "--v=1",
+        ])
+        self._launch("kube-scheduler", [
+            str(self.binaries.scheduler),
+            f"--kubeconfig={self.workdir / 'scheduler.kubeconfig'}",
+            "--kube-api-qps=1000", "--kube-api-burst=2000",
+            "--leader-elect=false", "--secure-port=0",
+            "--address=127.0.0.1", f"--port={scheduler_port}",
+            "--v=1",
+        ])
+        self._wait_http_ok("kube-controller-manager", f"http://127.0.0.1:{kcm_port}/healthz")
+        self._wait_http_ok("kube-scheduler", f"http://127.0.0.1:{scheduler_port}/healthz")
+
+    def _launch(self, name: str, args: list[str]) -> None:
+        log_path = self.workdir / "logs" / f"{name}.log"
+        log = open(log_path, "ab")  # noqa: SIM115 - closed in _terminate
+        main_thread = threading.current_thread() is threading.main_thread()
+        popen = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent if main_thread else None,
+        )
+        self._pgids.add(popen.pid)
+        self._processes.append(_Process(name, args, log_path, popen, log))
+
+    # -- readiness --------------------------------------------------------------------------
+
+    def _deadline_check(self, deadline: float, what: str) -> None:
+        for process in self._processes:
+            assert process.popen is not None
+            if process.popen.poll() is not None:
+                text = process.log_path.read_text(errors="replace")
+                if "address already in use" in text:
+                    raise _PortTaken(process.name)
+                tail = "\n".join(text.splitlines()[-15:])
+                raise ControlPlaneError(
+                    f"{process.name} exited with {process.popen.returncode} while waiting for "
+                    f"{what}:\n{tail}"
+                )
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"timed out after {self.start_timeout:.0f} s waiting for {what}")
+
+    def _wait_apiserver(self) -> None:
+        assert self.pki is not None
+        context = ssl.create_default_context(cafile=str(self.pki.ca.cert))
+        context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            self._deadline_check(deadline, "kube-apiserver /readyz")
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                with urllib.request.urlopen(f"{self.server}/readyz", context=context,
+                                            timeout=2) as response:
+                    if response.status == 200:
+                        return
+            time.sleep(0.1)
+
+    def _wait_http_ok(self, what: str, url: str) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            self._deadline_check(deadline, f"{what} {url}")
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            time.sleep(0.1)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def _terminate_all(self) -> None:
+        for process in reversed(self._processes):
+            popen = process.popen
+            if popen is not None and popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in reversed(self._processes):
+            popen = process.popen
+            if popen is None:
+                continue
+            try:
+                popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait(5)
+            # Anything else left in the group (there should be nothing) goes too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            if process.log is not None:
+                process.log.close()
+        self._processes.clear()
+
+    def stop(self) -> None:
+        """Stops every process; removes the work directory unless something failed."""
+        self._terminate_all()
+        if self.etcd_dir is not None:
+            shutil.rmtree(self.etcd_dir, ignore_errors=True)
+            self.etcd_dir = None
+        if self.failed:
+            return
+        if self._given_workdir is None and self.workdir.name.startswith("gpu-reconciler-cp-"):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def mark_failed(self) -> None:
+        """Keep the logs on ``stop()`` (call it when a test using this control plane failed)."""
+        self.failed = True
+
+    def leaked_processes(self) -> list[int]:
+        """Pids still alive in any process group this control plane started."""
+        leaked = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            state, pgid = fields[0], int(fields[2])
+            if pgid in self._pgids and state != "Z":
+                leaked.append(int(entry.name))
+        return leaked
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {p.name: p.popen.pid for p in self._processes if p.popen is not None}
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    def restart_apiserver(self) -> None:
+        """Kills kube-apiserver and starts it again on the same port (an outage for clients)."""
+        for process in self._processes:
+            if process.name == "kube-apiserver" and process.popen is not None:
+                os.killpg(process.popen.pid, signal.SIGTERM)
+                process.popen.wait(15)
+                if process.log is not None:
+                    process.log.close()
+                self._processes.remove(process)
+                self._launch("kube-apiserver", process.args)
+                self._wait_apiserver()
+                return
+        raise ControlPlaneError("kube-apiserver is not running")
+
+    # -- clients and identities ---------------------------------------------------------------
+
+    def api(self, *, pool_size: int = 32) -> KubeApi:
+        """A JSON client with the admin identity."""
+        return KubeApi.from_kubeconfig(self.kubeconfig, pool_size=pool_size)
+
+    def mint_kubeconfig(
+        self,
+        cluster_role: str | None,
+        *,
+        name: str | None = None,
+        namespace_roles: Mapping[str, str] | None = None,
+        expiration_seconds: int = 86400,
+    ) -> Path:
+        """A kubeconfig for a new service account bound to ``cluster_role`` (a ClusterRole) and,
+        per namespace, to the Role named in ``namespace_roles``. Tests of least-privilege RBAC
+        run the reconciler with it."""
+        with self._lock:
+            self._minted += 1
+            serial = self._minted
+        account = name or f"{(cluster_role or 'identity').replace(':', '-')}-{serial}"
+        api = self.api(pool_size=4)
+        try:
+            self._ensure(api, resource_path("v1", "namespaces"),
+                         {"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": MINTED_NAMESPACE}})
+            self._ensure(api, resource_path("v1", "serviceaccounts", namespace=MINTED_NAMESPACE),
+                         {"apiVersion": "v1", "kind": "ServiceAccount",
+                          "metadata": {"name": account, "namespace": MINTED_NAMESPACE}})
+            subject = {"kind": "ServiceAccount", "name": account, "namespace": MINTED_NAMESPACE}
+            rbac = "rbac.authorization.k8s.io/v1"
+            if cluster_role is not None:
+                self._ensure(api, resource_path(rbac, "clusterrolebindings"), {
+                    "apiVersion": rbac, "kind": "ClusterRoleBinding",
+                    "metadata": {"name": f"{MINTED_NAMESPACE}:{account}"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                "name": cluster_role},
+                    "subjects": [subject],
+                })
+            for namespace, role in (namespace_roles or {}).items():
+                self._ensure(api, resource_path(rbac, "rolebindings", namespace=namespace), {
+                    "apiVersion": rbac, "kind": "RoleBinding",
+                    "metadata": {"name": f"{MINTED_NAMESPACE}:{account}", "namespace": namespace},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                "name": role},
+                    "subjects": [subject],
+                })
+            request = api.create(
+                resource_path("v1", "serviceaccounts", account, namespace=MINTED_NAMESPACE,
+                              subresource="token"),
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                 "spec": {"expirationSeconds": expiration_seconds}},
+            )
+        finally:
+            api.close()
+        assert self.pki is not None
+        path = self.workdir / "identities" / f"{account}.kubeconfig"
+        return write_kubeconfig(
+            path, server=self.server, ca_cert=self.pki.ca.cert.read_bytes(),
+            user=f"system:serviceaccount:{MINTED_NAMESPACE}:{account}",
+            token=str(request["status"]["token"]),
+        )
+
+    @staticmethod
+    def _ensure(api: KubeApi, collection: str, body: dict[str, object]) -> None:
+        try:
+            api.create(collection, body)
+        except Conflict:
+            pass
+        except KubeError as exc:
+            raise ControlPlaneError(f"cannot create {body.get('kind')}: {exc}") from exc
+
+
+class _PortTaken(ControlPlaneError):
+    pass
