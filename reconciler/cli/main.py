@@ -42,3 +42,7 @@ def cli() -> None:
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

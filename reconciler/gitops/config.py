@@ -7,7 +7,6 @@ on a traceback for a typo in the config file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,23 +15,26 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from reconciler.gitops.errors import RepoConfigError
+from reconciler.policy.repo_config import parse_duration as parse_schema_duration
 
 CONFIG_FILE = "reconciler.yaml"
 
-_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
 def parse_duration(raw: object, *, key: str) -> float:
-    """Seconds from ``"30s"``, ``"500ms"``, ``"10m"``, ``"1h"`` or a plain number of seconds."""
+    """Seconds from ``"30s"``, ``"500ms"``, ``"10m"``, ``"1h30m"`` (the schema's format) or a
+    plain number of seconds."""
     if isinstance(raw, bool):
         raise RepoConfigError(f"{key}: expected a duration like '30s', got boolean {raw!r}")
     if isinstance(raw, int | float):
         seconds = float(raw)
-    elif isinstance(raw, str) and (match := _DURATION_RE.match(raw)):
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    elif isinstance(raw, str):
+        try:
+            seconds = parse_schema_duration(raw.strip())
+        except ValueError:
+            raise RepoConfigError(
+                f"{key}: expected a duration like '30s', '500ms' or '1h30m', got {raw!r}"
+            ) from None
     else:
-        raise RepoConfigError(f"{key}: expected a duration like '30s' or '500ms', got {raw!r}")
+        raise RepoConfigError(f"{key}: expected a duration like '30s', got {raw!r}")
     if seconds < 0:
         raise RepoConfigError(f"{key}: a duration cannot be negative, got {raw!r}")
     return seconds

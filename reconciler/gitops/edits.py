@@ -100,7 +100,9 @@ def same_value(field: Sequence[str], a: Any, b: Any) -> bool:
         return a is b
     if tuple(field) == PAYLOAD_VERSION_FIELD and isinstance(a, str) and isinstance(b, str):
         return normalize_version(a) == normalize_version(b)
-    return bool(a == b) and type(a) is type(b)
+    if isinstance(a, bool) or isinstance(b, bool):  # True == 1 in Python, not in the policy
+        return type(a) is type(b) and a == b
+    return bool(a == b)
 
 
 def _round_trip_yaml(text: str) -> YAML:
@@ -175,7 +177,16 @@ def edit_policy_text(text: str, edits: Sequence[FieldEdit]) -> EditResult:
         yaml.dump(docs[0], out)
     else:
         yaml.dump_all(docs, out)
-    return EditResult(EditOutcome.CHANGED, text=out.getvalue())
+    return EditResult(EditOutcome.CHANGED, text=_like(text, out.getvalue()))
+
+
+def _like(original: str, dumped: str) -> str:
+    """Line endings and the final newline as the original file had them."""
+    if not original.endswith(("\n", "\r")):
+        dumped = dumped.rstrip("\n")
+    if "\r\n" in original:
+        dumped = dumped.replace("\r\n", "\n").replace("\n", "\r\n")
+    return dumped
 
 
 def _set_field(doc: CommentedMap, field: Sequence[str], value: Any) -> None:

@@ -30,6 +30,7 @@ _GIT_ENV = {
 }
 #: a local working copy's checked-out branch is updated only when its tree is clean
 _UPDATE_INSTEAD = "--receive-pack=git -c receive.denyCurrentBranch=updateInstead receive-pack"
+_LOCK_RACE = re.compile(r"failed to update ref|cannot lock ref|failed to lock|incorrect old value")
 _SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://|^[^/]+@[^/]+:")
 
 
@@ -51,8 +52,22 @@ def mirror_dir(state_dir: Path, url: str) -> Path:
     return state_dir / "mirrors" / f"{name.removesuffix('.git') or 'repo'}-{digest}.git"
 
 
+_LOCKS: dict[Path, tuple[threading.RLock, threading.RLock]] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _locks_for(path: Path) -> tuple[threading.RLock, threading.RLock]:
+    """One pair of locks per mirror directory, shared by every ``Mirror`` object on it."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(path, (threading.RLock(), threading.RLock()))
+
+
 class Mirror:
-    """One bare mirror per remote; thread-safe (one lock around every ref-changing operation)."""
+    """One bare mirror per remote, thread-safe.
+
+    Two locks: ``_lock`` serialises fetches and pushes (they update refs); ``_read_lock`` guards
+    GitPython's object reads, which share one long-running ``git cat-file`` process per repo.
+    """
 
     def __init__(
         self,
@@ -70,8 +85,9 @@ class Mirror:
             update_checked_out
         )
         self.network_timeout = network_timeout
-        self._lock = threading.RLock()
-        self._repo = self._open()
+        self._lock, self._read_lock = _locks_for(self.path)
+        with self._lock:
+            self._repo = self._open()
 
     # -- setup -------------------------------------------------------------------------------
     def _open(self) -> git.Repo:
@@ -144,7 +160,9 @@ class Mirror:
                 return
         rejected = [line for line in stdout.splitlines() if line.startswith("!")]
         detail = rejected[0].split("\t")[-1] if rejected else _last_line(stderr)
-        if any("[rejected]" in line for line in rejected):
+        # a concurrent push holding the ref lock shows as "[remote rejected] (failed to update
+        # ref)" or "cannot lock ref": that is a race too, not a refusal
+        if any("[rejected]" in line or _LOCK_RACE.search(line) for line in rejected):
             raise PushRejected(f"push to {self.url} {branch} lost a race: {detail}")
         if any("[remote rejected]" in line for line in rejected):
             raise PushDeclined(f"{self.url} refused the push to {branch}: {detail}")
@@ -152,41 +170,49 @@ class Mirror:
 
     # -- reading -----------------------------------------------------------------------------
     def resolve(self, rev: str) -> str | None:
-        try:
-            return str(self._repo.rev_parse(rev).hexsha)
-        except (BadName, ValueError, GitCommandError):
-            return None
+        with self._read_lock:
+            try:
+                return str(self._repo.rev_parse(rev).hexsha)
+            except (BadName, ValueError, GitCommandError):
+                return None
 
     def read_file(self, commit: str, path: str) -> bytes | None:
         """The file's bytes at ``commit``, None when the path is not a file there."""
-        try:
-            item = self._repo.commit(commit).tree / path
-        except KeyError:
-            return None
-        if item.type != "blob":
-            return None
-        data: bytes = item.data_stream.read()
-        return data
+        with self._read_lock:
+            try:
+                item = self._repo.commit(commit).tree / path
+            except KeyError:
+                return None
+            if item.type != "blob":
+                return None
+            data: bytes = item.data_stream.read()
+            return data
 
     def list_dir(self, commit: str, directory: str) -> list[str]:
         """Names of the entries of ``directory`` at ``commit`` (``[]`` if absent), sorted."""
-        tree = self._repo.commit(commit).tree
-        if directory.strip("/"):
-            try:
-                tree = tree / directory.strip("/")
-            except KeyError:
+        with self._read_lock:
+            tree = self._repo.commit(commit).tree
+            if directory.strip("/"):
+                try:
+                    tree = tree / directory.strip("/")
+                except KeyError:
+                    return []
+            if tree.type != "tree":
                 return []
-        if tree.type != "tree":
-            return []
-        return sorted(item.name for item in tree)
+            return sorted(item.name for item in tree)
 
     def is_dir(self, commit: str, directory: str) -> bool:
-        try:
-            return bool((self._repo.commit(commit).tree / directory).type == "tree")
-        except KeyError:
-            return False
+        with self._read_lock:
+            try:
+                return bool((self._repo.commit(commit).tree / directory).type == "tree")
+            except KeyError:
+                return False
 
     def commit_info(self, sha: str) -> CommitInfo:
+        with self._read_lock:
+            return self._commit_info(sha)
+
+    def _commit_info(self, sha: str) -> CommitInfo:
         commit = self._repo.commit(sha)
         return CommitInfo(
             sha=commit.hexsha,
@@ -200,13 +226,20 @@ class Mirror:
     def commits_between(self, old: str | None, new: str, *, limit: int = 1000) -> list[CommitInfo]:
         """Commits reachable from ``new`` but not from ``old``, newest first."""
         rev = new if old is None else f"{old}..{new}"
-        return [
-            self.commit_info(c.hexsha) for c in self._repo.iter_commits(rev, max_count=limit)
-        ]
+        with self._read_lock:
+            return [self._commit_info(c.hexsha)
+                    for c in self._repo.iter_commits(rev, max_count=limit)]
 
-    def log_messages(self, rev: str, path: str | None = None, *, limit: int = 200) -> list[str]:
-        paths = [path] if path is not None else []
-        return [str(c.message) for c in self._repo.iter_commits(rev, paths, max_count=limit)]
+    def trailer_values(self, rev: str, key: str, *, limit: int = 200) -> list[str]:
+        """Values of trailer ``key`` in the last ``limit`` commits reachable from ``rev``."""
+        status, stdout, stderr = self._git(
+            "log", f"--max-count={limit}",
+            f"--format=%(trailers:key={key},valueonly,separator=%x00)", rev,
+        )
+        if status != 0:
+            raise GitOpsError(f"git log {rev} failed: {_last_line(stderr)}")
+        return [value.strip() for value in stdout.replace("\x00", "\n").splitlines()
+                if value.strip()]
 
     # -- writing -----------------------------------------------------------------------------
     def create_commit(
@@ -222,7 +255,8 @@ class Mirror:
 
         Built in a private index, so nothing else in the mirror changes until it is pushed.
         """
-        with self._lock, tempfile.TemporaryDirectory(prefix="reconciler-index-") as tmp:
+        # git CLI only (a private index, loose objects): safe next to fetches and reads
+        with tempfile.TemporaryDirectory(prefix="reconciler-index-") as tmp:
             env = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
             self._check(self._git("read-tree", parent or "--empty", env=env))
             for number, (path, data) in enumerate(changes.items()):

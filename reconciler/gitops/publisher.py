@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
 from reconciler.gitops.commits import (
     CHANGE_ID_TRAILER,
     Identity,
     format_message,
     own_trailers,
-    parse_trailers,
 )
 from reconciler.gitops.edits import (
     EditOutcome,
@@ -109,13 +111,18 @@ class FlushResult:
         return self.error is None and self.remaining == 0
 
 
+_QUEUE_LOCKS: dict[Path, threading.Lock] = {}
+_QUEUE_LOCKS_GUARD = threading.Lock()
+
+
 class ChangeQueue:
     """The pending changes of one branch, persisted as JSON (written atomically)."""
 
     def __init__(self, path: Path, *, max_status: int = 500) -> None:
         self.path = path
         self.max_status = max_status
-        self._lock = threading.Lock()
+        with _QUEUE_LOCKS_GUARD:  # every queue object on one file shares its lock
+            self._lock = _QUEUE_LOCKS.setdefault(path.resolve(), threading.Lock())
 
     def load(self) -> list[PendingChange]:
         with self._lock:
@@ -283,12 +290,7 @@ class Publisher:
     def _landed_ids(self, base: str | None) -> set[str]:
         if base is None:
             return set()
-        ids = set()
-        for message in self.mirror.log_messages(base, limit=_LANDED_SCAN):
-            change_id = parse_trailers(message).get(CHANGE_ID_TRAILER)
-            if change_id:
-                ids.add(change_id)
-        return ids
+        return set(self.mirror.trailer_values(base, CHANGE_ID_TRAILER, limit=_LANDED_SCAN))
 
     def _build(self, change: PendingChange, tip: str | None) -> str | NoCommit:
         """The new tip with ``change`` committed on top, or why no commit is needed."""
@@ -307,7 +309,9 @@ class Publisher:
                 return NoCommit(f"no ClusterOperator policy file under {change.path}/")
             path, current_text = located
             edit = edit_policy_text(current_text, change.edits)
-            if edit.outcome is not EditOutcome.CHANGED or edit.text is None:
+            if edit.outcome is not EditOutcome.CHANGED or edit.text is None or (
+                edit.text == current_text
+            ):
                 reason = edit.detail or "Git already says so"
                 return NoCommit(f"{edit.outcome.value}: {reason}")
             text = edit.text
@@ -317,9 +321,6 @@ class Publisher:
         )
 
     def _policy_file(self, tip: str, cluster_dir: str) -> tuple[str, str] | None:
-        from ruamel.yaml import YAML
-        from ruamel.yaml.error import YAMLError
-
         for name in self.mirror.list_dir(tip, cluster_dir):
             if not name.endswith((".yaml", ".yml")):
                 continue
@@ -342,16 +343,22 @@ class Publisher:
 
     def start(self) -> None:
         if self._thread is None:
+            self._stop.clear()
+            self._kick.set()  # a queue left by the last run is pushed at once
             self._thread = threading.Thread(target=self._run, name=f"publisher-{self.branch}",
                                             daemon=True)
             self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, flush: bool = True) -> None:
+        """Stop the push loop; with ``flush``, try once more to push what is queued (what
+        cannot be pushed stays in the queue for the next start)."""
         self._stop.set()
         self._kick.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+            if flush and self.queue.load():
+                self.flush()
 
     def _run(self) -> None:
         delay = self.retry_interval

@@ -99,7 +99,8 @@ class CommitSource:
                     continue
                 self._seen[branch] = head
                 try:
-                    new = self.mirror.commits_between(previous, head)
+                    new = (self.mirror.commits_between(previous, head) if previous is not None
+                           else [self.mirror.commit_info(head)])
                 except (GitCommandError, ValueError) as exc:  # previous gone: a first look
                     log.warning("history of %s was rewritten: %s", branch, exc)
                     new, previous = [], None
@@ -120,7 +121,10 @@ class CommitSource:
         if self.watch_dir is not None:
             handler = _RefChangeHandler(self.watch_dir, self._on_ref_event)
             observer = Observer()
-            observer.schedule(handler, str(self.watch_dir), recursive=True)
+            # refs/ for branch updates, the git dir itself (not recursively) for packed-refs;
+            # objects/ and logs/ churn on every commit and are never watched
+            observer.schedule(handler, str(self.watch_dir), recursive=False)
+            observer.schedule(handler, str(self.watch_dir / "refs"), recursive=True)
             observer.daemon = True
             observer.start()
             self._observer = observer
@@ -158,6 +162,9 @@ class CommitSource:
                 time.sleep(self.debounce - quiet_for)
 
 
+_WRITE_EVENTS = frozenset({"created", "modified", "moved", "deleted", "closed"})
+
+
 class _RefChangeHandler(FileSystemEventHandler):
     """Reacts to ref updates only; objects, logs, the index and lock files are noise."""
 
@@ -166,7 +173,8 @@ class _RefChangeHandler(FileSystemEventHandler):
         self.on_change = on_change
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory:
+        # opening or reading a ref (our own fetch from this repository does) is not a change
+        if event.is_directory or event.event_type not in _WRITE_EVENTS:
             return
         for raw in (event.src_path, getattr(event, "dest_path", "")):
             path = os.fsdecode(raw)

@@ -9,8 +9,9 @@ number passed in. The rules:
   ``min_interval`` after the previous commit, so the short-lived ``StepUpgradeInit`` and
   ``StepReady`` states between steps coalesce away instead of causing a commit storm;
 - a state that keeps changing is still committed at least every ``max_delay``;
-- terminal states (rollout ``Completed``, phase ``Idling``/``Disabled``, a rejected commit) are
-  committed at once, so the end of a rollout or the reason for a refusal is in Git immediately;
+- terminal states (rollout ``Completed``, phase ``Idling``/``Disabled``) and a newly rejected
+  commit are committed at once, so the end of a rollout or the reason for a refusal is in Git
+  immediately;
 - a change back to the committed key before it was written cancels it.
 """
 
@@ -36,11 +37,17 @@ class SnapshotKey:
 
     @property
     def terminal(self) -> bool:
-        return (
-            self.step_state == "Completed"
-            or self.phase in TERMINAL_PHASES
-            or self.phase is None
-            or self.rejected_commit is not None
+        """The rollout ended or there is none: nothing will follow soon, so write it now."""
+        return self.step_state == "Completed" or self.phase in TERMINAL_PHASES or (
+            self.phase is None
+        )
+
+    def urgent_after(self, committed: SnapshotKey | None) -> bool:
+        """Committed at once: a terminal state, or a rejection Git does not show yet (later
+        snapshots that still carry the same rejection coalesce like any other)."""
+        return self.terminal or (
+            self.rejected_commit is not None
+            and (committed is None or committed.rejected_commit != self.rejected_commit)
         )
 
 
@@ -105,7 +112,7 @@ def due_at(state: WriterState, timing: WriterTiming) -> float | None:
     if state.pending is None or state.pending_key is None:
         return None
     assert state.changed_at is not None and state.first_pending_at is not None
-    if state.pending_key.terminal:
+    if state.pending_key.urgent_after(state.committed_key):
         return state.changed_at
     settled = min(state.changed_at + timing.min_interval,
                   state.first_pending_at + timing.max_delay)
@@ -163,7 +170,7 @@ def describe(snapshot: Mapping[str, Any]) -> str:
         what = f"rolling back at step {label}: grey release turned off"
     elif state == "Completed" and rolled_back:
         what = f"rollback finished at step {label}: {rolled_back}"
-    elif state == "Completed":
+    elif state == "Completed" and (key.step_index or 0) > 0:
         what = f"rollout completed at step {label}{counts}"
     elif key.phase in TERMINAL_PHASES or key.phase is None:
         what = f"{key.phase or 'no rollout'}"
@@ -177,7 +184,7 @@ def describe(snapshot: Mapping[str, Any]) -> str:
         what = f"step {label} starting"
     else:
         what = f"{key.phase} {state or ''}".strip()
-    if key.firmware_phase:
+    if key.firmware_phase and key.firmware_phase != "Idle":
         what += f"; firmware {key.firmware_phase}"
     return f"status({cluster}): {what}"
 
@@ -193,6 +200,30 @@ def _rolled_back(upgrade: Mapping[str, Any]) -> str | None:
 def _pause_reason(upgrade: Mapping[str, Any]) -> str:
     message = upgrade.get("message") or _mapping(upgrade.get("status")).get("message")
     return str(message) if message else "waiting"
+
+
+def build_snapshot(
+    cluster_operator: Mapping[str, Any],
+    *,
+    source_commit: str | None,
+    rejection: Mapping[str, Any] | None = None,
+    firmware: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A status snapshot (``schemas/status-snapshot.schema.json``, without ``cluster`` and
+    ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object."""
+    status = _mapping(cluster_operator.get("status"))
+    driver = _mapping(_mapping(cluster_operator.get("spec")).get("driver"))
+    snapshot: dict[str, Any] = {
+        "sourceCommit": source_commit,
+        "upgradeStatus": dict(_mapping(status.get("upgradeStatus"))),
+        "spec": {"driver": {key: driver[key] for key in ("payload", "upgradePolicy")
+                            if key in driver}},
+    }
+    if rejection is not None:
+        snapshot["rejection"] = dict(rejection)
+    if firmware is not None:
+        snapshot["firmware"] = dict(firmware)
+    return snapshot
 
 
 def trailers(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:

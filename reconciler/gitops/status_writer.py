@@ -78,12 +78,13 @@ class StatusWriter:
             self._state = status_policy.observe(self._state, full, now)
             self._cond.notify_all()
 
-    def poll(self) -> PendingChange | None:
-        """Queue the pending snapshot if it is due; returns the queued change."""
+    def poll(self, *, force: bool = False) -> PendingChange | None:
+        """Queue the pending snapshot if it is due (or at all, with ``force``); returns the
+        queued change."""
         with self._cond:
             now = self._clock()
             due = status_policy.due_at(self._state, self.timing)
-            if due is None or due > now or self._state.pending is None:
+            if due is None or (due > now and not force) or self._state.pending is None:
                 return None
             snapshot = self._state.pending
             change = PendingChange(
@@ -112,12 +113,14 @@ class StatusWriter:
             self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop; a snapshot still waiting for its interval is queued, not lost."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self.poll(force=True)
 
     def _run(self) -> None:
         while True:

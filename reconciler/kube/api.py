@@ -9,6 +9,7 @@ mapped once, here, to the project's own exception types.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -28,6 +29,9 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {
     "json": "application/json-patch+json",
     "apply": "application/apply-patch+yaml",
 }
+
+
+_RETRIES = urllib3.Retry(total=2, connect=2, read=2, status=0, redirect=0, other=0)
 
 
 class KubeError(Exception):
@@ -102,7 +106,7 @@ class KubeApi:
         """A client for the kubeconfig at ``path``; ``pool_size`` bounds concurrent connections
         (size it to the number of threads that issue requests)."""
         configuration = k8s_client.Configuration()
-        k8s_config.load_kube_config(
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=str(path), context=context, client_configuration=configuration
         )
         configuration.connection_pool_maxsize = pool_size
@@ -131,7 +135,7 @@ class KubeApi:
         body: Any,
         content_type: str | None,
         timeout: float | tuple[float, float] | None,
-    ) -> urllib3.HTTPResponse:
+    ) -> urllib3.BaseHTTPResponse:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -149,14 +153,15 @@ class KubeApi:
         encoded = None if body is None else json.dumps(body, separators=(",", ":"))
         pool = self.api_client.rest_client.pool_manager
         try:
-            response: urllib3.HTTPResponse = pool.request(
+            response: urllib3.BaseHTTPResponse = pool.request(
                 method,
                 url,
                 body=encoded,
                 headers=sent_headers,
                 timeout=_timeout(timeout),
                 preload_content=False,
-                retries=False,
+                # Connection failures are retried; read failures only for idempotent methods.
+                retries=_RETRIES,
             )
         except urllib3.exceptions.HTTPError as exc:
             raise Unavailable(0, type(exc).__name__, str(exc), method=method, path=path) from exc
@@ -306,10 +311,8 @@ class KubeApi:
             if not 200 <= response.status <= 299:
                 data = response.read()
                 status: JSON = {}
-                try:
+                with contextlib.suppress(ValueError):
                     status = json.loads(data)
-                except ValueError:
-                    pass
                 raise _error(
                     response.status,
                     str(status.get("reason") or response.reason or ""),
@@ -326,7 +329,9 @@ class KubeApi:
                         if line.strip():
                             yield json.loads(line)
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-                raise Unavailable(0, type(exc).__name__, str(exc), method="WATCH", path=path) from exc
+                raise Unavailable(
+                    0, type(exc).__name__, str(exc), method="WATCH", path=path
+                ) from exc
         finally:
             response.release_conn()
 

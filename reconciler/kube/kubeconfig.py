@@ -40,7 +40,10 @@ def write_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": cluster, "cluster": {"server": server, "certificate-authority-data": _b64(ca_cert)}}
+            {
+                "name": cluster,
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_cert)},
+            }
         ],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": f"{user}@{cluster}", "context": {"cluster": cluster, "user": user}}],

@@ -7,6 +7,7 @@ never polls.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -56,7 +57,7 @@ class ListWatch:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced = threading.Event()
-        self._response: urllib3.HTTPResponse | None = None
+        self._response: urllib3.BaseHTTPResponse | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -70,10 +71,8 @@ class ListWatch:
         self._stop.set()
         response = self._response
         if response is not None:
-            try:
+            with contextlib.suppress(Exception):  # a response already closed is fine
                 response.shutdown()
-            except Exception:  # a response already closed is fine
-                pass
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -169,7 +168,7 @@ class ListWatch:
             self._response = None
         return resource_version
 
-    def _opened(self, response: urllib3.HTTPResponse) -> None:
+    def _opened(self, response: urllib3.BaseHTTPResponse) -> None:
         self._response = response
         if self._stop.is_set():
             response.shutdown()

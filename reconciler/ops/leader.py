@@ -14,9 +14,13 @@ thread is stuck, so code that checks it before each action never acts on a stale
 from __future__ import annotations
 
 import logging
+import math
+import os
 import random
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -26,7 +30,15 @@ from reconciler.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+DEFAULT_LEASE_NAME = "gpu-reconciler"
 JITTER_FACTOR = 1.2  # candidates wait retry_period * (1 + rand * 1.2), as client-go does
+
+
+def default_identity() -> str:
+    """``POD_NAME`` (set from the downward API) or the host name, plus a random suffix so a
+    restarted process never mistakes its predecessor's Lease for its own."""
+    base = os.environ.get("POD_NAME") or socket.gethostname() or "reconciler"
+    return f"{base}_{uuid.uuid4().hex[:8]}"
 
 
 class LeaseError(Exception):
@@ -119,6 +131,7 @@ class LeaderElector:
         self._observed_time = float("-inf")
         self._known_leader: str | None = None
         self._failing = False
+        self._held_by_other = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._set_metric(False)
@@ -147,7 +160,7 @@ class LeaderElector:
             if current is None:
                 record = LeaseRecord(
                     holder=cfg.identity,
-                    lease_duration_seconds=max(1, round(cfg.lease_duration)),
+                    lease_duration_seconds=math.ceil(cfg.lease_duration),
                     acquire_time=now,
                     renew_time=now,
                     transitions=0,
@@ -157,13 +170,16 @@ class LeaderElector:
             if self._observed is None or _fingerprint(current) != _fingerprint(self._observed):
                 self._remember(current)
             held_by_other = bool(current.holder) and current.holder != cfg.identity
-            if held_by_other and self._observed_time + cfg.lease_duration > self._clock():
-                return False
+            if held_by_other:
+                self._held_by_other = True
+                if self._observed_time + self._duration(current) > self._clock():
+                    return False
+            self._held_by_other = False
             ours = current.holder == cfg.identity
             record = replace(
                 current,
                 holder=cfg.identity,
-                lease_duration_seconds=max(1, round(cfg.lease_duration)),
+                lease_duration_seconds=math.ceil(cfg.lease_duration),
                 acquire_time=current.acquire_time if ours else now,
                 renew_time=now,
                 transitions=current.transitions if ours else current.transitions + 1,
@@ -179,6 +195,11 @@ class LeaderElector:
             self._failing = True
             log.log(level, "lease %s/%s: %s", cfg.namespace, cfg.name, e)
             return False
+
+    def _duration(self, record: LeaseRecord) -> float:
+        # the holder's promise, as written in the Lease (replicas may be configured differently
+        # during a rolling update); our own setting when the record has none
+        return float(record.lease_duration_seconds or self.config.lease_duration)
 
     def _remember(self, record: LeaseRecord) -> None:
         self._failing = False
@@ -205,7 +226,11 @@ class LeaderElector:
                 self._last_renew = attempt_start
                 if not self._leading:
                     self._leading = started = True
-            elif self._leading and self._clock() - self._last_renew >= cfg.renew_deadline:
+            elif self._leading and (
+                self._held_by_other or self._clock() - self._last_renew >= cfg.renew_deadline
+            ):
+                # someone else holds it (we were cut off longer than the lease), or we could
+                # not renew in time: stop acting now
                 self._leading = False
                 stopped = True
         if started:
@@ -215,10 +240,12 @@ class LeaderElector:
                 _safely(self._on_started, "on_started_leading")
         if stopped:
             log.warning(
-                "lease %s/%s: could not renew for %.1fs; %s stops acting",
+                "lease %s/%s: %s; %s stops acting",
                 cfg.namespace,
                 cfg.name,
-                cfg.renew_deadline,
+                f"now held by {self._known_leader}"
+                if self._held_by_other
+                else f"could not renew for {cfg.renew_deadline:.1f}s",
                 cfg.identity,
             )
             self._set_metric(False)
@@ -226,7 +253,15 @@ class LeaderElector:
                 _safely(self._on_stopped, "on_stopped_leading")
         if self._leading:
             return cfg.retry_period
-        return cfg.retry_period * (1 + self._rng.random() * JITTER_FACTOR)
+        delay = cfg.retry_period * (1 + self._rng.random() * JITTER_FACTOR)
+        observed = self._observed
+        if observed is not None and observed.holder and observed.holder != cfg.identity:
+            # wake when the holder's lease would expire, so a dead leader is replaced within
+            # the lease duration rather than up to a jittered retry period later
+            expires_in = self._observed_time + self._duration(observed) - self._clock()
+            if 0 <= expires_in < delay:
+                delay = expires_in + 0.01 + self._rng.random() * 0.05 * cfg.retry_period
+        return delay
 
     def release(self) -> None:
         """Stop acting, then hand the Lease back so a standby takes over at once."""
@@ -258,7 +293,11 @@ class LeaderElector:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            delay = self.tick()
+            try:
+                delay = self.tick()
+            except Exception:  # a bug must not end the election: is_leader expires safely
+                log.exception("lease %s: election step failed", self.config.name)
+                delay = self.config.retry_period
             stop.wait(delay)
         self.release()
 

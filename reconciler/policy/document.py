@@ -36,7 +36,8 @@ from reconciler.policy.findings import Finding, split_pointer
 MAX_FILE_BYTES = 1024 * 1024
 #: Nodes after alias expansion (what a consumer that walks the data would visit).
 MAX_EXPANDED_NODES = 100_000
-#: Collection nesting. Kubernetes objects stay far below; libyaml's composer recurses on the C stack.
+#: Collection nesting. Kubernetes objects stay far below; libyaml's composer recurses on the
+#: C stack, so deeper input must never reach it.
 MAX_DEPTH = 100
 #: Below this bound on the nesting depth the C composer is safe without a precise check.
 _SAFE_DEPTH_BOUND = 400
@@ -47,7 +48,7 @@ _MAP, _SEQ, _MERGE, _TIMESTAMP = (_TAG + t for t in ("map", "seq", "merge", "tim
 _YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S+)", re.MULTILINE)
 
 
-class _Resolver12(VersionedResolver):  # type: ignore[misc]
+class _Resolver12(VersionedResolver):
     """YAML 1.2 core resolution, looked up once instead of per scalar (directives other than
     ``%YAML 1.2`` are rejected before parsing)."""
 
@@ -60,7 +61,7 @@ class _Resolver12(VersionedResolver):  # type: ignore[misc]
     @property
     def versioned_resolver(self) -> Any:
         if self._table is None:
-            self._table = VersionedResolver.versioned_resolver.fget(self)
+            self._table = super().versioned_resolver
         return self._table
 
 
@@ -135,7 +136,9 @@ def _child(node: Node, token: str) -> tuple[Node | None, Node] | None:
     return None
 
 
-def parse_document(data: bytes | str, file: str, *, max_bytes: int = MAX_FILE_BYTES) -> ParsedDocument:
+def parse_document(
+    data: bytes | str, file: str, *, max_bytes: int = MAX_FILE_BYTES
+) -> ParsedDocument:
     """Parse one YAML document. Problems become findings; ``obj`` is None when nothing usable."""
     doc = ParsedDocument(file, None, None)
     size = len(data.encode() if isinstance(data, str) else data)
@@ -156,6 +159,9 @@ def parse_document(data: bytes | str, file: str, *, max_bytes: int = MAX_FILE_BY
     doc.root = root
     builder = _Builder(doc)
     doc.obj = builder.build(root)
+    if builder.too_deep:
+        doc.obj = None
+        return doc
     # without an alias ('*') every node is built once: the file size bounds the work
     if "*" in text and builder.expanded_size(root) > MAX_EXPANDED_NODES:
         doc.findings.append(doc.finding(
@@ -267,7 +273,8 @@ def _compose_single(text: str, doc: ParsedDocument) -> Node | None:
             "put each object in its own file",
         ))
         return None
-    return nodes[0]
+    root: Node = nodes[0]
+    return root
 
 
 def _is_empty(node: Node) -> bool:
@@ -305,7 +312,9 @@ def _codepoint(character: object) -> str:
     return f"U+{code:04X}"
 
 
-def _describe_tag(tag: str) -> str:
+def _describe_tag(tag: str | None) -> str:
+    if tag is None:
+        return "(none)"
     return "!!" + tag[len(_TAG):] if tag.startswith(_TAG) else tag
 
 
@@ -317,9 +326,10 @@ class _Builder:
         self.built: dict[int, Any] = {}
         self.sizes: dict[int, int] = {}
         self.active: set[int] = set()
+        self.too_deep = False
 
     def build(self, root: Node) -> Any:
-        return self._node(root, "", 0)
+        return self._node(root, "", 1)
 
     def _error(self, node: Node, pointer: str, rule: str, message: str) -> None:
         mark = node.start_mark
@@ -333,10 +343,11 @@ class _Builder:
             return self.built[key]
         if key in self.active:
             self._error(node, pointer, "recursive-alias",
-                        "an alias refers to a collection that contains it; "
+                        "the collection anchored here contains an alias to itself; "
                         "recursive structures cannot be applied")
             return None
-        if depth > MAX_DEPTH:
+        if depth > MAX_DEPTH and not isinstance(node, ScalarNode):
+            self.too_deep = True
             self._error(node, pointer, "too-deep",
                         f"collections nested more than {MAX_DEPTH} levels deep")
             return None
@@ -388,7 +399,7 @@ class _Builder:
 
     def _scalar(self, node: ScalarNode, pointer: str) -> Any:
         tag, text = node.tag, node.value
-        if tag == _STR or tag == _TIMESTAMP:
+        if tag in (_STR, _TIMESTAMP):
             return text  # a timestamp stays the text written, as Kubernetes reads it
         if tag == _NULL:
             return None

@@ -21,10 +21,7 @@ class Quantity:
 
     def resolve(self, base: int, *, minimum: int = 0) -> int:
         """Absolute value against ``base`` (percent rounds up), never below ``minimum``."""
-        if self.percent:
-            resolved = math.ceil(self.value * base / 100)
-        else:
-            resolved = self.value
+        resolved = math.ceil(self.value * base / 100) if self.percent else self.value
         return max(resolved, minimum)
 
     def __str__(self) -> str:

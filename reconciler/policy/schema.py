@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import sysconfig
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -47,12 +48,17 @@ _DURATION = re.compile(r"^\s*([0-9]+)\s*(ms|s|m|h)\s*$")
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
 
+#: Where a wheel installs the schemas (pyproject's data-files), for non-editable installs such
+#: as the environment pre-commit builds for the hook.
+INSTALLED_SCHEMAS = Path("share") / "gpu-gitops-reconciler" / "schemas"
+
+
 def schemas_dir() -> Path:
-    """``schemas/`` of the source tree (installed packages carry a copy under the package)."""
-    packaged = Path(__file__).resolve().parent.parent / "schemas"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[2] / "schemas"
+    """``schemas/`` of the source tree, else the copy a wheel installed under the prefix."""
+    source = Path(__file__).resolve().parents[2] / "schemas"
+    if (source / SCHEMA_FILES["clusteroperator"]).is_file():
+        return source
+    return Path(sysconfig.get_path("data")) / INSTALLED_SCHEMAS
 
 
 @cache
@@ -170,7 +176,7 @@ class _ErrorMapper:
             return "one of " + ", ".join(_quote(str(v)) for v in schema["enum"])
         kind = schema.get("type")
         if isinstance(kind, list):
-            return " or ".join(_TYPE_NAMES.get(k, k) for k in kind)
+            return " or ".join(_TYPE_NAMES.get(str(k), str(k)) for k in kind)
         if kind == "integer" and "minimum" in schema:
             return f"an integer >= {schema['minimum']}"
         if kind == "string" and schema.get("pattern") in _PATTERN_PHRASES:
@@ -234,6 +240,12 @@ class _ErrorMapper:
             message = f"{label}: expected at least {schema['minItems']} item(s), got an empty list"
             if path and path[-1] == "upgradeSteps":
                 message += "; add the batches, the last one with replicas: 100%"
+        elif kind == "minLength":
+            message = (f"{label}: expected a string of at least {schema['minLength']} "
+                       f"character(s), got {got}")
+        elif kind == "maxLength":
+            message = (f"{label}: expected a string of at most {schema['maxLength']} "
+                       f"characters, got one of {len(value)}")
         elif kind == "maxProperties" and schema.get("maxProperties") == 0:
             message = f"{label}: expected {expected}, got {got}; write {{}} with nothing inside"
         return self.doc.finding(pointer, rule, message)
@@ -265,7 +277,8 @@ class _ErrorMapper:
 
     # -- hints -----------------------------------------------------------------------------
     def type_hint(self, schema: Mapping[str, Any], value: Any, path: list[str | int]) -> str:
-        types = {self.resolve(b).get("type") for b in schema.get("oneOf", [])} | {schema.get("type")}
+        types = {self.resolve(b).get("type") for b in schema.get("oneOf", [])}
+        types.add(schema.get("type"))
         name = path[-1] if path else ""
         hint = ""
         if "boolean" in types and isinstance(value, str):
@@ -280,7 +293,9 @@ class _ErrorMapper:
                          "go on (the vendor manual's pause/resume commands have them swapped)")
         elif value is None:
             hint = "; the value is empty: give one or remove the key"
-        elif "string" in types and isinstance(value, int | float) and not isinstance(value, bool):
+        elif "string" in types and isinstance(value, bool):
+            hint = f"; quote it to make it a string: '{str(value).lower()}'"
+        elif "string" in types and isinstance(value, int | float):
             hint = f"; quote it to make it a string: '{value}'"
         elif "integer" in types and isinstance(value, str):
             match = _DURATION.match(value)
@@ -339,8 +354,8 @@ class _ErrorMapper:
     def preserved_unknown_fields(
         self, schema: Mapping[str, Any], value: Any, pointer: str, path: tuple[str | int, ...] = ()
     ) -> Iterator[Finding]:
-        """Warn about keys a section keeps without knowing them (x-kubernetes-preserve-unknown-fields
-        with listed properties): kept and applied, but probably a typo."""
+        """Warn about keys a section keeps without knowing them: kept and applied, but probably
+        a typo (sections with x-kubernetes-preserve-unknown-fields and listed properties)."""
         schema = self.resolve(schema)
         if isinstance(value, dict):
             properties: Mapping[str, Any] = schema.get("properties", {})

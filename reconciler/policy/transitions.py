@@ -44,9 +44,9 @@ def spec_changes(old: Any, new: Any, pointer: str = "/spec") -> Iterator[tuple[s
         for index, (a, b) in enumerate(zip(old, new, strict=True)):
             yield from spec_changes(a, b, join_pointer(pointer, index))
         return
-    if pointer == _PAYLOAD_VERSION and isinstance(old, str) and isinstance(new, str):
-        if normalize_version(old) == normalize_version(new):
-            return  # 2.33.0.9 and 2.33.0.9-amd64 name the same image (SPEC section 2)
+    if (pointer == _PAYLOAD_VERSION and isinstance(old, str) and isinstance(new, str)
+            and normalize_version(old) == normalize_version(new)):
+        return  # 2.33.0.9 and 2.33.0.9-amd64 name the same image (SPEC section 2)
     if type(old) is not type(new) or old != new:
         yield pointer, old, new
 
@@ -104,8 +104,10 @@ def transition_rules(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def _at(ctx: RuleContext, pointer: str, new: Any, rule: str, message: str) -> Finding:
-    # a removed field is reported where it was: at its parent, where a person puts it back
-    return ctx.doc.finding(pointer, rule, message, key=new is _MISSING)
+    # a removed field is reported at its parent, where a person puts it back; a changed
+    # collection at its key
+    key = new is _MISSING or isinstance(new, dict | list)
+    return ctx.doc.finding(pointer, rule, message, key=key)
 
 
 def previous_spec_of(previous: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -25,13 +25,17 @@ class UpgradeStep:
         return self.pause_ms is None
 
 
+DEFAULT_MAX_PARALLEL = Quantity(1, percent=False)
+DEFAULT_MAX_UNAVAILABLE = Quantity(0, percent=False)
+
+
 @dataclass(frozen=True, slots=True)
 class UpgradePolicy:
     enable_rollout: bool = False
     steps: tuple[UpgradeStep, ...] = ()
     pause: bool = False
-    max_parallel: Quantity = Quantity(1, percent=False)
-    max_unavailable: Quantity = Quantity(0, percent=False)
+    max_parallel: Quantity = DEFAULT_MAX_PARALLEL
+    max_unavailable: Quantity = DEFAULT_MAX_UNAVAILABLE
     max_failure_threshold: int = 1
     fallback: Fallback = "pause"
 

@@ -57,6 +57,9 @@ class Plan:
     changed: bool
     #: when to plan again if nothing happens before (pause end, back-off, readyTimeout)
     requeue_at: float | None = None
+    #: plan again as soon as this status is stored (a new step is persisted before any node
+    #: of it starts, so a restart never finds nodes of a batch its status does not show)
+    again: bool = False
     #: nodes in flight after the actions are carried out
     in_flight: int = 0
     #: unavailable rollout nodes as observed (SPEC 4.3 step 5)
@@ -94,6 +97,9 @@ class _Scan:
     new_failures: list[tuple[RolloutNode, str]] = field(default_factory=list)
     failed: list[RolloutNode] = field(default_factory=list)  # failed moves to the target
     joiners_pending: int = 0  # untouched, on the target revision, not Ready yet
+    #: of those, pods on Ready nodes younger than readyTimeout (still starting: a rollback
+    #: waits for them); older ones or on NotReady nodes were broken before and do not block
+    settling: int = 0
     untouched: list[RolloutNode] = field(default_factory=list)  # not on the target, not moved
     failed_other: list[RolloutNode] = field(default_factory=list)  # rollback: failed upgrades
     convert: list[RolloutNode] = field(default_factory=list)  # rollback: in-flight upgrades
@@ -117,6 +123,7 @@ class _Planner:
         self.requeue: list[float] = []
         self.in_flight = 0
         self.unavailable = 0
+        self.again = False
         self.total = len(snapshot.nodes)
 
     # ----------------------------------------------------------------------------- entry
@@ -145,6 +152,7 @@ class _Planner:
             requeue_at=min(future) if future else None,
             in_flight=self.in_flight,
             unavailable=self.unavailable,
+            again=self.again,
         )
 
     def _event(self, reason: str, message: str, *, warning: bool = False, **kw: Any) -> None:
@@ -158,6 +166,20 @@ class _Planner:
         snap = self.snap
         desired = Payload.from_spec(snap.payload)
         idle_phase = st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED
+        applied = (self.status.get("lastAppliedSpec") or {}).get("payload")
+        recorded = str(self.inner.get("lastPodSpecRevision") or "")
+        if (
+            desired.image == snap.daemonset.current_image
+            and self.policy.enable_rollout
+            and applied
+            and Payload.from_spec(applied).image != desired.image
+            and recorded
+            and recorded != snap.daemonset.current_revision
+        ):
+            # We set the template and stopped before recording the rollout: start it now,
+            # from what the status says the fleet ran.
+            self._start(dict(applied), desired, recorded)
+            return
         if desired.image == snap.daemonset.current_image:
             self.status["phase"] = idle_phase
             self.status["lastAppliedSpec"] = {"payload": dict(snap.payload)}
@@ -178,11 +200,16 @@ class _Planner:
             )
             self._event("TemplateUpdated", self.status["message"])
             return
+        self._start(before, desired, snap.daemonset.current_revision)
+
+    def _start(self, before: dict[str, Any], desired: Payload, old_revision: str) -> None:
+        self.status["lastCoDriverSpec"] = {"payload": before}
+        self.status["lastAppliedSpec"] = {"payload": dict(self.snap.payload)}
         self.status["phase"] = st.PHASE_PROGRESSING
         self.status["condition"] = []
         self.status["message"] = f"upgrading driver {before.get('version')} -> {desired.version}"
         self.inner.update(
-            lastPodSpecRevision=snap.daemonset.current_revision,
+            lastPodSpecRevision=old_revision,
             upgradingPodSpecRevision="",
             currentStepIndex=1,
             currentStepState=st.STEP_INIT,
@@ -232,7 +259,7 @@ class _Planner:
             ready_target = on_target and pod is not None and pod.ready
             failures = ann.get(ANN_FAILURES)
             if failures and failures.startswith(epoch):
-                scan.epoch_failures += int(failures[len(epoch) :])
+                scan.epoch_failures += st.int_or(failures[len(epoch) :], 1)
             in_flight = False
             if state == STATE_UPGRADING:
                 if ready_target:
@@ -240,14 +267,19 @@ class _Planner:
                 elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
                     scan.new_failures.append((node, str(pod.waiting_reason)))
                 else:
-                    deleted_at = st.parse_time(ann.get(ANN_DELETED_AT) or self.now_text)
+                    deleted_at = st.parse_time_or(ann.get(ANN_DELETED_AT), now)
                     if now >= deleted_at + timeout:
                         scan.new_failures.append((node, "ReadyTimeout"))
                     else:
                         in_flight = True
                         scan.deadlines.append(deleted_at + timeout)
-                        if pod is not None and pod.revision != target and not pod.deleting:
-                            scan.redo.append(node)
+                        if (
+                            pod is not None
+                            and pod.revision != target
+                            and not pod.deleting
+                            and pod.created_at < deleted_at
+                        ):
+                            scan.redo.append(node)  # the recorded delete never happened
             elif state == STATE_FAILED:
                 if ready_target:
                     scan.completed.append(node)
@@ -263,6 +295,10 @@ class _Planner:
                         in_flight = True  # the DaemonSet recreated it on the target already
                     else:
                         scan.joiners_pending += 1
+                        assert pod is not None
+                        if node.ready and now < pod.created_at + timeout:
+                            scan.settling += 1
+                            scan.deadlines.append(pod.created_at + timeout)
                 elif pod is not None and not pod.deleting:
                     if other == STATE_UPGRADING:
                         in_flight = True
@@ -330,11 +366,15 @@ class _Planner:
             }
             if counted:
                 previous = ann.get(ANN_FAILURES) or ""
-                prior = int(previous.rpartition("|")[2]) if previous.startswith(epoch + "|") else 0
+                prior = 0
+                if previous.startswith(epoch + "|"):
+                    prior = st.int_or(previous.rpartition("|")[2], 0)
                 update[ANN_FAILURES] = f"{epoch}|{prior + 1}"
             self.actions.append(AnnotateNode(node.name, update))
             if not node.unschedulable:
                 self.actions.append(Cordon(node.name))
+            attempt = st.int_or(ann.get(ANN_ATTEMPT), 1)
+            self.requeue.append(self.now + self.settings.backoff(attempt))
             self._event(
                 "NodeFailed",
                 f"{node.name}: driver pod failed ({reason}), attempt {ann.get(ANN_ATTEMPT, '1')}",
@@ -371,6 +411,7 @@ class _Planner:
         if not node.unschedulable:
             self.actions.append(Cordon(node.name))
         self.actions.append(DeleteDriverPod(node.name, node.pod.name))
+        self.requeue.append(self.now + self.settings.ready_timeout)
 
     def _redo(self, nodes: list[RolloutNode]) -> None:
         """A recorded move whose cordon or delete never happened (crash after annotating)."""
@@ -382,15 +423,15 @@ class _Planner:
 
     def _retry_due(self, node: RolloutNode, epoch_start: float) -> float:
         ann = node.annotations
-        failed_at = st.parse_time(ann.get(ANN_FAILED_AT) or self.now_text)
+        failed_at = st.parse_time_or(ann.get(ANN_FAILED_AT), self.now)
         if failed_at < epoch_start:
             return self.now  # failed before a person resumed: retry at once
-        return failed_at + self.settings.backoff(int(ann.get(ANN_ATTEMPT) or 1))
+        return failed_at + self.settings.backoff(st.int_or(ann.get(ANN_ATTEMPT), 1))
 
     def _retries(self, failed: list[RolloutNode], target: str, slots: int) -> int:
         """Retry failed nodes whose back-off passed; returns how many were started."""
         cond = st.find_condition(self.status, st.COND_PROGRESSING) or {}
-        epoch_start = st.parse_time(cond.get("lastTransitionTime") or self.now_text)
+        epoch_start = st.parse_time_or(cond.get("lastTransitionTime"), self.now)
         started = 0
         for node in sorted(failed, key=self._order):
             if started >= slots:
@@ -401,7 +442,7 @@ class _Planner:
                 continue
             if node.workloads or not node.ready or node.pod is None or node.pod.deleting:
                 continue
-            self._move(node, target, int(node.annotations.get(ANN_ATTEMPT) or 1) + 1)
+            self._move(node, target, st.int_or(node.annotations.get(ANN_ATTEMPT), 1) + 1)
             self._event(
                 "NodeRetried",
                 f"{node.name}: retrying the driver pod",
@@ -444,6 +485,22 @@ class _Planner:
             return
         target_payload = (self.status.get("lastAppliedSpec") or {}).get("payload") or snap.payload
         target_image = Payload.from_spec(target_payload).image
+        previous = (self.status.get("lastCoDriverSpec") or {}).get("payload")
+        spec_image = Payload.from_spec(snap.payload).image
+        if previous and spec_image != target_image and spec_image == Payload.from_spec(
+            previous
+        ).image:
+            # Our own RestorePayload landed but its status did not (or a person reverted the
+            # version): the fleet must go back.
+            cause = st.find_condition(self.status, st.COND_PROGRESSING) or {}
+            reason = str(cause.get("reason") or "")
+            if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
+                reason = st.REASON_THRESHOLD if self._threshold_reached() else "PayloadReverted"
+            self._begin_rollback(
+                st.PHASE_TERMINATING, reason, "spec.driver.payload is back on the previous version"
+            )
+            self._rolling_back()
+            return
         ds = snap.daemonset
         if ds.current_image != target_image:
             self.actions.append(SetDaemonSetImage(target_image))
@@ -471,6 +528,15 @@ class _Planner:
         self.in_flight = scan.in_flight
         self._steps(scan, revision)
 
+    def _threshold_reached(self) -> bool:
+        epoch = self._epoch() + "|"
+        count = 0
+        for node in self.snap.nodes.values():
+            failures = node.annotations.get(ANN_FAILURES)
+            if failures and failures.startswith(epoch):
+                count += st.int_or(failures[len(epoch) :], 1)
+        return count >= self.policy.max_failure_threshold
+
     def _steps(self, scan: _Scan, revision: str) -> None:
         policy, inner = self.policy, self.inner
         steps = policy.steps
@@ -482,81 +548,92 @@ class _Planner:
         inner["totalUpgradeReplicas"] = total
         inner["totalUpgradeReadyReplicas"] = scan.ready
         index = min(max(int(inner["currentStepIndex"] or 1), 1), len(steps))
-        for _ in range(len(steps) + 2):
-            target = targets[index - 1]
-            before = targets[index - 2] if index > 1 else 0
-            batch = max(target - before, 0)
-            inner["currentStepIndex"] = index
-            inner["currentUpgradeReplicas"] = batch
-            inner["currentUpgradeReadyReplicas"] = min(max(scan.ready - before, 0), batch)
-            if st.condition_true(self.status, st.COND_BATCH_FAILED):
-                if policy.pause:
-                    inner["currentStepState"] = st.STEP_PAUSED
-                    return
-                st.set_condition(
-                    self.status, st.COND_BATCH_FAILED, "False", "Resumed",
-                    "a person resumed the batch", self.now_text,
-                )
-                self._set_epoch(index, reason="Resumed")
-                counter = 0
-                inner["currentFailureRetry"] = 0
-                self._event("Resumed", f"step {index}: resumed after the fallback", step=index)
-            if st.condition_true(self.status, st.COND_MANUAL_GATE):
-                if policy.pause:
-                    inner["currentStepState"] = st.STEP_PAUSED
-                    return
-                st.set_condition(
-                    self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
-                    f"step {index} confirmed", self.now_text,
-                )
-                self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
-                if not self._advance(index, revision):
-                    return
-                index += 1
-                continue
-            if counter >= threshold:
-                self._fallback(scan, index)
-                return
-            if scan.ready >= target:
-                step = steps[index - 1]
-                if step.pause_ms is None:
-                    st.set_condition(
-                        self.status, st.COND_MANUAL_GATE, "True", "WaitingForConfirmation",
-                        f"step {index} done; set spec.driver.upgradePolicy.pause to false "
-                        "to continue",
-                        self.now_text,
-                    )
-                    if not policy.pause:
-                        self.actions.append(SetPolicyPause(True))
-                    inner["currentStepState"] = st.STEP_PAUSED
-                    self._event(
-                        "GateOpened", f"step {index} done: waiting for a person", step=index
-                    )
-                    return
-                if not inner["recheckTime"]:
-                    inner["recheckTime"] = st.format_time(self.now + step.pause_ms / 1000)
-                    self._event(
-                        "StepCompleted",
-                        f"step {index} done ({scan.ready}/{total} nodes); pausing "
-                        f"{step.pause_ms} ms",
-                        step=index,
-                    )
-                recheck = st.parse_time(inner["recheckTime"])
-                if self.now >= recheck and not policy.pause:
-                    if not self._advance(index, revision):
-                        return
-                    index += 1
-                    continue
-                inner["currentStepState"] = st.STEP_PAUSED
-                self.requeue.append(recheck)
-                return
+        target = targets[index - 1]
+        # a step not above an earlier one adds no nodes (SPEC 3)
+        before = max(targets[: index - 1], default=0)
+        batch = max(target - before, 0)
+        inner["currentStepIndex"] = index
+        inner["currentUpgradeReplicas"] = batch
+        inner["currentUpgradeReadyReplicas"] = min(max(scan.ready - before, 0), batch)
+        if st.condition_true(self.status, st.COND_BATCH_FAILED):
             if policy.pause:
                 inner["currentStepState"] = st.STEP_PAUSED
-                inner["message"] = inner["message"] or "paused: spec.driver.upgradePolicy.pause"
                 return
-            inner["currentStepState"] = st.STEP_UPGRADE
-            self._start_nodes(scan, revision, target, batch)
+            st.set_condition(
+                self.status, st.COND_BATCH_FAILED, "False", "Resumed",
+                "a person resumed the batch", self.now_text,
+            )
+            self._set_epoch(index, reason="Resumed")
+            counter = 0
+            inner["currentFailureRetry"] = 0
+            self._event("Resumed", f"step {index}: resumed after the fallback", step=index)
+        if st.condition_true(self.status, st.COND_MANUAL_GATE):
+            if policy.pause:
+                inner["currentStepState"] = st.STEP_PAUSED
+                return
+            st.set_condition(
+                self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
+                f"step {index} confirmed", self.now_text,
+            )
+            self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
+            # falls through: a node that joined during the gate must be Ready before the step
+            # counts as done (the confirmation is kept for when it is)
+        if counter >= threshold:
+            self._fallback(scan, index)
             return
+        if scan.ready >= target:
+            step = steps[index - 1]
+            if step.pause_ms is None and self._gate_confirmed():
+                if policy.pause:
+                    inner["currentStepState"] = st.STEP_PAUSED
+                    return
+                self._advance(index, revision)
+                return
+            if step.pause_ms is None:
+                st.set_condition(
+                    self.status, st.COND_MANUAL_GATE, "True", "WaitingForConfirmation",
+                    f"step {index} done; set spec.driver.upgradePolicy.pause to false "
+                    "to continue",
+                    self.now_text,
+                )
+                if not policy.pause:
+                    self.actions.append(SetPolicyPause(True))
+                inner["currentStepState"] = st.STEP_PAUSED
+                self._event(
+                    "GateOpened", f"step {index} done: waiting for a person", step=index
+                )
+                return
+            if not inner["recheckTime"]:
+                inner["recheckTime"] = st.format_time(self.now + step.pause_ms / 1000)
+                self._event(
+                    "StepCompleted",
+                    f"step {index} done ({scan.ready}/{total} nodes); pausing "
+                    f"{step.pause_ms} ms",
+                    step=index,
+                )
+            recheck = st.parse_time_or(inner["recheckTime"], self.now)
+            if self.now >= recheck and not policy.pause:
+                self._advance(index, revision)
+                return
+            inner["currentStepState"] = st.STEP_PAUSED
+            self.requeue.append(recheck)
+            return
+        if policy.pause:
+            inner["currentStepState"] = st.STEP_PAUSED
+            inner["message"] = inner["message"] or "paused: spec.driver.upgradePolicy.pause"
+            return
+        inner["currentStepState"] = st.STEP_UPGRADE
+        self._start_nodes(scan, revision, target, batch)
+        return
+
+    def _gate_confirmed(self) -> bool:
+        """A person confirmed the current step's gate (after the step started)."""
+        gate = st.find_condition(self.status, st.COND_MANUAL_GATE)
+        if gate is None or gate.get("status") != "False" or gate.get("reason") != "Confirmed":
+            return False
+        epoch = st.find_condition(self.status, st.COND_PROGRESSING) or {}
+        started = st.parse_time_or(epoch.get("lastTransitionTime"), self.now)
+        return st.parse_time_or(gate.get("lastTransitionTime"), started) > started
 
     def _start_nodes(self, scan: _Scan, revision: str, target: int, batch: int) -> None:
         policy = self.policy
@@ -571,11 +648,13 @@ class _Planner:
         fresh = 0
         if need > 0 and slots > 0:
             max_unavailable = policy.resolved_max_unavailable(self.total)
-            if scan.unavailable <= max_unavailable:
+            # a retried node is in flight now, and in-flight nodes are not unavailable
+            unavailable = scan.unavailable - retried
+            if unavailable <= max_unavailable:
                 fresh = self._fresh_starts(scan.untouched, revision, min(need, slots))
             else:
                 self.inner["message"] = (
-                    f"{scan.unavailable} rollout nodes unavailable (maxUnavailable "
+                    f"{unavailable} rollout nodes unavailable (maxUnavailable "
                     f"{max_unavailable}): no new node starts"
                 )
         self.in_flight = scan.in_flight + retried + fresh
@@ -598,9 +677,16 @@ class _Planner:
             )
             self._event("RolloutCompleted", self.status["message"], step=index)
             return False
+        targets = self.policy.step_targets(self.total)
+        ready = int(inner["totalUpgradeReadyReplicas"] or 0)
+        before = max(targets[:index], default=0)
+        batch = max(targets[index] - before, 0)
         inner["currentStepIndex"] = index + 1
+        inner["currentUpgradeReplicas"] = batch
+        inner["currentUpgradeReadyReplicas"] = min(max(ready - before, 0), batch)
         inner["currentFailureRetry"] = 0
         inner["currentStepState"] = st.STEP_INIT
+        self.again = True  # the next plan starts the batch, once this step is on record
         self._set_epoch(index + 1, reason="StepStarted")
         self._event("StepStarted", f"step {index + 1} of {len(self.policy.steps)}", step=index + 1)
         return True
@@ -650,10 +736,12 @@ class _Planner:
         )
         previous_image = Payload.from_spec(previous).image
         ds = snap.daemonset
-        if ds.current_image != previous_image:
-            self.actions.append(SetDaemonSetImage(previous_image))
+        # The payload first: if we stop in between, the spec no longer asks for the new version
+        # and the next plan continues the rollback instead of re-applying the new template.
         if Payload.from_spec(snap.payload).image != previous_image:
             self.actions.append(RestorePayload(dict(previous)))
+        if ds.current_image != previous_image:
+            self.actions.append(SetDaemonSetImage(previous_image))
         if ds.current_image != previous_image:
             inner["message"] = "waiting for the driver DaemonSet to take the previous template"
             return
@@ -686,7 +774,7 @@ class _Planner:
         self.in_flight = scan.in_flight + started
         remaining = (
             len(scan.untouched) + len(scan.failed_other) + len(scan.failed)
-            + len(scan.new_failures) + scan.in_flight + len(scan.convert)
+            + len(scan.new_failures) + scan.in_flight + len(scan.convert) + scan.settling
         )
         inner["totalUpgradeReadyReplicas"] = scan.ready_other
         inner["totalUpgradeReplicas"] = self.total

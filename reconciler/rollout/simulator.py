@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -69,6 +69,16 @@ class SimConfig:
     #: plan again after every change and check that the repeat asks for no node action
     #: (idempotency); costs a second pass per event, meant for tests
     verify_idempotent: bool = False
+    #: planning calls (1-based) at which the controller dies: it carries out a prefix of the
+    #: plan's actions (length chosen by ``crash_seed``) and never writes the status
+    crash_calls: frozenset[int] = frozenset()
+    crash_seed: int = 0
+    #: what people and the cluster do meanwhile: (t, kind, node) with kind one of
+    #: ``disable`` (enableRollout: false), ``pause``, ``resume`` (pause: false), ``busy`` /
+    #: ``free`` (a GPU workload lands on / leaves the node), ``join``, ``leave``
+    interventions: tuple[tuple[float, str, str], ...] = ()
+    #: called after every planning call with (snapshot before, plan, actions carried out)
+    observer: Callable[[RolloutSnapshot, Plan, int], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +157,12 @@ class Simulation:
             pod = DriverPod(f"metax-driver-{name}-0", self.ds.current_revision, ready=ready)
             self.nodes[name] = RolloutNode(name=name, ready=ready, pod=pod)
             self.pod_serial[name] = 0
-        self.status: dict[str, Any] = {"lastAppliedSpec": {"payload": old_payload}}
+        # what a controller recorded while the fleet sat idle on the old version
+        self.status: dict[str, Any] = {
+            "lastAppliedSpec": {"payload": old_payload},
+            "phase": st.PHASE_IDLING,
+            "status": {"lastPodSpecRevision": self.ds.current_revision},
+        }
         self.t = 0.0
         self.queue: list[tuple[float, int, str, str, str]] = []
         self.seq = 0
@@ -159,6 +174,9 @@ class Simulation:
         self.calls = 0
         self.confirm_scheduled = False
         self.last_change = 0.0
+        self.pending_interventions = len(config.interventions)
+        for at, kind, node in config.interventions:
+            self._push(at, "person:" + kind, node)
 
     # ----------------------------------------------------------------------------- world
 
@@ -245,9 +263,13 @@ class Simulation:
                 SimEvent(self.t, "AutoConfirm", "gate confirmed: pause set to false")
             )
             return
-        node = self.nodes[node_name_]
-        if node.pod is None or node.pod.name != pod_name:
-            return  # that pod was replaced meanwhile
+        if kind.startswith("person:"):
+            self.pending_interventions -= 1
+            self._intervene(kind.partition(":")[2], node_name_)
+            return
+        node = self.nodes.get(node_name_)
+        if node is None or node.pod is None or node.pod.name != pod_name:
+            return  # that pod was replaced meanwhile, or the node left
         if kind == "ready":
             pod = dataclasses.replace(node.pod, ready=True)
             self.events.append(
@@ -259,13 +281,54 @@ class Simulation:
             pod = dataclasses.replace(node.pod, waiting_reason=kind.partition(":")[2])
         self.nodes[node_name_] = dataclasses.replace(node, pod=pod)
 
+    def _intervene(self, kind: str, name: str) -> None:
+        message = f"{kind} {name}".strip()
+        if kind in ("disable", "pause", "resume"):
+            if kind == "disable":
+                self.policy_raw["enableRollout"] = False
+            else:
+                self.policy_raw["pause"] = kind == "pause"
+            self.policy = UpgradePolicy.from_spec(self.policy_raw)
+        elif kind in ("busy", "free") and name in self.nodes:
+            workloads = ("default/gpu-job",) if kind == "busy" else ()
+            self.nodes[name] = dataclasses.replace(self.nodes[name], workloads=workloads)
+        elif kind == "leave":
+            self.nodes.pop(name, None)
+        elif kind == "join" and name not in self.nodes:
+            # the DaemonSet gives a new node whatever its template says
+            serial = self.pod_serial.get(name, 0) + 1
+            self.pod_serial[name] = serial
+            pod_name = f"metax-driver-{name}-{serial}"
+            pod = DriverPod(pod_name, self.ds.current_revision, created_at=EPOCH + self.t)
+            self.nodes[name] = RolloutNode(name=name, pod=pod)
+            self._push(self.t + self.config.install_seconds, "ready", name, pod_name)
+        else:
+            return
+        self.events.append(SimEvent(self.t, "Intervention", message, node=name or None))
+
     # ----------------------------------------------------------------------------- loop
 
-    def _plan_once(self) -> Plan:
-        result = plan(self._snapshot(), EPOCH + self.t, self.config.settings)
+    def _plan_once(self) -> tuple[Plan, bool]:
+        cfg = self.config
+        before = self._snapshot()
+        if cfg.observer is not None:
+            before = dataclasses.replace(before, nodes=dict(self.nodes))
+        result = plan(before, EPOCH + self.t, cfg.settings)
         self.calls += 1
-        for action in result.actions:
+        crashed = self.calls in cfg.crash_calls
+        count = len(result.actions)
+        if crashed:
+            count = (self.calls * 7919 + cfg.crash_seed) % (count + 1)
+        for action in result.actions[:count]:
             self._apply(action)
+        if cfg.observer is not None:
+            cfg.observer(before, result, count)
+        if crashed:
+            self.events.append(SimEvent(self.t, "ControllerCrashed",
+                                        f"controller died after {count} of "
+                                        f"{len(result.actions)} actions, status not written"))
+            self.last_change = self.t
+            return result, True
         if result.changed or result.actions:
             self.last_change = self.t
         self.status = result.status
@@ -280,23 +343,25 @@ class Simulation:
              int(inner.get("totalUpgradeReadyReplicas") or 0), index, target)
         )
         if result.requeue_at is not None:
-            at = result.requeue_at - EPOCH
+            at = round(result.requeue_at - EPOCH, 3)  # timestamps carry milliseconds
             if at not in self.wakes:
                 self.wakes.add(at)
                 self._push(at, "wake")
-        return result
+        return result, False
 
     def _plan(self) -> None:
-        for _ in range(8):
+        for _ in range(8 + len(self.config.crash_calls)):
             phase = self.status.get("phase")
-            result = self._plan_once()
+            result, crashed = self._plan_once()
+            if crashed:
+                continue  # restarted at once: relist and plan again
             structural = any(not isinstance(a, _NODE_ACTIONS) for a in result.actions)
             if self.config.verify_idempotent and result.actions:
                 again = plan(self._snapshot(), EPOCH + self.t, self.config.settings)
                 moves = [a for a in again.actions if isinstance(a, DeleteDriverPod)]
-                if moves and not structural:
+                if moves and not structural and not result.again:
                     raise AssertionError(f"planner not idempotent at t={self.t}: {moves[:3]}")
-            if not structural and result.status.get("phase") == phase:
+            if not structural and not result.again and result.status.get("phase") == phase:
                 return
         return
 
@@ -307,11 +372,12 @@ class Simulation:
                 "completed" if (self.status.get("status") or {}).get("currentStepState")
                 == st.STEP_COMPLETED else "idle"
             )
-        if st.condition_true(self.status, st.COND_BATCH_FAILED):
-            return "fallback-pause"
+        people = self.pending_interventions > 0  # someone may still act
+        if st.condition_true(self.status, st.COND_BATCH_FAILED) and self.policy.pause:
+            return None if people else "fallback-pause"
         if st.condition_true(self.status, st.COND_MANUAL_GATE):
             if self.config.auto_confirm is None:
-                return "manual-gate"
+                return None if people else "manual-gate"
             if not self.confirm_scheduled and self.policy.pause:
                 self.confirm_scheduled = True
                 self._push(self.t + self.config.auto_confirm, "confirm")

@@ -62,6 +62,23 @@ def parse_time(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def parse_time_or(text: object, default: float) -> float:
+    """``parse_time`` for values anyone can edit (annotations): garbage reads as ``default``."""
+    if not isinstance(text, str) or not text:
+        return default
+    try:
+        return parse_time(text)
+    except ValueError:
+        return default
+
+
+def int_or(text: object, default: int) -> int:
+    try:
+        return int(str(text))
+    except ValueError:
+        return default
+
+
 def empty_status() -> dict[str, Any]:
     return {
         "lastAppliedSpec": {},

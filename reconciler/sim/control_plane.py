@@ -65,7 +65,8 @@ class Binaries:
                                     found.scheduler) if not os.access(p, os.X_OK)]
         if missing:
             raise ControlPlaneError(
-                f"missing control plane binaries: {', '.join(missing)}; run scripts/install-kubernetes "
+                f"missing control plane binaries: {', '.join(missing)}; "
+                "run scripts/install-kubernetes "
                 "(or set KUBE_BIN_DIR to a directory holding kube-apiserver, "
                 "kube-controller-manager and kube-scheduler)"
             )
@@ -265,7 +266,9 @@ class ControlPlane:
                     f"{what}:\n{tail}"
                 )
         if time.monotonic() > deadline:
-            raise ControlPlaneError(f"timed out after {self.start_timeout:.0f} s waiting for {what}")
+            raise ControlPlaneError(
+                f"timed out after {self.start_timeout:.0f} s waiting for {what}"
+            )
 
     def _wait_apiserver(self) -> None:
         assert self.pki is not None
@@ -274,21 +277,22 @@ class ControlPlane:
         deadline = time.monotonic() + self.start_timeout
         while True:
             self._deadline_check(deadline, "kube-apiserver /readyz")
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                with urllib.request.urlopen(f"{self.server}/readyz", context=context,
-                                            timeout=2) as response:
-                    if response.status == 200:
-                        return
+            with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(
+                f"{self.server}/readyz", context=context, timeout=2
+            ) as response:
+                if response.status == 200:
+                    return
             time.sleep(0.1)
 
     def _wait_http_ok(self, what: str, url: str) -> None:
         deadline = time.monotonic() + self.start_timeout
         while True:
             self._deadline_check(deadline, f"{what} {url}")
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
+            with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(
+                url, timeout=2
+            ) as response:
+                if response.status == 200:
+                    return
             time.sleep(0.1)
 
     # -- stopping ---------------------------------------------------------------------------
@@ -361,7 +365,11 @@ class ControlPlane:
         for process in self._processes:
             if process.name == "kube-apiserver" and process.popen is not None:
                 os.killpg(process.popen.pid, signal.SIGTERM)
-                process.popen.wait(15)
+                try:
+                    process.popen.wait(5)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.popen.pid, signal.SIGKILL)
+                    process.popen.wait(5)
                 if process.log is not None:
                     process.log.close()
                 self._processes.remove(process)

@@ -6,7 +6,8 @@ no type inside ``oneOf``/``anyOf``. The conversion:
 
 - ``$ref`` to ``$defs`` is inlined (siblings such as ``description`` are kept);
 - an integer-or-string ``oneOf`` (e.g. int-or-percent) becomes ``x-kubernetes-int-or-string``
-  with the branches' value checks (``minimum``, ``pattern``) kept in an ``anyOf``;
+  with the branches' value checks side by side (``minimum`` only checks integers, ``pattern``
+  only strings);
 - any other mix of types (e.g. ``pauseDuration``: integer or ``{}``) becomes
   ``x-kubernetes-preserve-unknown-fields``: the API server stores it as written and the
   reconciler's validation checks it;
@@ -65,10 +66,16 @@ class _Converter:
         self.defs: Mapping[str, Any] = root.get("$defs") or root.get("definitions") or {}
 
     def resolve(self, node: Mapping[str, Any], seen: tuple[str, ...]) -> dict[str, Any]:
-        """``node`` with a ``$ref`` replaced by its target merged under the node's siblings."""
+        return self._resolve(node, seen)[0]
+
+    def _resolve(
+        self, node: Mapping[str, Any], seen: tuple[str, ...]
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """``node`` with a ``$ref`` replaced by its target merged under the node's siblings, and
+        the definitions followed to get there (to detect recursion)."""
         ref = node.get("$ref")
         if ref is None:
-            return dict(node)
+            return dict(node), seen
         prefix = next((p for p in ("#/$defs/", "#/definitions/") if str(ref).startswith(p)), None)
         if prefix is None:
             raise SchemaConversionError(f"unsupported $ref {ref!r} (only local $defs)")
@@ -77,12 +84,12 @@ class _Converter:
             raise SchemaConversionError(f"recursive $ref {ref!r} cannot be inlined")
         if name not in self.defs:
             raise SchemaConversionError(f"$ref {ref!r} names no definition")
-        target = self.resolve(self.defs[name], (*seen, name))
+        target, followed = self._resolve(self.defs[name], (*seen, name))
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return merged
+        return merged, followed
 
     def convert(self, node: Mapping[str, Any], seen: tuple[str, ...] = ()) -> dict[str, Any]:
-        node = self.resolve(node, seen)
+        node, seen = self._resolve(node, seen)
         if "allOf" in node:
             node = self._merge_all_of(node, seen)
         out: dict[str, Any] = {k: copy.deepcopy(v) for k, v in node.items() if k in _KEPT}
@@ -146,12 +153,12 @@ class _Converter:
         kinds = {str(b.get("type")) for b in branches}
         if kinds == {"integer", "string"} or kinds == {"number", "string"}:
             out["x-kubernetes-int-or-string"] = True
-            checks = []
+            # Numeric checks only apply to numbers and string checks only to strings, so both
+            # branches' checks can sit side by side (a structural schema allows no typed anyOf).
+            numeric = {"minimum", "maximum", "multipleOf"}
             for branch in branches:
-                kept = {k: v for k, v in branch.items() if k in _BRANCH_CHECKS}
-                checks.append({"type": branch["type"], **kept})
-            if any(len(c) > 1 for c in checks):
-                out["anyOf"] = checks
+                allowed = numeric if branch.get("type") != "string" else _BRANCH_CHECKS - numeric
+                out.update({k: v for k, v in branch.items() if k in allowed and k != "enum"})
             return out
         if len(kinds) == 1 and kinds != {"None"}:
             # Same type in every branch: one schema with the union of their properties.

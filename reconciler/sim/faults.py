@@ -80,7 +80,8 @@ def parse_faults(data: Any, *, source: str = "faults") -> list[Fault]:
             raise FaultFileError(f"{where}: 'fault' must be one of {kinds}, got {kind!r}")
         if version is not None and not isinstance(version, str):
             raise FaultFileError(
-                f"{where}: 'version' must be a string (quote it: '{version}'), got {type(version).__name__}"
+                f"{where}: 'version' must be a string (quote it: '{version}'), "
+                f"got {type(version).__name__}"
             )
         faults.append(Fault(node=node, kind=FaultKind(kind), version=version))
     return faults

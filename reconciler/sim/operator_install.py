@@ -14,15 +14,15 @@ from typing import Any
 
 from reconciler.kube.api import JSON, Conflict, KubeApi, NotFound, resource_path
 from reconciler.kube.objects import (
+    API_VERSION,
     CLUSTER_OPERATOR_NAME,
-    CO_API_VERSION,
-    CO_KIND,
-    CO_PLURAL,
     DRIVER_CONTAINER,
     DRIVER_DAEMONSET,
-    DRIVER_NAMESPACE,
     DRIVER_POD_LABEL,
-    GPU_INSTALLED_LABEL,
+    GPU_NODE_LABEL,
+    KIND,
+    OPERATOR_NAMESPACE,
+    PLURAL,
 )
 from reconciler.policy.payload import Payload
 from reconciler.sim.crd import CRD_NAME, cluster_operator_crd
@@ -32,8 +32,8 @@ DEFAULT_PAYLOAD = Payload(registry="cr.metax-tech.com/public-library", name="dri
                           version="2.31.0.6")
 
 CRD_PATH = resource_path("apiextensions.k8s.io/v1", "customresourcedefinitions")
-CO_PATH = resource_path(CO_API_VERSION, CO_PLURAL)
-DAEMONSET_PATH = resource_path("apps/v1", "daemonsets", namespace=DRIVER_NAMESPACE)
+CO_PATH = resource_path(API_VERSION, PLURAL)
+DAEMONSET_PATH = resource_path("apps/v1", "daemonsets", namespace=OPERATOR_NAMESPACE)
 
 
 def cluster_operator(payload: Payload, *, spec: Mapping[str, Any] | None = None) -> JSON:
@@ -48,8 +48,8 @@ def cluster_operator(payload: Payload, *, spec: Mapping[str, Any] | None = None)
         "upgradePolicy": {"enableRollout": False},
     }
     body: JSON = {
-        "apiVersion": CO_API_VERSION,
-        "kind": CO_KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": CLUSTER_OPERATOR_NAME},
         "spec": {"driver": driver},
     }
@@ -63,14 +63,14 @@ def driver_daemonset(payload: Payload) -> JSON:
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": DRIVER_DAEMONSET, "namespace": DRIVER_NAMESPACE, "labels": labels},
+        "metadata": {"name": DRIVER_DAEMONSET, "namespace": OPERATOR_NAMESPACE, "labels": labels},
         "spec": {
             "selector": {"matchLabels": labels},
             "updateStrategy": {"type": "OnDelete"},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "nodeSelector": {GPU_INSTALLED_LABEL: "true"},
+                    "nodeSelector": {GPU_NODE_LABEL: "true"},
                     "terminationGracePeriodSeconds": 30,
                     "containers": [{
                         "name": DRIVER_CONTAINER,
@@ -129,7 +129,7 @@ def install_operator(
     install_crd(api, schema=schema)
     _create_if_missing(api, resource_path("v1", "namespaces"),
                        {"apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": DRIVER_NAMESPACE}})
+                        "metadata": {"name": OPERATOR_NAMESPACE}})
     _create_if_missing(api, CO_PATH, cluster_operator(payload, spec=spec))
     if daemonset:
         _create_if_missing(api, DAEMONSET_PATH, driver_daemonset(payload))

@@ -43,7 +43,8 @@ def _openssl(*args: str) -> None:
 
 
 def _new_key(path: Path) -> None:
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path))
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-out", str(path))
     path.chmod(0o600)
 
 
@@ -64,7 +65,9 @@ def _signed(directory: Path, ca: KeyPair, name: str, subject: str, extensions: s
     return pair
 
 
-def client_cert(directory: Path, ca: KeyPair, name: str, user: str, groups: tuple[str, ...] = ()) -> KeyPair:
+def client_cert(
+    directory: Path, ca: KeyPair, name: str, user: str, groups: tuple[str, ...] = ()
+) -> KeyPair:
     """A client certificate: CN is the user name, O the groups (Kubernetes' x509 authenticator)."""
     subject = "".join(f"/O={group}" for group in groups) + f"/CN={user}"
     return _signed(
@@ -93,7 +96,8 @@ def make_pki(directory: Path) -> Pki:
         "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
     )
     with ThreadPoolExecutor(max_workers=5) as pool:
-        apiserver = pool.submit(_signed, directory, ca, "apiserver", "/CN=kube-apiserver", server_ext)
+        apiserver = pool.submit(_signed, directory, ca, "apiserver", "/CN=kube-apiserver",
+                                server_ext)
         # The control plane's own components get cluster-admin rights: they are test scaffolding,
         # not the subject; RBAC matters for the identities minted for our own components.
         admin = pool.submit(client_cert, directory, ca, "admin", "admin", ("system:masters",))

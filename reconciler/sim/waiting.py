@@ -30,5 +30,7 @@ def wait_for(
             return value
         if time.monotonic() >= deadline:
             seen = observe() if observe is not None else value
-            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {what}; last seen: {seen}")
+            raise WaitTimeout(
+                f"timed out after {timeout:g} s waiting for {what}; last seen: {seen}"
+            )
         time.sleep(interval)

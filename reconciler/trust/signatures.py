@@ -24,7 +24,10 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+
+from reconciler.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,28 @@ class SignatureCheck:
     @property
     def reason(self) -> str:
         return REASONS[self.verdict]
+
+    def to_dict(self) -> dict[str, str]:
+        """For the Git status snapshot and structured logs (no secrets: keys are public)."""
+        return {
+            "commit": self.commit,
+            "verdict": self.verdict.value,
+            "method": self.method.value if self.method else "",
+            "signer": self.signer,
+            "key": self.key,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+    def condition(self, now: datetime) -> dict[str, str]:
+        """A ``CommitVerified`` status condition (True only for a trusted signature)."""
+        return {
+            "type": "CommitVerified",
+            "status": "True" if self.trusted else "False",
+            "lastTransitionTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "reason": self.reason,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True)
@@ -158,9 +183,17 @@ class CommitVerifier:
     from the configuration and restarting revokes its trust.
     """
 
-    def __init__(self, trusted: TrustedKeys, state_dir: Path, *, gpg_program: str = "gpg") -> None:
+    def __init__(
+        self,
+        trusted: TrustedKeys,
+        state_dir: Path,
+        *,
+        gpg_program: str = "gpg",
+        metrics: Metrics | None = None,
+    ) -> None:
         self.trusted = trusted
         self._gpg = gpg_program
+        self._metrics = metrics
         state_dir.mkdir(parents=True, exist_ok=True)
         self.gnupg_home = state_dir / "trusted-gnupg"
         if self.gnupg_home.exists():
@@ -260,17 +293,13 @@ class CommitVerifier:
         """Check ``commit`` (any revision) of the repository at ``repo``."""
         raw = self._git(repo, "cat-file", "commit", commit)
         if raw.returncode != 0:
-            return SignatureCheck(
-                commit, Verdict.ERROR, f"cannot read commit {commit}: {raw.stderr.strip()}"
-            )
+            return self._error(commit, f"cannot read commit {commit}: {raw.stderr.strip()}")
         method = _signature_method(raw.stdout)
         shown = self._git(
             repo, "show", "-s", "--format=%H%x00%G?%x00%GS%x00%GF%x00%GK%x00%GG", commit
         )
         if shown.returncode != 0:
-            return SignatureCheck(
-                commit, Verdict.ERROR, f"cannot check commit {commit}: {shown.stderr.strip()}"
-            )
+            return self._error(commit, f"cannot check commit {commit}: {shown.stderr.strip()}")
         sha, status, signer, fingerprint, key_id, gpg_text = (
             shown.stdout.split("\x00", 5) + [""] * 6
         )[:6]
@@ -285,6 +314,8 @@ class CommitVerifier:
             signer=signer,
             key=key,
         )
+        if self._metrics is not None:
+            self._metrics.count_commit_verification(result.verdict.value)
         log.log(
             logging.INFO if result.trusted else logging.WARNING,
             "commit %s signature: %s (%s)",
@@ -293,6 +324,12 @@ class CommitVerifier:
             result.message,
         )
         return result
+
+    def _error(self, commit: str, message: str) -> SignatureCheck:
+        if self._metrics is not None:
+            self._metrics.count_commit_verification(Verdict.ERROR.value)
+        log.warning("commit %s signature: error (%s)", commit, message)
+        return SignatureCheck(commit, Verdict.ERROR, message)
 
     def _classify(
         self,
@@ -368,6 +405,7 @@ class SigningConfig:
 
     Use ``git_args()`` on the command line (``git *args commit ...``) or ``config_pairs()`` with
     GitPython (``repo.git(c=pairs).commit(...)``); pass ``env`` to the process either way.
+    ``git commit-tree`` also needs ``commit_tree_args()``.
     """
 
     config: Mapping[str, str]
@@ -378,6 +416,11 @@ class SigningConfig:
 
     def git_args(self) -> list[str]:
         return [arg for pair in self.config_pairs() for arg in ("-c", pair)]
+
+    def commit_tree_args(self) -> list[str]:
+        """Flags for ``git commit-tree``, which ignores ``commit.gpgsign`` and signs only with
+        ``-S`` (the key comes from ``user.signingkey`` in ``git_args()``)."""
+        return ["-S"]
 
 
 def signing_config(

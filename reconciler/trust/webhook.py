@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import stat
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -188,6 +189,9 @@ class WebhookReceiver:
     path: str = DEFAULT_PATH
     clock: Callable[[], float] = field(default=time.monotonic)
     wall_clock: Callable[[], float] = field(default=time.time)
+    warn_interval: float = 10.0
+    _warned: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
+    _warn_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def check_headers(self, method: str, path: str, headers: dict[str, str]) -> Outcome | None:
         """Refusals decided before the body is read (None: read the body)."""
@@ -266,14 +270,30 @@ class WebhookReceiver:
         )
         return Outcome(202, "triggered", f"fetch of {ref} triggered")
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, outcome: Outcome, client: str = "") -> None:
         if self.metrics is not None:
             self.metrics.count_webhook_request(outcome.outcome)
-        level = logging.INFO if outcome.outcome in ("triggered", "ping") else logging.DEBUG
-        if outcome.outcome in ("unauthorized", "too_large", "error"):
-            level = logging.WARNING
+        source = f" from {client}" if client else ""
         # The message never contains the secret or the received signature.
-        log.log(level, "webhook %d %s: %s", outcome.status, outcome.outcome, outcome.message)
+        if outcome.outcome not in ("unauthorized", "too_large", "error"):
+            level = logging.INFO if outcome.outcome in ("triggered", "ping") else logging.DEBUG
+            log.log(level, "webhook %d %s%s: %s", outcome.status, outcome.outcome, source,
+                    outcome.message)  # fmt: skip
+            return
+        # Refusals are warnings, but a flood of forged requests must not flood the logs:
+        # at most one per outcome per warn_interval, with the count of those left out.
+        now = self.clock()
+        with self._warn_lock:
+            last, suppressed = self._warned.get(outcome.outcome, (float("-inf"), 0))
+            if now - last < self.warn_interval:
+                self._warned[outcome.outcome] = (last, suppressed + 1)
+                log.debug("webhook %d %s%s: %s", outcome.status, outcome.outcome, source,
+                          outcome.message)  # fmt: skip
+                return
+            self._warned[outcome.outcome] = (now, 0)
+        more = f" ({suppressed} more since the last report)" if suppressed else ""
+        log.warning("webhook %d %s%s: %s%s", outcome.status, outcome.outcome, source,
+                    outcome.message, more)  # fmt: skip
 
 
 def _decode_payload(content_type: str, body: bytes) -> dict[str, Any]:
@@ -302,6 +322,16 @@ class _WebhookHandler(QuietHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: GitHub and the benchmark reuse connections
     timeout = 10  # seconds per socket read: a slow sender cannot hold a thread forever
 
+    def handle_expect_100(self) -> bool:
+        # curl sends "Expect: 100-continue" for larger bodies: refuse before inviting the body
+        receiver: WebhookReceiver = self.server.app  # type: ignore[attr-defined]
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        outcome = receiver.check_headers(self.command, self.path, headers)
+        if outcome is not None:
+            self._answer(receiver, outcome)
+            return False
+        return super().handle_expect_100()
+
     def _serve(self) -> None:
         receiver: WebhookReceiver = self.server.app  # type: ignore[attr-defined]
         received = receiver.clock()
@@ -318,19 +348,16 @@ class _WebhookHandler(QuietHandler):
                     outcome = Outcome(400, "bad_request", "body shorter than Content-Length", True)
                 else:
                     outcome = receiver.handle(headers, body, received)
-        receiver.record(outcome)
+        self._answer(receiver, outcome)
+
+    def _answer(self, receiver: WebhookReceiver, outcome: Outcome) -> None:
+        receiver.record(outcome, self.client_address[0])
         payload = json.dumps(
             {"result": outcome.outcome, "message": outcome.message}, separators=(",", ":")
         ).encode()
-        self.send_response(outcome.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
         if outcome.close:
-            self.send_header("Connection", "close")
             self.close_connection = True
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
+        self.send_body(outcome.status, payload, {"Content-Type": "application/json"})
 
     do_POST = _serve
     do_GET = _serve
@@ -341,6 +368,10 @@ class _WebhookHandler(QuietHandler):
 class WebhookServer(BackgroundHTTPServer):
     """The receiver on ``host:port``, one thread per connection."""
 
-    def __init__(self, host: str, port: int, receiver: WebhookReceiver) -> None:
-        super().__init__(host, port, _WebhookHandler, receiver, name="webhook")
+    def __init__(
+        self, host: str, port: int, receiver: WebhookReceiver, *, max_connections: int = 128
+    ) -> None:
+        super().__init__(
+            host, port, _WebhookHandler, receiver, name="webhook", max_connections=max_connections
+        )
         self.receiver = receiver

@@ -6,10 +6,12 @@ import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from reconciler.ops.metrics import Metrics
 from reconciler.trust.signatures import (
     CommitVerifier,
     Method,
@@ -281,3 +283,54 @@ def test_signing_config_shapes() -> None:
 )
 def test_effective_mode(flag: str | None, repo_mode: str | None, expected: str) -> None:
     assert effective_mode(flag, repo_mode) == expected
+
+
+@pytest.mark.parametrize("method", ["openpgp", "ssh"])
+def test_commit_tree_signed_with_the_reconcilers_key_is_trusted(
+    repo: Path, keys: Keys, verifier: CommitVerifier, method: str
+) -> None:
+    """The Git side builds status commits with commit-tree, which needs -S to sign."""
+    signing = (
+        gpg_signing(keys, keys.alice_fpr)
+        if method == "openpgp"
+        else signing_config(ssh_key_file=keys.alice_ssh)
+    )
+    tree = run("git", "write-tree", cwd=repo).strip()
+    parent = run("git", "rev-parse", "HEAD", cwd=repo).strip()
+    sha = run(
+        "git", *signing.git_args(), "commit-tree", tree, "-p", parent,
+        *signing.commit_tree_args(), "-m", "status: prod-a Progressing step 2",
+        cwd=repo, env=dict(signing.env),
+    ).strip()  # fmt: skip
+    check = verifier.verify(repo, sha)
+    assert check.verdict is Verdict.TRUSTED, check.message
+    assert check.method is Method(method)
+
+
+def test_refusal_renders_for_status_events_and_snapshot(
+    repo: Path, verifier: CommitVerifier
+) -> None:
+    sha = commit(repo, "unsigned again")
+    check = verifier.verify(repo, sha)
+    cond = check.condition(datetime(2026, 11, 30, 3, 0, tzinfo=UTC))
+    assert cond == {
+        "type": "CommitVerified",
+        "status": "False",
+        "lastTransitionTime": "2026-11-30T03:00:00Z",
+        "reason": "CommitUnsigned",
+        "message": f"commit {sha[:12]} is not signed; only signed commits are applied",
+    }
+    snapshot = check.to_dict()
+    assert snapshot["commit"] == sha
+    assert snapshot["verdict"] == "unsigned"
+
+
+def test_checks_are_counted_by_verdict(repo: Path, keys: Keys, tmp_path: Path) -> None:
+    metrics = Metrics()
+    v = CommitVerifier(TrustedKeys(openpgp_key_files=(keys.alice_asc,)), tmp_path, metrics=metrics)
+    v.verify(repo, commit(repo, "unsigned for metrics"))
+    v.verify(repo, commit(repo, "signed for metrics", gpg_signing(keys, keys.alice_fpr)))
+    v.verify(repo, "no-such-commit")
+    text = metrics.exposition().decode()
+    for verdict in ("unsigned", "trusted", "error"):
+        assert f'gpu_reconciler_commit_verifications_total{{verdict="{verdict}"}} 1.0' in text

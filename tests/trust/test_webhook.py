@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -384,3 +385,66 @@ def test_normalize_repository(value: str, expected: tuple[str, str]) -> None:
 )
 def test_repository_matching(configured: str, repo: dict[str, Any], matches: bool) -> None:
     assert WatchedBranch(configured, "main").matches_repository(repo) is matches
+
+
+def test_a_flood_of_forged_requests_does_not_flood_the_logs(
+    server: WebhookServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="reconciler.trust.webhook")
+    body = json.dumps(push_payload()).encode()
+    c = http.client.HTTPConnection(*server.address, timeout=5)
+    for _ in range(50):
+        assert post(server, body, signature=sign(body, b"x"), conn=c)[0] == 401
+    c.close()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "401 unauthorized from 127.0.0.1" in warnings[0].getMessage()
+    # after the interval the next one reports how many were left out
+    server.receiver.warn_interval = 0.0
+    post(server, body, signature=sign(body, b"x"))
+    last = [r for r in caplog.records if r.levelno == logging.WARNING][-1].getMessage()
+    assert "(49 more since the last report)" in last
+
+
+def test_expect_100_continue_is_refused_before_the_body_when_too_large(
+    server: WebhookServer, recorder: Recorder
+) -> None:
+    head = (
+        "POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+        "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+    )
+    with socket.create_connection(server.address, timeout=5) as s:
+        s.sendall(f"{head}Content-Length: 10000000\r\n\r\n".encode())
+        assert _read_until_closed(s).startswith("HTTP/1.1 413 ")
+    body = json.dumps(push_payload()).encode()
+    with socket.create_connection(server.address, timeout=5) as s:
+        s.sendall(
+            f"{head}X-Hub-Signature-256: {sign(body)}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        assert _read_until_closed(s).startswith("HTTP/1.1 202 ")
+    assert len(recorder.events) == 1
+
+
+def test_idle_connections_cannot_take_every_thread(recorder: Recorder) -> None:
+    receiver = WebhookReceiver(WebhookSecret(SECRET), WatchedBranch(REPO, "main"), recorder)
+    with WebhookServer("127.0.0.1", 0, receiver, max_connections=2) as srv:
+        idle = [socket.create_connection(srv.address, timeout=5) for _ in range(2)]
+        try:
+            with socket.create_connection(srv.address, timeout=5) as s:
+                assert _read_until_closed(s).startswith("HTTP/1.1 503 ")
+        finally:
+            for s in idle:
+                s.close()
+        body = json.dumps(push_payload()).encode()
+        for _ in range(50):  # the slots come back once the idle clients are gone
+            try:
+                status, _ = post(srv, body, signature=sign(body))
+            except (ConnectionError, json.JSONDecodeError):
+                status = 0
+            if status == 202:
+                break
+            time.sleep(0.05)
+        assert status == 202

@@ -1,0 +1,195 @@
+"""``reconciler dev-cluster up|down``: a local control plane with a simulated GPU fleet, for demos
+and manual testing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+
+DIR_HELP = ("State directory (kubeconfig, logs, pid file). Default: $RECONCILER_DEV_CLUSTER_DIR, "
+            "else $XDG_STATE_HOME/gpu-reconciler/dev-cluster (~/.local/state/...).")
+
+
+def default_dir() -> Path:
+    explicit = os.environ.get("RECONCILER_DEV_CLUSTER_DIR")
+    if explicit:
+        return Path(explicit)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "gpu-reconciler" / "dev-cluster"
+
+
+def _running_pid(directory: Path) -> int | None:
+    """The pid of the ``up`` process serving ``directory``, if it is alive."""
+    try:
+        pid = int((directory / "up.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"dev-cluster" in cmdline else None
+
+
+def _parse_seconds(value: str) -> float | tuple[float, float]:
+    """``5`` (fixed) or ``3-8`` (uniform range)."""
+    try:
+        if "-" in value.strip("-"):
+            low, high = (float(v) for v in value.split("-", 1))
+            if not 0 <= low <= high:
+                raise ValueError
+            return (low, high)
+        fixed = float(value)
+        if fixed < 0:
+            raise ValueError
+        return fixed
+    except ValueError:
+        raise click.BadParameter(
+            f"expected seconds such as 5 or a range such as 3-8, got {value!r}"
+        ) from None
+
+
+def _say(message: str) -> None:
+    click.echo(f"[dev-cluster] {message}", err=True)
+
+
+@click.group("dev-cluster")
+def dev_cluster() -> None:
+    """A local Kubernetes control plane with a simulated GPU fleet."""
+
+
+@dev_cluster.command("up")
+@click.option("--nodes", type=click.IntRange(min=0), default=10, show_default=True,
+              help="GPU nodes to simulate (node-0001 ...).")
+@click.option("--faults", "faults_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML fault file: faults: [{node: node-0003, fault: imagepull, version: V}]")
+@click.option("--install-seconds", default="5", show_default=True,
+              help="Driver install time per pod: seconds, or a uniform range LOW-HIGH.")
+@click.option("--payload-version", default=None,
+              help="Driver version the fleet starts on (default: the simulator's 2.31.0.6).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help=DIR_HELP)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed for drawn install times.")
+@click.option("--timeout", type=float, default=600, show_default=True,
+              help="Seconds to wait for the fleet to be Ready.")
+def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_version: str | None,
+       directory: Path | None, seed: int, timeout: float) -> None:
+    """Start the control plane and the fleet; print the kubeconfig path once the fleet is Ready;
+    run until Ctrl-C or `reconciler dev-cluster down`."""
+    from reconciler.policy.payload import Payload
+    from reconciler.sim.control_plane import ControlPlane, ControlPlaneError
+    from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
+    from reconciler.sim.fleet import Fleet, node_name
+    from reconciler.sim.operator_install import DEFAULT_PAYLOAD
+    from reconciler.sim.waiting import WaitTimeout, wait_for
+
+    directory = directory or default_dir()
+    install = _parse_seconds(install_seconds)
+    faults = []
+    if faults_file is not None:
+        try:
+            faults = load_faults(faults_file)
+        except FaultFileError as exc:
+            raise click.UsageError(str(exc)) from None
+    width = max(4, len(str(nodes)))
+    known = {node_name(i, width) for i in range(1, nodes + 1)}
+    unknown = sorted({f.node for f in faults} - known)
+    if unknown:
+        raise click.UsageError(
+            f"{faults_file}: fault(s) for node(s) not in the fleet: {', '.join(unknown)} "
+            f"(nodes are {node_name(1, width)}..{node_name(nodes, width)})"
+        )
+    running = _running_pid(directory)
+    if running is not None:
+        raise click.ClickException(
+            f"a dev cluster is already running in {directory} (pid {running}); "
+            "stop it with `reconciler dev-cluster down`"
+        )
+    payload = DEFAULT_PAYLOAD
+    if payload_version:
+        payload = Payload(DEFAULT_PAYLOAD.registry, DEFAULT_PAYLOAD.name, payload_version)
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "up.pid").write_text(f"{os.getpid()}\n")
+    plane = ControlPlane(workdir=directory)
+    fleet: Fleet | None = None
+    code = 0
+    try:
+        started = time.monotonic()
+        plane.start()
+        _say(f"control plane up in {plane.boot_seconds:.1f} s ({plane.server})")
+        fleet = Fleet(plane.api(pool_size=24), nodes=nodes, faults=faults,
+                      install_seconds=install, payload=payload, seed=seed)
+        fleet.start(timeout=timeout)
+        _say(f"{nodes} nodes registered")
+        broken = {f.node for f in faults
+                  if (f.kind in POD_FAULTS or f.kind == FaultKind.NODE_NOT_READY)
+                  and f.applies_to(payload.version)}
+        expected = len(known - broken)
+        ready_fleet = fleet
+        wait_for(lambda: stop.is_set() or len(ready_fleet.ready_driver_nodes()) >= expected,
+                 timeout=timeout, what=f"{expected} Ready driver pods",
+                 observe=lambda: f"{len(ready_fleet.ready_driver_nodes())} Ready", interval=0.2)
+        if not stop.is_set():
+            _say(f"{expected}/{nodes} driver pods Ready in {time.monotonic() - started:.1f} s"
+                 + (f" ({len(broken)} faulty)" if broken else "")
+                 + "; Ctrl-C or `reconciler dev-cluster down` stops it")
+            click.echo(str(plane.kubeconfig))
+            sys.stdout.flush()
+        stop.wait()
+        _say("stopping")
+    except (ControlPlaneError, WaitTimeout, TimeoutError) as exc:
+        plane.mark_failed()
+        _say(f"error: {exc}")
+        _say(f"logs kept in {plane.logs}")
+        code = 1
+    finally:
+        if fleet is not None:
+            fleet.stop(cleanup=False)
+        plane.stop()
+        (directory / "up.pid").unlink(missing_ok=True)
+        if code == 0:
+            plane.kubeconfig.unlink(missing_ok=True)
+    if plane.leaked_processes():
+        _say(f"error: processes left running: {plane.leaked_processes()}")
+        code = 1
+    if code:
+        sys.exit(code)
+    _say("stopped")
+
+
+@dev_cluster.command("down")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help=DIR_HELP)
+@click.option("--timeout", type=float, default=60, show_default=True,
+              help="Seconds to wait for it to stop.")
+def down(directory: Path | None, timeout: float) -> None:
+    """Stop the dev cluster started by `reconciler dev-cluster up` (every process it started)."""
+    directory = directory or default_dir()
+    pid = _running_pid(directory)
+    if pid is None:
+        (directory / "up.pid").unlink(missing_ok=True)
+        click.echo(f"no dev cluster is running in {directory}")
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _running_pid(directory) == pid and Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"dev cluster (pid {pid}) still running after {timeout:g} s")
+        time.sleep(0.1)
+    click.echo(f"dev cluster in {directory} stopped")

@@ -1,0 +1,79 @@
+"""Shared fixtures: one real control plane per test session, a fresh simulated fleet per test,
+and waits that say what they saw when they time out.
+
+Tests that need the control plane are marked ``@pytest.mark.cluster``; they need the binaries
+``scripts/install-kubernetes`` builds (or ``KUBE_BIN_DIR``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from reconciler.kube.api import KubeApi
+from reconciler.sim.control_plane import ControlPlane
+from reconciler.sim.fleet import Fleet
+from reconciler.sim.waiting import WaitTimeout, wait_for
+
+__all__ = ["WaitTimeout", "wait_for"]
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler for the whole session.
+    Its logs are kept (path printed) when any test of the session failed."""
+    plane = ControlPlane().start()
+    try:
+        yield plane
+    finally:
+        if request.session.testsfailed:
+            plane.mark_failed()
+            print(f"\ncontrol plane logs kept in {plane.logs}")
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> Iterator[KubeApi]:
+    """A JSON client with the admin identity."""
+    api = control_plane.api(pool_size=40)
+    yield api
+    api.close()
+
+
+FleetFactory = Callable[..., Fleet]
+
+
+@pytest.fixture
+def fleet_factory(kube: KubeApi) -> Iterator[FleetFactory]:
+    """``fleet_factory(nodes=3, faults=[...], ...)`` starts a fleet on the session's control
+    plane; every fleet is stopped and cleaned away after the test, which fails if the fleet's
+    own work failed or left a thread behind."""
+    fleets: list[Fleet] = []
+
+    def make(**options: Any) -> Fleet:
+        options.setdefault("install_seconds", 0.3)
+        fleet = Fleet(kube, **options)
+        fleets.append(fleet)
+        return fleet.start()
+
+    yield make
+    problems = []
+    for fleet in fleets:
+        fleet.stop(cleanup=True)
+        if fleet.threads():
+            problems.append(f"threads left running: {fleet.threads()}")
+        if fleet.errors:
+            problems.append(f"fleet task errors: {fleet.errors}")
+    assert not problems, problems
+
+
+@pytest.fixture
+def fleet(fleet_factory: FleetFactory) -> Fleet:
+    """Ten GPU nodes (``node-0001`` ... ``node-0010``) with the operator installed and every
+    driver pod Ready."""
+    started = fleet_factory(nodes=10)
+    wait_for(lambda: len(started.ready_driver_nodes()) == 10, timeout=60,
+             what="10 Ready driver pods", observe=started.driver_pods)
+    return started

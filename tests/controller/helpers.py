@@ -1,0 +1,147 @@
+"""Driving and observing the rollout controller on the real control plane."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.controller.observe import driver_pod_view, is_driver_pod
+from reconciler.kube.api import JSON, KubeApi, resource_path
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, cluster_operator_path
+from reconciler.kube.watch import ListWatch
+from reconciler.sim.waiting import wait_for
+
+SEED_10 = {
+    "enableRollout": True,
+    "upgradeSteps": [
+        {"replicas": 2, "pauseDuration": {}},
+        {"replicas": 5, "pauseDuration": 1000},
+        {"replicas": 8, "pauseDuration": 1000},
+        {"replicas": "100%", "pauseDuration": 1000},
+    ],
+    "pause": False,
+    "maxParallel": "100%",
+    "maxUnavailable": 0,
+    "maxFailureThreshold": 3,
+    "fallback": "pause",
+}
+
+SEED_100 = {
+    "enableRollout": True,
+    "upgradeSteps": [
+        {"replicas": "5%", "pauseDuration": {}},
+        {"replicas": 30, "pauseDuration": 1000},
+        {"replicas": 60, "pauseDuration": 1000},
+        {"replicas": "100%", "pauseDuration": {}},
+    ],
+    "pause": False,
+    "maxParallel": "50%",
+    "maxUnavailable": "10%",
+    "maxFailureThreshold": 5,
+    "fallback": "pause",
+}
+
+
+def person_patch(kube: KubeApi, driver: Mapping[str, Any]) -> JSON:
+    """A person's `kubectl patch --type merge` of spec.driver."""
+    return kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME), {"spec": {"driver": driver}})
+
+
+def start_rollout(kube: KubeApi, version: str, policy: Mapping[str, Any]) -> JSON:
+    """Waits until the controller has recorded the running spec (its first pass), then changes
+    the version and the policy in one patch, as a merged pull request would."""
+    wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30,
+             what="the controller's first status", observe=lambda: upgrade_status(kube))
+    return person_patch(kube, {"payload": {"version": version}, "upgradePolicy": dict(policy)})
+
+
+def cluster_operator(kube: KubeApi) -> JSON:
+    return kube.get(cluster_operator_path(CLUSTER_OPERATOR_NAME))
+
+
+def upgrade_status(kube: KubeApi) -> JSON:
+    return dict((cluster_operator(kube).get("status") or {}).get("upgradeStatus") or {})
+
+
+def inner(kube: KubeApi) -> JSON:
+    return dict(upgrade_status(kube).get("status") or {})
+
+
+@dataclass
+class InvariantObserver:
+    """Watches the API on its own (no access to the controller) and checks SPEC 4.3 throughout:
+    in-flight nodes never exceed ``max_parallel``; a node's driver pod is never deleted twice for
+    the same target revision unless the earlier attempt failed."""
+
+    kube: KubeApi
+    max_parallel: int
+    violations: list[str] = field(default_factory=list)
+    deletions: dict[str, list[str]] = field(default_factory=dict)  # node -> revisions deleted
+    max_in_flight: int = 0
+    _in_flight: dict[str, str] = field(default_factory=dict)  # node -> deleted pod's revision
+    _failed_nodes: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _watch: ListWatch | None = None
+    _seen_deleting: set[str] = field(default_factory=set)
+    #: maxUnavailable resolved; None disables that check (rollback or fault tests)
+    max_unavailable: int | None = None
+    _pod_ready: dict[str, bool] = field(default_factory=dict)  # node -> live driver pod Ready
+    _touched: set[str] = field(default_factory=set)
+
+    def start(self) -> InvariantObserver:
+        self._watch = ListWatch(self.kube, resource_path("v1", "pods"), on_event=self._on_pod,
+                                name="observer pods").start()
+        self._watch.wait_synced(30)
+        return self
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _on_pod(self, event: str, obj: JSON) -> None:
+        if not is_driver_pod(obj):
+            return
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if not node:
+            return
+        view = driver_pod_view(obj)
+        with self._lock:
+            if not view.deleting and event != "DELETED":
+                self._pod_ready[node] = view.ready
+            if view.deleting and view.name not in self._seen_deleting:
+                self._seen_deleting.add(view.name)
+                self._pod_ready[node] = False
+                if node not in self._touched and self.max_unavailable is not None:
+                    # a fresh start: only while unavailable <= maxUnavailable (SPEC 4.3)
+                    unavailable = [n for n, ready in self._pod_ready.items()
+                                   if not ready and n not in self._in_flight and n != node]
+                    if len(unavailable) > self.max_unavailable:
+                        self.violations.append(
+                            f"{node} started while {sorted(unavailable)} were unavailable "
+                            f"(maxUnavailable {self.max_unavailable})")
+                self._touched.add(node)
+                if node in self._in_flight and node not in self._failed_nodes:
+                    self.violations.append(f"{node}: pod {view.name} deleted while in flight")
+                self.deletions.setdefault(node, []).append(view.revision)
+                self._in_flight[node] = view.revision
+                self._failed_nodes.discard(node)
+            elif not view.deleting and node in self._in_flight:
+                if view.ready:
+                    del self._in_flight[node]
+                elif view.waiting_reason in ("ErrImagePull", "ImagePullBackOff",
+                                             "CrashLoopBackOff"):
+                    del self._in_flight[node]
+                    self._failed_nodes.add(node)
+            self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
+            if len(self._in_flight) > self.max_parallel:
+                self.violations.append(
+                    f"{len(self._in_flight)} nodes in flight > maxParallel {self.max_parallel}: "
+                    f"{sorted(self._in_flight)}"
+                )
+
+
+def gpu_nodes(kube: KubeApi) -> list[JSON]:
+    return list(kube.list(resource_path("v1", "nodes"),
+                          query={"labelSelector": f"{GPU_NODE_LABEL}=true"})["items"])

@@ -1,0 +1,179 @@
+"""The controller killed at random moments, and the API misbehaving under it: the rollout resumes
+with no node upgraded twice and no limit exceeded (SPEC 4.3, issue 5)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.controller.act import Target
+from reconciler.controller.loop import RolloutController
+from reconciler.kube.api import KubeApi
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.control_plane import ControlPlane
+from reconciler.sim.waiting import wait_for
+from tests.controller.helpers import InvariantObserver, inner, start_rollout, upgrade_status
+
+pytestmark = pytest.mark.cluster
+
+KILL_POLICY = {
+    "enableRollout": True,
+    "upgradeSteps": [
+        {"replicas": "25%", "pauseDuration": 0},
+        {"replicas": "50%", "pauseDuration": 500},
+        {"replicas": "100%", "pauseDuration": 0},
+    ],
+    "pause": False,
+    "maxParallel": 2,
+    "maxUnavailable": 0,
+    "maxFailureThreshold": 1,
+    "fallback": "pause",
+}
+
+
+def _spawn(kubeconfig: Path) -> subprocess.Popen[bytes]:
+    log = open(kubeconfig.parent / "controller.log", "ab")  # noqa: SIM115 - lives with the child
+    return subprocess.Popen(
+        [sys.executable, "-m", "reconciler.cli.main", "run", "--role", "controller",
+         "--kubeconfig", str(kubeconfig), "--log-level", "warning"],
+        stdout=log, stderr=log, start_new_session=True,
+    )
+
+
+def _completed(kube: KubeApi) -> bool:
+    status = upgrade_status(kube)
+    return status.get("phase") == "Idling" and inner(kube).get("currentStepState") == "Completed"
+
+
+@pytest.mark.parametrize("version", ["2.33.0.9", "2.34.0.1"])
+def test_sigkill_at_random_moments_keeps_the_invariants(
+    kube: KubeApi, control_plane: ControlPlane, fleet_factory: Any, version: str
+) -> None:
+    fleet = fleet_factory(nodes=16, install_seconds=(0.3, 1.2))
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 16, timeout=60, what="16 Ready pods")
+    rng = random.Random(version)
+    observer = InvariantObserver(kube, max_parallel=2, max_unavailable=0).start()
+    process = _spawn(control_plane.kubeconfig)
+    kills = 0
+    try:
+        start_rollout(kube, version, KILL_POLICY)
+        deadline = time.monotonic() + 240
+        while not _completed(kube):
+            assert time.monotonic() < deadline, f"not completed: {upgrade_status(kube)}"
+            time.sleep(rng.uniform(0.2, 1.5))
+            if _completed(kube):
+                break
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+            kills += 1
+            process = _spawn(control_plane.kubeconfig)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(20)
+        observer.stop()
+    assert kills >= 10, f"only {kills} kills happened before completion"
+    assert observer.violations == []
+    assert sorted(observer.deletions) == fleet.node_names
+    assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
+    assert sorted(fleet.ready_driver_nodes(version)) == fleet.node_names
+    for node in fleet.node_names:
+        assert not kube.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable")
+
+
+def test_sigterm_stops_cleanly(kube: KubeApi, control_plane: ControlPlane, fleet: Any) -> None:
+    process = _spawn(control_plane.kubeconfig)
+    wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30, what="a first status")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(15) == 0
+
+
+def _controller(kube: KubeApi) -> RolloutController:
+    ctl = RolloutController(kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+                            settings=PlannerSettings(ready_timeout=30)).start()
+    assert ctl.wait_synced(30)
+    return ctl
+
+
+def test_status_write_conflicts_are_retried(kube: KubeApi, fleet_factory: Any) -> None:
+    """Another writer keeps bumping the object's resourceVersion; the controller's status writes
+    conflict, it re-reads and carries on."""
+    fleet = fleet_factory(nodes=8)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 8, timeout=60, what="8 Ready pods")
+    ctl = _controller(kube)
+    stop = threading.Event()
+
+    def meddle() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+                       {"metadata": {"annotations": {"example.com/meddler": str(n)}}})
+            time.sleep(0.01)
+
+    meddler = threading.Thread(target=meddle, daemon=True)
+    try:
+        meddler.start()
+        start_rollout(kube, "2.33.0.9", {**KILL_POLICY, "maxParallel": 1})
+        wait_for(lambda: _completed(kube), timeout=120, what="completion under conflicts",
+                 observe=lambda: upgrade_status(kube))
+    finally:
+        stop.set()
+        meddler.join(5)
+        ctl.stop()
+    assert ctl.stats.conflicts > 0
+    assert sorted(fleet.ready_driver_nodes("2.33.0.9")) == fleet.node_names
+
+
+def test_apiserver_restart_mid_rollout(
+    kube: KubeApi, control_plane: ControlPlane, fleet_factory: Any
+) -> None:
+    """The API server goes away mid-rollout (watches break, requests fail); the controller
+    relists and completes."""
+    fleet = fleet_factory(nodes=8, install_seconds=1.0)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 8, timeout=60, what="8 Ready pods")
+    ctl = _controller(kube)
+    observer = InvariantObserver(kube, max_parallel=1).start()
+    try:
+        start_rollout(kube, "2.33.0.9", {**KILL_POLICY, "maxParallel": 1})
+        wait_for(lambda: len(fleet.ready_driver_nodes("2.33.0.9")) >= 2, timeout=60,
+                 what="two nodes upgraded")
+        lists_before = sum(w.lists for w in ctl.watches)
+        control_plane.restart_apiserver()
+        wait_for(lambda: _completed(kube), timeout=180, what="completion after the restart",
+                 observe=lambda: upgrade_status(kube))
+    finally:
+        observer.stop()
+        ctl.stop()
+    assert sum(w.lists for w in ctl.watches) >= lists_before  # watches came back
+    assert observer.violations == []
+    assert sorted(fleet.ready_driver_nodes("2.33.0.9")) == fleet.node_names
+
+
+def test_watch_expiry_relists(kube: KubeApi, fleet: Any) -> None:
+    """A watch that answers 410 Gone (history compacted) makes the cache relist, not stall."""
+    ctl = _controller(kube)
+    try:
+        watch = next(w for w in ctl.watches if w.name == "clusteroperator")
+        lists = watch.lists
+        # Asking for a resourceVersion far in the past is what an expired watch looks like.
+        from reconciler.kube.api import Gone
+
+        with pytest.raises(Gone):
+            for _ in kube.watch(cluster_operator_path(), resource_version="1",
+                                timeout_seconds=2):
+                pass
+        watch._relist()  # what the loop does on Gone
+        assert watch.lists == lists + 1
+        wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30, what="status")
+    finally:
+        ctl.stop()

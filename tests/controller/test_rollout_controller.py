@@ -1,0 +1,241 @@
+"""The rollout controller against the real control plane and the simulated fleet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reconciler.controller.act import Target
+from reconciler.controller.loop import RolloutController
+from reconciler.kube.api import KubeApi
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME
+from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.fleet import Fleet
+from reconciler.sim.waiting import wait_for
+from tests.controller.helpers import (
+    SEED_10,
+    InvariantObserver,
+    cluster_operator,
+    inner,
+    person_patch,
+    start_rollout,
+    upgrade_status,
+)
+
+pytestmark = pytest.mark.cluster
+
+NEW = "2.33.0.9"
+
+
+@pytest.fixture
+def controller(kube: KubeApi) -> Iterator[RolloutController]:
+    ctl = RolloutController(
+        kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+        settings=PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2),
+    ).start()
+    assert ctl.wait_synced(30)
+    yield ctl
+    ctl.stop()
+
+
+def _state(kube: KubeApi) -> dict[str, Any]:
+    status = upgrade_status(kube)
+    return {"phase": status.get("phase"), **{k: v for k, v in (status.get("status") or {}).items()
+                                             if k != "message"}}
+
+
+def _wait_state(kube: KubeApi, timeout: float = 60, **expected: Any) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        state = _state(kube)
+        return state if all(state.get(k) == v for k, v in expected.items()) else None
+
+    result: dict[str, Any] = wait_for(check, timeout=timeout, what=f"status {expected}",
+                                      observe=lambda: _state(kube))
+    return result
+
+
+def _release_gate(kube: KubeApi) -> None:
+    wait_for(lambda: cluster_operator(kube)["spec"]["driver"]["upgradePolicy"].get("pause") is True,
+             timeout=30, what="the controller to set pause: true at the gate")
+    person_patch(kube, {"upgradePolicy": {"pause": False}})
+
+
+def test_seed_10_node_scenario_runs_to_completion(
+    kube: KubeApi, fleet: Fleet, controller: RolloutController
+) -> None:
+    observer = InvariantObserver(kube, max_parallel=3).start()
+    try:
+        start_rollout(kube, NEW, SEED_10)
+        # batch 1: 2 nodes, then a manual gate the controller marks with pause: true
+        state = _wait_state(kube, currentStepIndex=1, currentStepState="StepPaused")
+        assert state["phase"] == "Progressing"
+        assert state["totalUpgradeReplicas"] == 10
+        assert state["currentUpgradeReplicas"] == 2
+        assert state["currentUpgradeReadyReplicas"] == 2
+        assert len(fleet.ready_driver_nodes(NEW)) == 2
+        status = upgrade_status(kube)
+        assert status["upgrading"] is True
+        _release_gate(kube)
+        _wait_state(kube, timeout=90, phase="Idling", currentStepState="Completed",
+                    currentStepIndex=4)
+        final = upgrade_status(kube)
+        assert final["upgrading"] is False
+        assert final["status"]["totalUpgradeReadyReplicas"] == 10
+        assert final["status"]["lastPodSpecRevision"] == final["status"][
+            "upgradingPodSpecRevision"]
+        assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
+    finally:
+        observer.stop()
+    assert observer.violations == []
+    assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
+    assert len(observer.deletions) == 10
+
+
+def _conditions(kube: KubeApi) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in upgrade_status(kube).get("condition") or []}
+
+
+def _policy(**changes: Any) -> dict[str, Any]:
+    policy = {
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": 3, "pauseDuration": 0},
+                         {"replicas": "100%", "pauseDuration": 0}],
+        "pause": False,
+        "maxParallel": 1,
+        "maxUnavailable": 0,
+        "maxFailureThreshold": 1,
+        "fallback": "pause",
+    }
+    policy.update(changes)
+    return policy
+
+
+def test_failure_pauses_then_a_fix_and_resume_completes(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+) -> None:
+    fleet = fleet_factory(nodes=6)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 6, timeout=60, what="6 Ready pods")
+    fleet.set_fault("node-0002", "imagepull", version=NEW)
+    observer = InvariantObserver(kube, max_parallel=1).start()
+    try:
+        start_rollout(kube, NEW, _policy())
+        state = _wait_state(kube, currentStepState="StepPaused", currentFailureRetry=1)
+        assert state["phase"] == "Progressing"
+        wait_for(lambda: cluster_operator(kube)["spec"]["driver"]["upgradePolicy"]["pause"],
+                 timeout=30, what="pause: true set by the fallback")
+        assert "node-0002" in str(upgrade_status(kube))
+        # the failed node stays cordoned; nothing else starts while paused
+        node = kube.get("/api/v1/nodes/node-0002")
+        assert node["spec"].get("unschedulable") is True
+        upgraded = set(fleet.ready_driver_nodes(NEW))
+        assert upgraded == {"node-0001"}
+        # a person fixes the registry and resumes
+        fleet.clear_faults("node-0002")
+        person_patch(kube, {"upgradePolicy": {"pause": False}})
+        _wait_state(kube, timeout=90, phase="Idling", currentStepState="Completed")
+    finally:
+        observer.stop()
+    assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
+    for name in fleet.node_names:
+        assert not kube.get(f"/api/v1/nodes/{name}")["spec"].get("unschedulable")
+    assert observer.violations == []
+
+
+def test_failure_with_rollback_fallback_restores_the_old_version(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+) -> None:
+    fleet = fleet_factory(nodes=6)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 6, timeout=60, what="6 Ready pods")
+    old = fleet.payload.version
+    fleet.set_fault("node-0003", "crashloop", version=NEW)
+    start_rollout(kube, NEW, _policy(fallback="rollback", maxParallel=2,
+                                     upgradeSteps=[{"replicas": 4, "pauseDuration": 0},
+                                                   {"replicas": "100%", "pauseDuration": 0}]))
+    _wait_state(kube, phase="Terminating", timeout=60)
+    final = _wait_state(kube, timeout=90, phase="Idling", currentStepState="Completed")
+    assert final["currentStepIndex"] == 1
+    rolled_back = _conditions(kube)["RolledBack"]
+    assert rolled_back["reason"] == "FailureThresholdReached"
+    assert NEW in rolled_back["message"]
+    assert cluster_operator(kube)["spec"]["driver"]["payload"]["version"] == old
+    wait_for(lambda: sorted(fleet.ready_driver_nodes(old)) == fleet.node_names, timeout=60,
+             what="every node Ready on the old version", observe=fleet.driver_pods)
+
+
+def test_enable_rollout_false_mid_rollout_rolls_back_to_disabled(
+    kube: KubeApi, fleet: Fleet, controller: RolloutController
+) -> None:
+    old = fleet.payload.version
+    start_rollout(kube, NEW, SEED_10)
+    _wait_state(kube, currentStepIndex=1, currentStepState="StepPaused")
+    assert len(fleet.ready_driver_nodes(NEW)) == 2
+    person_patch(kube, {"upgradePolicy": {"enableRollout": False}})
+    _wait_state(kube, timeout=90, phase="Disabled", currentStepState="Completed")
+    assert _conditions(kube)["RolledBack"]["reason"] == "RolloutDisabled"
+    assert cluster_operator(kube)["spec"]["driver"]["payload"]["version"] == old
+    wait_for(lambda: sorted(fleet.ready_driver_nodes(old)) == fleet.node_names, timeout=60,
+             what="every node back on the old version", observe=fleet.driver_pods)
+
+
+def test_a_busy_node_waits_for_its_gpu_job_and_status_names_it(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+) -> None:
+    fleet = fleet_factory(nodes=4)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60, what="4 Ready pods")
+    job = fleet.add_workload("node-0001")
+    start_rollout(kube, NEW, _policy(upgradeSteps=[{"replicas": 1, "pauseDuration": 0},
+                                                   {"replicas": "100%", "pauseDuration": 0}]))
+    wait_for(lambda: job in str(upgrade_status(kube)), timeout=30,
+             what="the status to name the blocking pod", observe=lambda: upgrade_status(kube))
+    assert _state(kube)["currentStepIndex"] == 1
+    assert fleet.ready_driver_nodes(NEW) == []  # busy, not failed, and nobody else jumps ahead
+    assert _state(kube)["currentFailureRetry"] == 0
+    fleet.remove_workload(job)
+    _wait_state(kube, timeout=60, phase="Idling", currentStepState="Completed")
+    assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
+
+
+def test_a_node_joining_mid_rollout_is_counted_and_upgraded(
+    kube: KubeApi, fleet: Fleet, controller: RolloutController
+) -> None:
+    start_rollout(kube, NEW, SEED_10)
+    _wait_state(kube, currentStepIndex=1, currentStepState="StepPaused")
+    joined = fleet.add_node()
+    # the DaemonSet template already names the new version, so the joiner starts on it
+    wait_for(lambda: joined in fleet.ready_driver_nodes(NEW), timeout=60,
+             what=f"{joined} Ready on {NEW}", observe=fleet.driver_pods)
+    wait_for(lambda: _state(kube)["totalUpgradeReplicas"] == 11, timeout=30,
+             what="N to count the joiner", observe=lambda: _state(kube))
+    _release_gate(kube)
+    final = _wait_state(kube, timeout=90, phase="Idling", currentStepState="Completed")
+    assert final["totalUpgradeReadyReplicas"] == 11
+    assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
+
+
+@pytest.mark.slow
+def test_seed_100_node_scenario_runs_to_completion(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+) -> None:
+    from tests.controller.helpers import SEED_100
+
+    fleet = fleet_factory(nodes=100)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 100, timeout=120, what="100 Ready pods")
+    observer = InvariantObserver(kube, max_parallel=20).start()  # 50% of the largest batch (40)
+    try:
+        start_rollout(kube, NEW, SEED_100)
+        state = _wait_state(kube, timeout=60, currentStepIndex=1, currentStepState="StepPaused")
+        assert state["currentUpgradeReplicas"] == 5
+        assert len(fleet.ready_driver_nodes(NEW)) == 5
+        _release_gate(kube)
+        state = _wait_state(kube, timeout=180, currentStepIndex=4, currentStepState="StepPaused")
+        assert state["totalUpgradeReadyReplicas"] == 100
+        assert state["phase"] == "Progressing"  # the last gate: a person confirms the end
+        _release_gate(kube)
+        _wait_state(kube, timeout=60, phase="Idling", currentStepState="Completed")
+    finally:
+        observer.stop()
+    assert observer.violations == []
+    assert observer.max_in_flight <= 20
+    assert all(len(revs) == 1 for revs in observer.deletions.values())

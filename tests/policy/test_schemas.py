@@ -1,0 +1,130 @@
+"""The JSON Schemas: valid 2020-12, usable by editors from the examples, convertible to a CRD."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from reconciler.policy.repo_config import RepoConfig, parse_duration
+from reconciler.policy.schema import SCHEMA_FILES, load_schema
+from reconciler.policy.validation import validate_repo_config, validate_status_snapshot
+from tests.policy.texts import EXAMPLES, REPO
+
+# Keywords a structural CRD schema can express (after inlining $ref and mapping oneOf).
+CRD_KEYWORDS = {
+    "$schema", "$id", "$ref", "$defs", "title", "description", "type", "properties",
+    "additionalProperties", "required", "items", "enum", "minimum", "maximum", "minLength",
+    "maxLength", "pattern", "minItems", "maxItems", "maxProperties", "oneOf", "default",
+    "x-kubernetes-preserve-unknown-fields",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEMA_FILES))
+def test_schema_is_valid_2020_12(kind: str) -> None:
+    schema = load_schema(kind)
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert (REPO / "schemas" / SCHEMA_FILES[kind]).is_file()
+
+
+def keywords(node: Any, under_properties: bool = False) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if not under_properties:
+                found.add(key)
+            found |= keywords(value, under_properties=key in ("properties", "$defs")
+                              and not under_properties)
+    elif isinstance(node, list):
+        for item in node:
+            found |= keywords(item)
+    return found
+
+
+def test_cluster_operator_schema_stays_crd_convertible() -> None:
+    assert keywords(load_schema("clusteroperator")) <= CRD_KEYWORDS
+
+
+def test_upgrade_policy_is_strict_and_other_sections_are_kept() -> None:
+    defs = load_schema("clusteroperator")["$defs"]
+    assert defs["UpgradePolicy"]["additionalProperties"] is False
+    assert defs["UpgradeStep"]["additionalProperties"] is False
+    assert defs["OpaqueSection"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert defs["DriverSpec"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_examples_point_editors_at_the_schemas() -> None:
+    files = sorted(EXAMPLES.rglob("*.yaml"))
+    assert len(files) >= 7
+    for file in files:
+        first = file.read_text().splitlines()[0]
+        match = re.fullmatch(r"# yaml-language-server: \$schema=(\S+)", first)
+        assert match, file
+        assert (file.parent / match.group(1)).resolve().is_file(), file
+
+
+def test_example_config_and_snapshots_are_valid() -> None:
+    config = validate_repo_config((EXAMPLES / "reconciler.yaml").read_bytes(), "reconciler.yaml")
+    assert config.ok, config.findings
+    parsed = RepoConfig.from_obj(config.obj)
+    assert (parsed.clusters_dir, parsed.status_path, parsed.status_branch) == (
+        "clusters", "status", None)
+    assert parsed.snapshot_path("lab-10") == "status/lab-10.yaml"
+    for snapshot in sorted((EXAMPLES / "status").glob("*.yaml")):
+        result = validate_status_snapshot(snapshot.read_bytes(), snapshot.name)
+        assert result.ok, result.findings
+
+
+def test_empty_config_means_defaults() -> None:
+    result = validate_repo_config(b"# nothing configured\n", "reconciler.yaml")
+    assert result.ok and RepoConfig.from_obj(result.obj) == RepoConfig()
+
+
+@pytest.mark.parametrize(("text", "rule", "line"), [
+    ("clustersDir: ''\n", "schema-min-length", 1),
+    ("status: {path: status, brnch: x}\n", "unknown-field", 1),
+    ("rollout:\n  readyTimeout: 10 minutes\n", "schema-pattern", 2),
+    ("firmware:\n  reboot: {mode: auto}\n", "schema-enum", 2),
+    ("firmware:\n  reboot: {mode: hook, maxConcurrent: 0}\n", "schema-minimum", 2),
+    ("signatures: {mode: pgp}\n", "schema-enum", 1),
+    ("webhook: true\n", "schema-type", 1),
+])
+def test_invalid_repo_config(text: str, rule: str, line: int) -> None:
+    result = validate_repo_config(text, "reconciler.yaml")
+    assert [(f.rule, f.line) for f in result.errors] == [(rule, line)]
+
+
+def test_durations() -> None:
+    assert parse_duration("1h30m") == 5400 and parse_duration("250ms") == 0.25
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration("5 min")
+
+
+def test_snapshot_rejection_findings_use_the_json_keys() -> None:
+    finding = {"file": "clusters/a/x.yaml", "line": 3, "column": 5, "pointer": "/spec",
+               "rule": "schema-type", "severity": "error", "message": "m"}
+    text = json.dumps({"cluster": "a", "observedAt": "2026-11-30T02:00:00Z",
+                       "upgradeStatus": {"phase": "Idling"},
+                       "rejection": {"commit": "abc", "findings": [finding]}})
+    assert validate_status_snapshot(text, "s.yaml").ok
+    finding["severity"] = "fatal"
+    bad = validate_status_snapshot(json.dumps(json.loads(text) | {"rejection": {
+        "commit": "abc", "findings": [finding]}}), "s.yaml")
+    assert [f.rule for f in bad.errors] == ["schema-enum"]
+
+
+def test_schema_files_are_formatted_json() -> None:
+    for name in SCHEMA_FILES.values():
+        text = (REPO / "schemas" / name).read_text()
+        assert text.endswith("\n") and json.loads(text)
+
+
+def test_schemas_dir_is_found() -> None:
+    from reconciler.policy.schema import schemas_dir
+
+    assert Path(schemas_dir(), SCHEMA_FILES["clusteroperator"]).is_file()

@@ -1,0 +1,536 @@
+"""One table test per decision of SPEC section 4, against the pure planner."""
+
+from __future__ import annotations
+
+from reconciler.rollout.actions import (
+    Cordon,
+    RecordEvent,
+    RestorePayload,
+    SetDaemonSetImage,
+    SetPolicyPause,
+    Uncordon,
+)
+from reconciler.rollout.model import (
+    ANN_ATTEMPT,
+    ANN_STATE,
+    ANN_TARGET,
+    ANN_WAS_UNSCHEDULABLE,
+    CANARY_LABEL,
+    DriverPod,
+    PlannerSettings,
+    RolloutNode,
+)
+from reconciler.rollout.planner import plan
+from reconciler.rollout.simulator import EPOCH
+from reconciler.rollout.status import format_time, parse_time
+
+from .world import (
+    NEW_IMAGE,
+    NEW_REV,
+    NEW_VERSION,
+    OLD_IMAGE,
+    OLD_PAYLOAD,
+    OLD_REV,
+    World,
+    deletions,
+    of_type,
+    policy,
+    steps,
+)
+
+# --------------------------------------------------------------------------- starting (4.2)
+
+
+def test_version_change_with_enable_rollout_starts_a_rollout() -> None:
+    w = World(4, policy())
+    first = w.plan(0)
+    assert of_type(first, SetDaemonSetImage) == [SetDaemonSetImage(NEW_IMAGE)]
+    assert deletions(first) == []  # nothing moves before the template carries the new revision
+    assert w.status["phase"] == "Progressing" and w.status["upgrading"] is True
+    assert w.inner["currentStepState"] == "StepUpgradeInit"
+    assert w.inner["currentStepIndex"] == 1
+    assert w.inner["lastPodSpecRevision"] == OLD_REV
+    assert w.status["lastCoDriverSpec"] == {"payload": OLD_PAYLOAD}
+    second = w.plan(0)
+    assert w.inner["upgradingPodSpecRevision"] == NEW_REV
+    assert w.inner["currentStepState"] == "StepUpgrade"
+    assert deletions(second) == ["node-0001"]
+
+
+def test_arch_suffix_alone_starts_no_rollout() -> None:
+    w = World(3, policy())
+    w.payload = {**OLD_PAYLOAD, "version": OLD_PAYLOAD["version"] + "-amd64"}
+    result = w.plan(0)
+    assert result.actions == ()
+    assert w.status["phase"] == "Idling" and w.status["upgrading"] is False
+
+
+def test_version_change_with_rollout_disabled_only_updates_the_template() -> None:
+    w = World(3, policy(enableRollout=False))
+    result = w.plan(0)
+    assert of_type(result, SetDaemonSetImage) == [SetDaemonSetImage(NEW_IMAGE)]
+    assert deletions(result) == []
+    assert w.status["phase"] == "Disabled" and w.status["upgrading"] is False
+    again = w.plan(10)
+    assert deletions(again) == [] and w.status["phase"] == "Disabled"
+    assert w.on(OLD_REV) == list(w.nodes)  # OnDelete: pods stay until someone deletes them
+
+
+def test_template_set_but_rollout_never_recorded_is_started_from_the_status() -> None:
+    w = World(3, policy())
+    w.plan(0, write_status=False)  # crash after SetDaemonSetImage, before the status write
+    assert w.ds.current_image == NEW_IMAGE
+    w.plan(0)
+    assert w.status["phase"] == "Progressing"
+    assert w.inner["lastPodSpecRevision"] == OLD_REV
+    w.plan(0)
+    assert w.inner["upgradingPodSpecRevision"] == NEW_REV
+    assert len(w.deleted) == 1
+
+
+# --------------------------------------------------------------------------- steps (3, 4.4)
+
+
+def test_percent_steps_round_up_and_max_parallel_resolves_against_the_batch() -> None:
+    # 5% of 30 = 1.5 -> 2 nodes; maxParallel 50% of a batch of 2 -> 1
+    w = World(30, policy(upgradeSteps=steps(("5%", 0), ("100%", 0)), maxParallel="50%"))
+    result = w.settle(0)
+    assert w.inner["currentUpgradeReplicas"] == 2
+    assert deletions(result) == ["node-0001"]
+    w.ready("node-0001")
+    result = w.plan(60)
+    assert deletions(result) == ["node-0002"]
+    w.ready("node-0002")
+    result = w.settle(120)
+    # step 2 adds 28 nodes, maxParallel ceil(14) = 14
+    assert w.inner["currentStepIndex"] == 2 and w.inner["currentUpgradeReplicas"] == 28
+    assert len(deletions(result)) == 14
+
+
+def test_current_step_index_is_one_based_and_counters_follow_the_batch() -> None:
+    w = World(10, policy(upgradeSteps=steps((2, 0), (5, 0), ("100%", 0)), maxParallel="100%"))
+    w.settle(0)
+    assert w.inner["currentStepIndex"] == 1
+    assert w.inner["currentUpgradeReplicas"] == 2
+    w.ready_all_in_flight()
+    w.plan(60)
+    assert w.inner["currentStepIndex"] == 2
+    assert w.inner["currentUpgradeReplicas"] == 3
+    assert w.inner["currentUpgradeReadyReplicas"] == 0
+    assert w.inner["totalUpgradeReadyReplicas"] == 2
+    assert w.inner["totalUpgradeReplicas"] == 10
+
+
+def test_step_that_adds_no_nodes_still_pauses() -> None:
+    # 10% and 1 of 10 nodes both resolve to 1
+    w = World(10, policy(upgradeSteps=steps(("10%", 0), (1, 30_000), ("100%", 0))))
+    w.settle(0)
+    w.ready("node-0001")
+    result = w.settle(60)
+    assert w.inner["currentStepIndex"] == 2
+    assert w.inner["currentUpgradeReplicas"] == 0
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert w.inner["recheckTime"] == format_time(EPOCH + 90)
+    assert deletions(result) == []
+    result = w.settle(90)
+    assert w.inner["currentStepIndex"] == 3 and deletions(result) == ["node-0002"]
+
+
+def test_pause_duration_timer_comes_from_the_stored_recheck_time() -> None:
+    w = World(4, policy(upgradeSteps=steps((2, 300_000), ("100%", 0)), maxParallel=2))
+    w.settle(0)
+    w.ready_all_in_flight()
+    result = w.plan(100)
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert w.inner["recheckTime"] == format_time(EPOCH + 400)
+    assert result.requeue_at == EPOCH + 400
+    # a restarted planner (same stored status) keeps the deadline, it does not restart it
+    later = plan(w.snapshot(), EPOCH + 399)
+    assert later.status["status"]["recheckTime"] == format_time(EPOCH + 400)
+    assert deletions(later) == []
+    w.plan(399)
+    result = w.settle(400)
+    assert w.inner["currentStepIndex"] == 2 and len(deletions(result)) == 2
+
+
+def test_zero_pause_duration_continues_at_once() -> None:
+    w = World(2, policy(upgradeSteps=steps((1, 0), ("100%", 0))))
+    w.settle(0)
+    w.ready("node-0001")
+    result = w.settle(60)
+    assert w.inner["currentStepIndex"] == 2 and deletions(result) == ["node-0002"]
+
+
+def test_step_state_walks_init_upgrade_paused_then_next_step() -> None:
+    w = World(2, policy(upgradeSteps=steps((1, 10_000), ("100%", 0))))
+    w.plan(0)
+    assert w.inner["currentStepState"] == "StepUpgradeInit"
+    w.plan(0)
+    assert w.inner["currentStepState"] == "StepUpgrade"
+    w.ready("node-0001")
+    w.plan(60)
+    assert w.inner["currentStepState"] == "StepPaused"
+    advance = w.plan(70)
+    # the next step is on record before any of its nodes starts
+    assert (w.inner["currentStepIndex"], w.inner["currentStepState"]) == (2, "StepUpgradeInit")
+    assert advance.again is True and deletions(advance) == []
+    assert "StepStarted" in [e.reason for e in of_type(advance, RecordEvent)]
+    w.plan(70)
+    assert (w.inner["currentStepIndex"], w.inner["currentStepState"]) == (2, "StepUpgrade")
+
+
+def test_completed_rollout_ends_idling_with_the_new_revision() -> None:
+    w = World(2, policy(maxParallel=2))
+    w.settle(0)
+    w.ready_all_in_flight()
+    w.plan(60)
+    assert w.status["phase"] == "Idling" and w.status["upgrading"] is False
+    assert w.inner["currentStepState"] == "Completed"
+    assert w.inner["currentStepIndex"] == 1
+    assert w.inner["lastPodSpecRevision"] == NEW_REV
+    assert "RolledBack" not in w.conditions()
+
+
+# --------------------------------------------------------------------------- gates
+
+
+def test_manual_gate_pauses_the_policy_and_a_person_releases_it() -> None:
+    w = World(4, policy(upgradeSteps=steps((1, None), ("100%", 0)), maxParallel=4))
+    w.settle(0)
+    w.ready("node-0001")
+    result = w.plan(60)
+    assert of_type(result, SetPolicyPause) == [SetPolicyPause(True)]
+    assert w.policy_raw["pause"] is True
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert w.conditions()["ManualGate"]["status"] == "True"
+    assert deletions(w.plan(3600)) == []  # waits for a person, however long
+    w.policy_raw["pause"] = False
+    result = w.settle(3700)
+    assert w.inner["currentStepIndex"] == 2
+    assert len(deletions(result)) == 3
+    assert w.conditions()["ManualGate"]["status"] == "False"
+
+
+def test_gate_on_the_last_step_holds_completion() -> None:
+    w = World(2, policy(upgradeSteps=steps(("100%", None)), maxParallel=2))
+    w.settle(0)
+    w.ready_all_in_flight()
+    w.plan(60)
+    assert w.status["phase"] == "Progressing"
+    assert w.inner["currentStepState"] == "StepPaused"
+    w.policy_raw["pause"] = False
+    w.plan(120)
+    assert w.status["phase"] == "Idling" and w.inner["currentStepState"] == "Completed"
+
+
+# --------------------------------------------------------------------------- pause
+
+
+def test_pause_true_stops_new_starts_but_in_flight_nodes_finish() -> None:
+    w = World(4, policy(maxParallel=2))
+    w.settle(0)
+    w.policy_raw["pause"] = True
+    w.ready("node-0001", "node-0002")
+    result = w.plan(60)
+    assert deletions(result) == []
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert w.status["phase"] == "Progressing" and w.status["upgrading"] is True
+    assert w.inner["totalUpgradeReadyReplicas"] == 2
+    assert of_type(result, Uncordon) == [Uncordon("node-0001"), Uncordon("node-0002")]
+    w.policy_raw["pause"] = False
+    assert deletions(w.plan(61)) == ["node-0003", "node-0004"]
+
+
+# --------------------------------------------------------------------------- node handling
+
+
+def test_busy_node_waits_and_status_names_the_blocking_pods() -> None:
+    w = World(3, policy())
+    w.set("node-0001", workloads=("ml/train-0",))
+    result = w.settle(0)
+    assert deletions(result) == ["node-0002"]
+    assert "node-0001 (ml/train-0)" in w.inner["message"]
+    w.ready("node-0002")
+    assert deletions(w.plan(60)) == ["node-0003"]
+    w.ready("node-0003")
+    w.plan(120)
+    assert w.inner["totalUpgradeReadyReplicas"] == 2 and w.status["phase"] == "Progressing"
+    w.set("node-0001", workloads=())
+    assert deletions(w.plan(180)) == ["node-0001"]
+
+
+def test_cordon_is_remembered_and_restored() -> None:
+    # cordoned by a person before the rollout: unavailable, so maxUnavailable must allow it
+    w = World(2, policy(maxParallel=2, maxUnavailable=1))
+    w.set("node-0002", unschedulable=True)
+    result = w.settle(0)
+    assert of_type(result, Cordon) == [Cordon("node-0001")]
+    assert w.annotation("node-0001", ANN_WAS_UNSCHEDULABLE) == "false"
+    assert w.annotation("node-0002", ANN_WAS_UNSCHEDULABLE) == "true"
+    w.ready_all_in_flight()
+    result = w.plan(60)
+    assert of_type(result, Uncordon) == [Uncordon("node-0001")]
+    assert w.nodes["node-0001"].unschedulable is False
+    assert w.nodes["node-0002"].unschedulable is True  # stays the way the person left it
+
+
+def test_annotation_is_written_before_the_pod_is_deleted() -> None:
+    w = World(1, policy())
+    w.plan(0)
+    result = w.plan(0)
+    kinds = [type(a).__name__ for a in result.actions if not isinstance(a, RecordEvent)]
+    assert kinds == ["AnnotateNode", "Cordon", "DeleteDriverPod"]
+
+
+def test_canary_nodes_go_first() -> None:
+    w = World(5, policy(maxParallel=2), canary=["node-0004", "node-0005"])
+    assert w.nodes["node-0004"].labels[CANARY_LABEL] == "true"
+    result = w.settle(0)
+    assert deletions(result) == ["node-0004", "node-0005"]
+
+
+def test_max_unavailable_zero_stops_fresh_starts_when_a_node_is_unavailable() -> None:
+    w = World(3, policy())
+    w.set("node-0003", ready=False)
+    result = w.settle(0)
+    assert deletions(result) == []
+    assert "unavailable" in w.inner["message"]
+
+
+def test_max_unavailable_allows_that_many_unavailable_nodes() -> None:
+    w = World(4, policy(maxUnavailable=1))
+    w.set("node-0004", ready=False)
+    assert deletions(w.settle(0)) == ["node-0001"]
+    w.set("node-0003", unschedulable=True)  # cordoned by someone else: unavailable too
+    w.ready("node-0001")
+    assert deletions(w.plan(60)) == []
+
+
+def test_not_ready_node_is_not_started() -> None:
+    w = World(2, policy(maxUnavailable=1, maxParallel=2))
+    w.set("node-0001", ready=False)
+    assert deletions(w.settle(0)) == ["node-0002"]
+
+
+def test_node_leaving_is_dropped_and_does_not_block_completion() -> None:
+    w = World(3, policy(maxParallel=1))
+    w.settle(0)
+    del w.nodes["node-0003"]
+    w.ready("node-0001")
+    w.plan(60)
+    assert w.inner["totalUpgradeReplicas"] == 2
+    w.ready("node-0002")
+    w.plan(120)
+    assert w.status["phase"] == "Idling" and w.inner["currentStepState"] == "Completed"
+
+
+def test_node_joining_takes_the_template_and_counts_without_a_slot() -> None:
+    w = World(2, policy(maxParallel=1))
+    w.settle(0)
+    w.nodes["node-0003"] = RolloutNode("node-0003", pod=DriverPod("drv-new", NEW_REV))
+    w.ready("node-0001")
+    result = w.plan(60)
+    assert w.inner["totalUpgradeReplicas"] == 3
+    assert deletions(result) == []  # the joiner's pod is coming up: no slot, no overshoot
+    w.ready("node-0003")
+    result = w.plan(61)
+    assert deletions(result) == ["node-0002"]
+    assert w.inner["totalUpgradeReadyReplicas"] == 2
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_image_pull_failure_is_counted_once_and_retried_after_back_off() -> None:
+    settings = PlannerSettings(retry_backoff=30)
+    w = World(2, policy(maxFailureThreshold=3), settings=settings)
+    w.settle(0)
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    result = w.plan(5)
+    assert w.inner["currentFailureRetry"] == 1
+    assert w.annotation("node-0001", ANN_STATE) == "failed"
+    assert result.requeue_at == EPOCH + 35
+    w.pod("node-0001", waiting_reason="ImagePullBackOff")
+    w.plan(20)
+    assert w.inner["currentFailureRetry"] == 1  # the same attempt never counts twice
+    assert deletions(w.plan(34)) == []
+    result = w.plan(35)
+    assert deletions(result) == ["node-0001"]
+    assert w.annotation("node-0001", ANN_ATTEMPT) == "2"
+
+
+def test_crash_loop_is_a_failure() -> None:
+    w = World(2, policy(maxFailureThreshold=2))
+    w.settle(0)
+    w.pod("node-0001", waiting_reason="CrashLoopBackOff", restart_count=3)
+    w.plan(90)
+    assert w.inner["currentFailureRetry"] == 1
+    assert w.annotation("node-0001", ANN_STATE) == "failed"
+
+
+def test_ready_timeout_is_a_failure() -> None:
+    w = World(2, policy(maxFailureThreshold=2), settings=PlannerSettings(ready_timeout=600))
+    w.settle(0)
+    assert w.plan(599).in_flight == 1
+    w.plan(600)
+    assert w.inner["currentFailureRetry"] == 1
+    assert w.annotation("node-0001", ANN_STATE) == "failed"
+
+
+def test_failed_node_stays_cordoned_and_unavailable() -> None:
+    w = World(3, policy(maxFailureThreshold=5, maxUnavailable=0))
+    w.settle(0)
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    result = w.plan(1)
+    assert w.nodes["node-0001"].unschedulable is True
+    assert result.unavailable == 1
+    assert deletions(result) == []  # maxUnavailable 0 blocks fresh starts
+
+
+def test_threshold_reached_with_fallback_pause_pauses_and_names_the_failures() -> None:
+    w = World(4, policy(maxParallel=2, maxFailureThreshold=2))
+    w.settle(0)
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    w.pod("node-0002", waiting_reason="CrashLoopBackOff")
+    result = w.plan(10)
+    assert w.inner["currentFailureRetry"] == 2
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert of_type(result, SetPolicyPause) == [SetPolicyPause(True)]
+    cond = w.conditions()["BatchFailed"]
+    assert cond["reason"] == "FailureThresholdReached"
+    assert "node-0001" in cond["message"] and "node-0002" in cond["message"]
+    assert deletions(w.plan(1000)) == []
+    # a person fixes the image and resumes: counter resets, failed nodes retried at once
+    w.policy_raw["pause"] = False
+    result = w.plan(1001)
+    assert w.inner["currentFailureRetry"] == 0
+    assert sorted(deletions(result)) == ["node-0001", "node-0002"]
+
+
+def test_failures_after_the_threshold_are_not_counted() -> None:
+    w = World(4, policy(maxParallel=3, maxFailureThreshold=1))
+    w.settle(0)
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    w.plan(10)
+    w.pod("node-0002", waiting_reason="ErrImagePull")
+    w.plan(20)
+    assert w.inner["currentFailureRetry"] == 1
+
+
+def test_counter_resets_at_the_start_of_each_batch() -> None:
+    w = World(4, policy(upgradeSteps=steps((2, 0), ("100%", 0)), maxParallel=1,
+                        maxFailureThreshold=3))
+    w.settle(0)
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    w.plan(10)
+    assert w.inner["currentFailureRetry"] == 1
+    w.pod("node-0001", waiting_reason=None, ready=True)  # the image appeared: pod recovered
+    w.plan(20)
+    w.ready_all_in_flight()
+    w.plan(40)
+    w.ready_all_in_flight()
+    w.plan(100)
+    assert w.inner["currentStepIndex"] == 2
+    assert w.inner["currentFailureRetry"] == 0
+
+
+def test_threshold_with_fallback_rollback_moves_everything_back() -> None:
+    w = World(4, policy(upgradeSteps=steps((3, 0), ("100%", 0)), maxParallel=3,
+                        fallback="rollback"))
+    w.settle(0)
+    w.ready("node-0001", "node-0002")
+    w.pod("node-0003", waiting_reason="ErrImagePull")
+    result = w.plan(60)
+    assert w.status["phase"] == "Terminating"
+    kinds = [type(a) for a in result.actions]
+    assert kinds.index(RestorePayload) < kinds.index(SetDaemonSetImage)
+    assert w.payload["version"] == OLD_PAYLOAD["version"]
+    assert w.ds.current_image == OLD_IMAGE
+    result = w.plan(60)
+    # failed node first, then the upgraded ones, within maxParallel 3
+    assert deletions(result) == ["node-0003", "node-0001", "node-0002"]
+    w.ready_all_in_flight()
+    w.plan(120)
+    assert w.status["phase"] == "Idling" and w.status["upgrading"] is False
+    assert w.inner["currentStepState"] == "Completed"
+    assert w.inner["currentStepIndex"] == 1
+    rolled = w.conditions()["RolledBack"]
+    assert rolled["reason"] == "FailureThresholdReached" and NEW_VERSION in rolled["message"]
+    assert w.ready_on(OLD_REV) == list(w.nodes)
+    assert all(not n.unschedulable for n in w.nodes.values())
+
+
+def test_enable_rollout_false_mid_rollout_disables_after_moving_back() -> None:
+    w = World(4, policy(maxParallel=2))
+    w.settle(0)
+    w.ready("node-0001")
+    w.plan(60)
+    w.policy_raw["enableRollout"] = False
+    w.plan(70)
+    assert w.status["phase"] == "Disabling" and w.status["upgrading"] is True
+    w.plan(70)
+    for t in (130, 190, 250):
+        w.ready_all_in_flight()
+        w.plan(t)
+    assert w.status["phase"] == "Disabled" and w.status["upgrading"] is False
+    assert w.conditions()["RolledBack"]["reason"] == "RolloutDisabled"
+    assert w.ready_on(OLD_REV) == list(w.nodes)
+
+
+def test_rollback_honours_max_parallel() -> None:
+    w = World(6, policy(upgradeSteps=steps((4, 0), ("100%", 0)), maxParallel="50%"))
+    w.settle(0)
+    w.ready_all_in_flight()
+    w.plan(60)
+    w.ready_all_in_flight()
+    w.plan(120)  # 4 upgraded, step 2 started 1 node (maxParallel 50% of 2)
+    w.policy_raw["enableRollout"] = False
+    w.plan(130)
+    result = w.plan(130)
+    assert result.in_flight <= 2
+
+
+# --------------------------------------------------------------------------- restart safety
+
+
+def test_no_node_is_deleted_twice_when_the_status_write_was_lost() -> None:
+    w = World(3, policy(maxParallel=1))
+    w.settle(0)
+    assert w.deleted == [("node-0001", NEW_REV)]
+    w.plan(5, write_status=False)  # crash: status never written
+    w.plan(5, write_status=False)
+    assert w.deleted == [("node-0001", NEW_REV)]
+    assert w.annotation("node-0001", ANN_TARGET) == NEW_REV
+
+
+def test_recorded_move_whose_delete_never_happened_is_finished() -> None:
+    w = World(2, policy())
+    w.plan(0)
+    snapshot = w.snapshot()
+    result = plan(snapshot, EPOCH + 0)
+    annotate = result.actions[0]
+    w.apply([annotate])  # crash right after the annotation
+    assert w.deleted == []
+    result = w.plan(1)
+    assert deletions(result) == ["node-0001"]
+    assert w.annotation("node-0001", ANN_ATTEMPT) == "1"
+
+
+def test_planning_twice_on_the_same_snapshot_gives_the_same_plan() -> None:
+    w = World(5, policy(maxParallel=2, upgradeSteps=steps((2, 1000), ("100%", None))))
+    w.settle(0)
+    snap = w.snapshot()
+    assert plan(snap, EPOCH + 3) == plan(snap, EPOCH + 3)
+
+
+def test_nothing_changed_means_no_status_change_and_same_update_time() -> None:
+    w = World(3, policy())
+    w.settle(0)
+    stamp = w.inner["lastUpdateTime"]
+    result = w.plan(30)
+    assert result.changed is False and result.actions == ()
+    assert w.inner["lastUpdateTime"] == stamp
+    w.ready("node-0001")
+    result = w.plan(31)
+    assert result.changed is True
+    assert parse_time(w.inner["lastUpdateTime"]) == EPOCH + 31

@@ -1,0 +1,258 @@
+"""``reconciler simulate`` end to end (the real command, the real planner), checked against
+timelines computed by hand in the comments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from reconciler.cli.main import cli
+
+DATA = Path(__file__).parent / "data"
+SEED_10 = DATA / "seed-10-nodes.yaml"
+SEED_100 = DATA / "seed-100-nodes.yaml"
+
+
+def simulate(*args: str | Path) -> Result:
+    return CliRunner().invoke(cli, ["simulate", *map(str, args)], catch_exceptions=False)
+
+
+def as_json(*args: str | Path) -> tuple[int, dict[str, Any]]:
+    result = simulate(*args, "--format", "json")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def write_faults(tmp_path: Path, *entries: tuple[str, str]) -> Path:
+    path = tmp_path / "faults.yaml"
+    path.write_text(
+        "faults:\n" + "".join(f"  - {{node: {n}, fault: {f}}}\n" for n, f in entries),
+        encoding="utf-8",
+    )
+    return path
+
+
+def types_at(out: dict[str, Any], kind: str) -> list[float]:
+    return [e["t"] for e in out["events"] if e["type"] == kind]
+
+
+def test_seed_10_nodes_completes_in_the_hand_computed_time() -> None:
+    # install 60 s, maxParallel 100% of each batch: every batch is one 60 s wave.
+    # step 1 (2 nodes) 60 + gate 30; steps 2-4 (3, 3, 2 nodes) 60 + 10 s pause each
+    # = 60 + 30 + 3 * 70 = 300 s
+    code, out = as_json(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6",
+                        "--auto-confirm", "30")
+    assert code == 0
+    assert out["completed"] is True
+    assert out["duration_seconds"] == 300
+    assert out["max_in_flight"] == 3 and out["max_unavailable_seen"] == 0
+    final = out["final"]
+    assert final["phase"] == "Idling" and final["upgrading"] is False
+    assert final["status"]["currentStepIndex"] == 4
+    assert final["status"]["currentStepState"] == "Completed"
+    assert final["status"]["totalUpgradeReadyReplicas"] == 10
+    assert {n["version"] for n in out["nodes"]} == {"2.33.0.9"}
+    assert [n["name"] for n in out["nodes"]][:2] == ["node-0001", "node-0002"]
+    assert types_at(out, "GateOpened") == [60]
+    assert types_at(out, "StepStarted") == [90, 160, 230]
+    times = [e["t"] for e in out["events"]]
+    assert times == sorted(times)
+
+
+def test_seed_100_nodes_completes_in_the_hand_computed_time() -> None:
+    # install 120 s, gates confirmed after 60 s, maxParallel 50% of each batch (2 waves each):
+    # step 1: 5 nodes, 3 + 2 -> 240, gate -> 300
+    # step 2: 25 nodes, 13 + 12 -> 540, pause 300 -> 840
+    # step 3: 30 nodes, 15 + 15 -> 1080, pause 300 -> 1380
+    # step 4: 40 nodes, 20 + 20 -> 1620, gate -> 1680
+    code, out = as_json(SEED_100, "--nodes", "100", "--from-version", "2.32.0.6",
+                        "--install-seconds", "120", "--auto-confirm", "60")
+    assert code == 0 and out["completed"] is True
+    assert out["duration_seconds"] == 1680
+    assert out["max_in_flight"] == 20
+    assert types_at(out, "GateOpened") == [240, 1620]
+    assert types_at(out, "StepCompleted") == [540, 1080]
+    assert types_at(out, "RolloutCompleted") == [1680]
+
+
+def test_without_auto_confirm_the_simulation_stops_at_the_first_gate() -> None:
+    code, out = as_json(SEED_100, "--nodes", "100", "--from-version", "2.32.0.6",
+                        "--install-seconds", "120")
+    assert code == 1
+    assert out["completed"] is False and out["stop_reason"] == "manual-gate"
+    assert out["duration_seconds"] == 240
+    assert out["final"]["status"]["currentStepState"] == "StepPaused"
+    assert sum(n["version"] == "2.33.0.9" for n in out["nodes"]) == 5
+
+
+def test_image_pull_fault_reaches_the_threshold_and_pauses(tmp_path: Path) -> None:
+    # step 2 starts at 90 with nodes 3-5; node-0003 fails at once (1), retried after 30 s
+    # at 120 (2), after 60 s at 180 (3 = maxFailureThreshold): fallback pause at 180
+    faults = write_faults(tmp_path, ("node-0003", "imagepull"))
+    code, out = as_json(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6",
+                        "--auto-confirm", "30", "--faults", faults)
+    assert code == 1
+    assert out["stop_reason"] == "fallback-pause"
+    assert out["duration_seconds"] == 180
+    assert types_at(out, "NodeFailed") == [90, 120, 180]
+    final = out["final"]
+    assert final["phase"] == "Progressing" and final["upgrading"] is True
+    assert final["status"]["currentStepState"] == "StepPaused"
+    assert final["status"]["currentFailureRetry"] == 3
+    failed = next(c for c in final["condition"] if c["type"] == "BatchFailed")
+    assert failed["reason"] == "FailureThresholdReached" and "node-0003" in failed["message"]
+    versions = {n["name"]: n["version"] for n in out["nodes"]}
+    assert versions["node-0003"] == "2.33.0.9"  # its pod is on the new version, not Ready
+    assert not next(n for n in out["nodes"] if n["name"] == "node-0003")["ready"]
+
+
+def test_crash_loop_fault_with_fallback_rollback(tmp_path: Path) -> None:
+    # seed-100 with fallback: rollback; node-0007 crash-loops on the new version.
+    # step 2 starts at 300 with 13 nodes (6-18); node-0007 crashes at 420 (1), others Ready;
+    # nodes 19-30 start at 420. Retries at 450, 630, 870, 1230 (back-off 30, 60, 120, 240),
+    # each crashing 120 s later: failures 2, 3, 4, 5 -> at 1350 the threshold (5) is reached.
+    # Rollback within maxParallel 13: node-0007 first and 12 more at 1350, 13 at 1470, the
+    # last 4 at 1590, all Ready on the old version at 1710.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SEED_100.read_text().replace("fallback: pause", "fallback: rollback"))
+    faults = write_faults(tmp_path, ("node-0007", "crashloop"))
+    code, out = as_json(policy, "--nodes", "100", "--from-version", "2.32.0.6",
+                        "--install-seconds", "120", "--auto-confirm", "60", "--faults", faults)
+    assert code == 1
+    assert out["stop_reason"] == "rolled-back" and out["completed"] is False
+    assert types_at(out, "NodeFailed") == [420, 570, 750, 990, 1350]
+    assert types_at(out, "RollbackStarted") == [1350]
+    assert out["duration_seconds"] == 1710
+    rollback = [e for e in out["events"] if e["type"] == "NodeRollbackStarted"]
+    assert rollback[0]["node"] == "node-0007"
+    assert [e["t"] for e in rollback].count(1350) == 13
+    assert out["max_in_flight"] == 13
+    assert {n["version"] for n in out["nodes"]} == {"2.32.0.6"}
+    assert all(n["ready"] for n in out["nodes"])
+    final = out["final"]
+    assert final["phase"] == "Idling" and final["status"]["currentStepState"] == "Completed"
+    assert final["status"]["currentStepIndex"] == 2
+    rolled = next(c for c in final["condition"] if c["type"] == "RolledBack")
+    assert rolled["reason"] == "FailureThresholdReached" and "2.33.0.9" in rolled["message"]
+
+
+def test_never_ready_fault_fails_by_ready_timeout(tmp_path: Path) -> None:
+    # step 4 starts at 230 with nodes 9 and 10; node-0010 never turns Ready: failures at
+    # 830 (timeout 600), retry 860 -> 1460, retry 1520 -> 2120 (3 = threshold): pause
+    faults = write_faults(tmp_path, ("node-0010", "never-ready"))
+    code, out = as_json(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6",
+                        "--auto-confirm", "30", "--faults", faults)
+    assert code == 1
+    assert types_at(out, "NodeFailed") == [830, 1460, 2120]
+    assert out["duration_seconds"] == 2120
+    assert out["stop_reason"] == "fallback-pause"
+
+
+def test_not_ready_node_blocks_fresh_starts_with_max_unavailable_zero(tmp_path: Path) -> None:
+    faults = write_faults(tmp_path, ("node-0005", "node-notready"))
+    code, out = as_json(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6",
+                        "--auto-confirm", "30", "--faults", faults)
+    assert code == 1 and out["stop_reason"] == "stalled"
+    assert out["max_unavailable_seen"] == 1
+    assert out["final"]["phase"] == "Progressing"
+    assert "unavailable" in out["final"]["status"]["message"]
+    assert {n["version"] for n in out["nodes"]} == {"2.32.0.6"}
+
+
+def test_until_bounds_virtual_time() -> None:
+    code, out = as_json(SEED_100, "--nodes", "100", "--from-version", "2.32.0.6",
+                        "--install-seconds", "120", "--auto-confirm", "60", "--until", "1000")
+    assert code == 1 and out["stop_reason"] == "until"
+    assert out["duration_seconds"] == 1000
+
+
+def test_text_format_shows_the_timeline_and_the_predicted_total() -> None:
+    result = simulate(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6",
+                      "--auto-confirm", "30")
+    assert result.exit_code == 0
+    text = result.stdout
+    assert "predicted total 0:05:00 (300 s)" in text
+    assert "GateOpened" in text and "RolloutCompleted" in text
+    # per-step durations: step 1 upgraded in 1:00 and left after the 30 s gate
+    step1 = next(line for line in text.splitlines() if line.strip().startswith("1 "))
+    assert "0:01:00" in step1 and "0:01:30" in step1
+
+
+def test_node_names_are_zero_padded_to_the_fleet_size() -> None:
+    code, out = as_json(SEED_10, "--nodes", "12345", "--from-version", "2.32.0.6",
+                        "--until", "0")
+    assert code == 1 and out["stop_reason"] == "until"
+    assert out["nodes"][0]["name"] == "node-00001"
+    assert out["nodes"][-1]["name"] == "node-12345"
+
+
+def test_same_image_is_no_rollout() -> None:
+    result = simulate(SEED_10, "--nodes", "3", "--from-version", "2.33.0.9-amd64",
+                      "--format", "json")
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)
+    assert out["completed"] is True and out["stop_reason"] == "idle"
+    assert out["duration_seconds"] == 0
+    assert {n["version"] for n in out["nodes"]} == {"2.33.0.9-amd64"}
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("driver:\n  payload: {version: 2.0.0.1}\n  upgradePolicy:\n    enableRollout: 'false'\n",
+         "expected boolean"),
+        ("driver:\n  upgradePolicy:\n    enableRollout: true\n    upgradeSteps:\n"
+         "      - {replicas: 100%, pauseDuration: 0}\n", "no spec.driver.payload.version"),
+        ("driver: [\n", "policy.yaml:"),
+    ],
+)
+def test_bad_policy_file_is_a_located_error_not_a_traceback(
+    tmp_path: Path, content: str, expected: str
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(content, encoding="utf-8")
+    result = simulate(policy, "--nodes", "3", "--from-version", "1.0.0.0")
+    assert result.exit_code == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_fragment_findings_point_at_the_fragment_lines(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "driver:\n  payload: {version: 2.0.0.1}\n  upgradePolicy:\n    maxParallel: 50 %\n",
+        encoding="utf-8",
+    )
+    result = simulate(policy, "--nodes", "3", "--from-version", "1.0.0.0")
+    assert result.exit_code == 2
+    assert f"{policy}:4:18:" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("faults:\n  - {node: node-0099, fault: imagepull}\n", "no node named 'node-0099'"),
+        ("faults:\n  - {node: node-0001, fault: meltdown}\n", "unknown fault 'meltdown'"),
+        ("faults:\n  - {node: node-0001}\n", "expected exactly the keys"),
+        ("faults:\n  - {node: node-0001, fault: imagepull}\n"
+         "  - {node: node-0001, fault: crashloop}\n", "already has a fault"),
+        ("- node-0001\n", "expected a mapping with one key 'faults'"),
+        ("faults: [\n", "cannot read faults file"),
+    ],
+)
+def test_bad_faults_file_is_a_clear_error(tmp_path: Path, content: str, expected: str) -> None:
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(content, encoding="utf-8")
+    result = simulate(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6",
+                      "--faults", faults)
+    assert result.exit_code == 2
+    assert expected in result.stderr
+
+
+def test_missing_policy_file_is_a_clear_error(tmp_path: Path) -> None:
+    result = simulate(tmp_path / "nope.yaml", "--nodes", "3", "--from-version", "1")
+    assert result.exit_code == 2
+    assert "cannot read policy file" in result.stderr

@@ -1,0 +1,393 @@
+"""The simulated GPU fleet against the real control plane: node registration, driver pod
+lifecycle, every fault kind, workloads, deletion, nodes joining and leaving, firmware events and
+reboots."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from reconciler.kube.api import KubeApi, NotFound, resource_path
+from reconciler.kube.objects import (
+    API_VERSION,
+    CLUSTER_OPERATOR_NAME,
+    DRIVER_DAEMONSET,
+    GPU_RESOURCE,
+    NODE_NEED_REBOOT_MESSAGE,
+    NOT_READY_TAINT,
+    OPERATOR_NAMESPACE,
+    PLURAL,
+    REBOOT_REQUESTED_ANNOTATION,
+    REBOOTED_ANNOTATION,
+    REVISION_HASH_LABEL,
+    VBIOS_VERSION_LABEL,
+)
+from reconciler.kube.watch import ListWatch
+from reconciler.policy.payload import Payload
+from reconciler.sim.faults import Fault, FaultKind
+from reconciler.sim.fleet import FLEET_LABEL, WORKLOAD_NAMESPACE, Fleet
+from reconciler.sim.operator_install import DEFAULT_PAYLOAD
+from reconciler.sim.waiting import wait_for
+from tests.conftest import FleetFactory
+
+pytestmark = pytest.mark.cluster
+
+NODES = resource_path("v1", "nodes")
+DRIVER_PODS = resource_path("v1", "pods", namespace=OPERATOR_NAMESPACE)
+DAEMONSET = resource_path("apps/v1", "daemonsets", DRIVER_DAEMONSET, namespace=OPERATOR_NAMESPACE)
+NEW = Payload(DEFAULT_PAYLOAD.registry, DEFAULT_PAYLOAD.name, "2.40.0.1")
+
+
+def ready_condition(node: dict[str, Any]) -> str:
+    conditions = node.get("status", {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == "Ready"), "Unknown")
+
+
+def pod_on(kube: KubeApi, node: str) -> dict[str, Any] | None:
+    pods = kube.list(DRIVER_PODS, query={"fieldSelector": f"spec.nodeName={node}"})["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return live[0] if live else None
+
+
+def container_state(pod: dict[str, Any]) -> tuple[str, bool, str | None, int]:
+    """(phase, ready, waiting reason, restartCount) of the pod's first container."""
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    state = statuses[0].get("state") or {}
+    return (pod.get("status", {}).get("phase", ""), bool(statuses[0].get("ready")),
+            (state.get("waiting") or {}).get("reason"), int(statuses[0].get("restartCount", 0)))
+
+
+def set_template_image(kube: KubeApi, image: str) -> None:
+    """What the rollout controller does when a rollout starts (the simulator never does it)."""
+    kube.patch(DAEMONSET, {"spec": {"template": {"spec": {"containers": [
+        {"name": "driver", "image": image}]}}}}, patch_type="strategic")
+
+
+def replace_driver_pod(kube: KubeApi, node: str) -> None:
+    pod = pod_on(kube, node)
+    assert pod is not None, f"no driver pod on {node}"
+    kube.delete(resource_path("v1", "pods", pod["metadata"]["name"], namespace=OPERATOR_NAMESPACE))
+    wait_for(lambda: (p := pod_on(kube, node)) is not None
+             and p["metadata"]["uid"] != pod["metadata"]["uid"],
+             timeout=30, what=f"a new driver pod on {node}")
+
+
+@contextmanager
+def recording(kube: KubeApi, path: str, query: dict[str, str] | None = None
+              ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def record(event_type: str, obj: dict[str, Any]) -> None:
+        with lock:
+            events.append((event_type, obj))
+
+    watch = ListWatch(kube, path, on_event=record, query=query, name="test recorder").start()
+    assert watch.wait_synced(10)
+    try:
+        yield events
+    finally:
+        watch.stop()
+
+
+# -- registration ---------------------------------------------------------------------------
+
+
+def test_nodes_register_as_ready_schedulable_gpu_nodes(fleet: Fleet, kube: KubeApi) -> None:
+    nodes = kube.list(NODES, query={"labelSelector": f"{FLEET_LABEL}=default"})["items"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == [f"node-{i:04d}" for i in range(1, 11)]
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        assert labels["metax-tech.com/gpu.installed"] == "true"
+        assert labels["metax-tech.com/gpu.product"] == "MXC500"
+        assert labels["metax-tech.com/gpu.sriov"] == "forbidden"
+        assert {labels[f"metax-tech.com/gpu.driver.{p}"] for p in ("major", "minor", "patch")} \
+            <= {"2", "31", "0"}
+        assert labels["metax-tech.com/driver.ready"] == "true"
+        assert labels[VBIOS_VERSION_LABEL] == "1.12.0.0"
+        assert node["status"]["allocatable"][GPU_RESOURCE] == "8"
+        assert ready_condition(node) == "True"
+        assert NOT_READY_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
+        assert node["status"]["nodeInfo"]["bootID"]
+
+
+def test_operator_install_creates_the_vendor_objects(fleet: Fleet, kube: KubeApi) -> None:
+    daemonset = kube.get(DAEMONSET)
+    assert daemonset["spec"]["updateStrategy"]["type"] == "OnDelete"
+    assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {
+        "metax-tech.com/gpu.installed": "true"}
+    assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        DEFAULT_PAYLOAD.image
+    co = kube.get(resource_path(API_VERSION, PLURAL, CLUSTER_OPERATOR_NAME))
+    assert co["spec"]["driver"]["payload"]["version"] == DEFAULT_PAYLOAD.version
+    assert co["spec"]["driver"]["fwUpgradePolicy"] == "Never"
+
+
+# -- driver pod lifecycle ---------------------------------------------------------------------
+
+
+def test_driver_pod_goes_pending_running_ready_on_the_current_revision(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    with recording(kube, DRIVER_PODS) as events:
+        fleet = fleet_factory(nodes=2, install_seconds=1.5, pull_seconds=0.3)
+        wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=30, what="2 Ready drivers",
+                 observe=fleet.driver_pods)
+    name = fleet.driver_pods()["node-0001"].name
+    states = []
+    for _, pod in events:
+        if pod["metadata"]["name"] == name:
+            phase, ready, _, _ = container_state(pod)
+            if not states or states[-1] != (phase, ready):
+                states.append((phase, ready))
+    assert states[0] == ("Pending", False)
+    assert states[-1] == ("Running", True)
+    assert ("Running", False) in states
+    assert states.index(("Running", False)) < states.index(("Running", True))
+
+    revisions = kube.list(resource_path("apps/v1", "controllerrevisions",
+                                        namespace=OPERATOR_NAMESPACE))["items"]
+    current = max(revisions, key=lambda r: r["revision"])["metadata"]["labels"][REVISION_HASH_LABEL]
+    pod = pod_on(kube, "node-0001")
+    assert pod is not None and pod["metadata"]["labels"][REVISION_HASH_LABEL] == current
+    assert fleet.driver_pods()["node-0001"].revision == current
+
+
+def test_image_pull_fault(fleet_factory: FleetFactory, kube: KubeApi) -> None:
+    fleet = fleet_factory(nodes=3, crash_seconds=0.3,
+                          faults=[Fault("node-0002", FaultKind.IMAGE_PULL)])
+    wait_for(lambda: fleet.ready_driver_nodes() == ["node-0001", "node-0003"], timeout=30,
+             what="the healthy nodes Ready", observe=fleet.driver_pods)
+    reasons: set[str | None] = set()
+
+    def both_reasons_seen() -> bool:
+        pod = pod_on(kube, "node-0002")
+        if pod is not None:
+            phase, ready, reason, _ = container_state(pod)
+            assert phase == "Pending" and not ready
+            reasons.add(reason)
+        return {"ErrImagePull", "ImagePullBackOff"} <= reasons
+
+    wait_for(both_reasons_seen, timeout=20, what="ErrImagePull then ImagePullBackOff",
+             observe=lambda: reasons)
+
+
+def test_crash_loop_fault_restart_count_grows(fleet_factory: FleetFactory, kube: KubeApi) -> None:
+    fleet = fleet_factory(nodes=2, crash_seconds=0.2,
+                          faults=[Fault("node-0001", FaultKind.CRASH_LOOP)])
+
+    def crashing_twice() -> bool:
+        pod = pod_on(kube, "node-0001")
+        if pod is None:
+            return False
+        phase, ready, reason, restarts = container_state(pod)
+        return phase == "Running" and not ready and reason == "CrashLoopBackOff" and restarts >= 2
+
+    wait_for(crashing_twice, timeout=30, what="CrashLoopBackOff with restartCount >= 2",
+             observe=lambda: pod_on(kube, "node-0001"))
+    assert fleet.ready_driver_nodes() == ["node-0002"]
+
+
+def test_never_ready_fault(fleet_factory: FleetFactory, kube: KubeApi) -> None:
+    fleet = fleet_factory(nodes=2, install_seconds=0.2,
+                          faults=[Fault("node-0002", FaultKind.NEVER_READY)])
+    wait_for(lambda: fleet.ready_driver_nodes() == ["node-0001"], timeout=30,
+             what="node-0001 Ready", observe=fleet.driver_pods)
+    # Ten install times later node-0002's driver runs but is still not Ready.
+    threading.Event().wait(2.0)
+    pod = pod_on(kube, "node-0002")
+    assert pod is not None
+    assert container_state(pod) == ("Running", False, None, 0)
+
+
+def test_node_notready_fault_at_start_and_at_run_time(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    fleet = fleet_factory(nodes=3, faults=[Fault("node-0001", FaultKind.NODE_NOT_READY)])
+    wait_for(lambda: fleet.ready_driver_nodes() == ["node-0002", "node-0003"], timeout=30,
+             what="the Ready nodes' drivers", observe=fleet.driver_pods)
+    node = kube.get(f"{NODES}/node-0001")
+    assert ready_condition(node) == "False"
+    assert NOT_READY_TAINT in {t["key"] for t in node["spec"]["taints"]}
+    assert pod_on(kube, "node-0001") is None  # the DaemonSet does not tolerate not-ready
+
+    fleet.set_fault("node-0002", FaultKind.NODE_NOT_READY)
+    wait_for(lambda: ready_condition(kube.get(f"{NODES}/node-0002")) == "False", timeout=20,
+             what="node-0002 NotReady")
+    fleet.clear_faults("node-0001")
+    wait_for(lambda: fleet.ready_driver_nodes() == ["node-0001", "node-0003"], timeout=30,
+             what="node-0001 back with a Ready driver", observe=fleet.driver_pods)
+    node = kube.get(f"{NODES}/node-0001")
+    assert ready_condition(node) == "True"
+    assert NOT_READY_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
+
+
+def test_faults_tied_to_a_version_disappear_on_another_version(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    fleet = fleet_factory(nodes=3, crash_seconds=0.2, faults=[
+        Fault("node-0002", FaultKind.CRASH_LOOP, version=NEW.version),
+        Fault("node-0003", FaultKind.NODE_NOT_READY, version=f"{NEW.version}-amd64"),
+    ])
+    wait_for(lambda: len(fleet.ready_driver_nodes(DEFAULT_PAYLOAD.version)) == 3, timeout=30,
+             what="all Ready on the old version", observe=fleet.driver_pods)
+
+    set_template_image(kube, NEW.image)
+    for node in ("node-0001", "node-0002", "node-0003"):
+        replace_driver_pod(kube, node)
+    wait_for(lambda: fleet.ready_driver_nodes(NEW.version) == ["node-0001"], timeout=30,
+             what="node-0001 Ready on the new version", observe=fleet.driver_pods)
+    wait_for(lambda: (p := fleet.pod_view("node-0002")) is not None
+             and p.waiting_reason == "CrashLoopBackOff", timeout=20,
+             what="node-0002 crash-looping on the new version", observe=fleet.driver_pods)
+    wait_for(lambda: ready_condition(kube.get(f"{NODES}/node-0003")) == "False", timeout=20,
+             what="node-0003 NotReady on the new version")
+
+    set_template_image(kube, DEFAULT_PAYLOAD.image)  # roll back
+    for node in ("node-0002", "node-0003"):
+        replace_driver_pod(kube, node)
+    wait_for(lambda: fleet.ready_driver_nodes(DEFAULT_PAYLOAD.version) == ["node-0002",
+                                                                          "node-0003"],
+             timeout=30, what="nodes 2 and 3 Ready on the old version", observe=fleet.driver_pods)
+    assert ready_condition(kube.get(f"{NODES}/node-0003")) == "True"
+
+
+# -- workloads, deletion, nodes joining and leaving --------------------------------------------
+
+
+def test_workload_pods_run_on_their_node_and_leave(fleet: Fleet, kube: KubeApi) -> None:
+    name = fleet.add_workload("node-0004", gpus=8)
+    pods = resource_path("v1", "pods", namespace=WORKLOAD_NAMESPACE)
+
+    def running() -> bool:
+        pod = kube.get(f"{pods}/{name}")
+        return container_state(pod)[:2] == ("Running", True)
+
+    wait_for(running, timeout=20, what="the GPU job Running and Ready")
+    pod = kube.get(f"{pods}/{name}")
+    assert pod["spec"]["nodeName"] == "node-0004"
+    assert pod["spec"]["containers"][0]["resources"]["requests"][GPU_RESOURCE] == "8"
+
+    fleet.remove_workload(name)  # graceful: the kubelet stand-in completes it
+
+    def gone() -> bool:
+        try:
+            kube.get(f"{pods}/{name}")
+            return False
+        except NotFound:
+            return True
+
+    wait_for(gone, timeout=20, what="the GPU job deleted")
+
+
+def test_graceful_deletion_completes_and_the_daemonset_replaces_the_pod(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    fleet = fleet_factory(nodes=2, termination_seconds=0.5)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=30, what="2 Ready drivers")
+    old = pod_on(kube, "node-0001")
+    assert old is not None
+    # Default grace period (30 s): the simulated kubelet finishes it after termination_seconds.
+    kube.delete(resource_path("v1", "pods", old["metadata"]["name"], namespace=OPERATOR_NAMESPACE))
+
+    def replaced() -> bool:
+        view = fleet.pod_view("node-0001")
+        return view is not None and view.name != old["metadata"]["name"] and view.ready
+
+    wait_for(replaced, timeout=20, what="a new Ready driver pod on node-0001",
+             observe=fleet.driver_pods)
+    with pytest.raises(NotFound):
+        kube.get(resource_path("v1", "pods", old["metadata"]["name"],
+                               namespace=OPERATOR_NAMESPACE))
+
+
+def test_nodes_join_and_leave(fleet: Fleet, kube: KubeApi) -> None:
+    name = fleet.add_node(labels={"gpu.metax-tech.com/canary": "true"})
+    assert name == "node-0011"
+    wait_for(lambda: "node-0011" in fleet.ready_driver_nodes(), timeout=30,
+             what="the new node's driver Ready", observe=fleet.driver_pods)
+    assert kube.get(f"{NODES}/node-0011")["metadata"]["labels"]["gpu.metax-tech.com/canary"] \
+        == "true"
+
+    fleet.remove_node("node-0011")
+    with pytest.raises(NotFound):
+        kube.get(f"{NODES}/node-0011")
+    wait_for(lambda: pod_on(kube, "node-0011") is None, timeout=20,
+             what="the removed node's pods gone")
+    assert "node-0011" not in fleet.node_names
+
+
+def test_non_gpu_nodes_get_no_driver(fleet: Fleet, kube: KubeApi) -> None:
+    name = fleet.add_node("cpu-0001", gpu=False)
+    node = kube.get(f"{NODES}/{name}")
+    assert "metax-tech.com/gpu.installed" not in node["metadata"]["labels"]
+    assert ready_condition(node) == "True"
+    threading.Event().wait(1.0)
+    assert pod_on(kube, name) is None
+
+
+# -- firmware ---------------------------------------------------------------------------------
+
+
+def _need_reboot_events(kube: KubeApi) -> dict[str, dict[str, Any]]:
+    events = kube.list(resource_path("v1", "events", namespace="default"),
+                       query={"fieldSelector": "reason=NodeNeedReboot"})["items"]
+    return {e["involvedObject"]["name"]: e for e in events}
+
+
+def test_firmware_upgrade_emits_node_need_reboot_and_reboots_apply_it(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    fleet = fleet_factory(
+        nodes=4, firmware_seconds=(0.1, 0.5), reboot_seconds=1.0, install_seconds=0.2,
+        faults=[Fault("node-0003", FaultKind.FIRMWARE_WRONG_VERSION),
+                Fault("node-0004", FaultKind.FIRMWARE_NO_REPORT)],
+    )
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=30, what="4 Ready drivers")
+    kube.patch(resource_path(API_VERSION, PLURAL, CLUSTER_OPERATOR_NAME),
+               {"spec": {"driver": {"fwUpgradePolicy": "PreferCloud"}}})
+    events = wait_for(lambda: (e := _need_reboot_events(kube)) and len(e) >= 3 and e,
+                      timeout=20, what="NodeNeedReboot on three nodes",
+                      observe=lambda: sorted(_need_reboot_events(kube)))
+    assert sorted(events) == ["node-0001", "node-0002", "node-0003"]
+    for name, event in events.items():
+        assert event["message"] == NODE_NEED_REBOOT_MESSAGE
+        assert event["type"] == "Normal"
+        assert event["involvedObject"]["kind"] == "Node"
+        assert event["involvedObject"]["uid"] == kube.get(f"{NODES}/{name}")["metadata"]["uid"]
+        assert fleet.pending_firmware(name) == "1.13.0.0"
+    threading.Event().wait(1.0)
+    assert "node-0004" not in _need_reboot_events(kube)  # fails to report
+
+    boot_ids = {n: kube.get(f"{NODES}/{n}")["status"]["nodeInfo"]["bootID"] for n in events}
+    with recording(kube, NODES, {"labelSelector": f"{FLEET_LABEL}=default"}) as seen:
+        # A reboot hook's request (annotation) and a person's reboot.
+        for name in ("node-0001", "node-0003"):
+            kube.patch(f"{NODES}/{name}",
+                       {"metadata": {"annotations": {REBOOT_REQUESTED_ANNOTATION: f"t-{name}"}}})
+        fleet.reboot("node-0002")
+
+        def back(name: str) -> bool:
+            node = kube.get(f"{NODES}/{name}")
+            return (ready_condition(node) == "True"
+                    and node["status"]["nodeInfo"]["bootID"] != boot_ids[name])
+
+        wait_for(lambda: all(back(n) for n in boot_ids), timeout=30,
+                 what="the three nodes back with new boot IDs")
+    for name in boot_ids:
+        states = [ready_condition(o) for _, o in seen if o["metadata"]["name"] == name]
+        assert "False" in states, f"{name} never went NotReady"
+    vbios = {n: kube.get(f"{NODES}/{n}")["metadata"]["labels"][VBIOS_VERSION_LABEL]
+             for n in boot_ids}
+    assert vbios == {"node-0001": "1.13.0.0", "node-0002": "1.13.0.0", "node-0003": "1.12.0.0"}
+    annotations = kube.get(f"{NODES}/node-0001")["metadata"]["annotations"]
+    assert annotations[REBOOTED_ANNOTATION] == "t-node-0001"
+    # The driver came back too, restarted once.
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=30,
+             what="drivers Ready after the reboots", observe=fleet.driver_pods)
+    pod = pod_on(kube, "node-0001")
+    assert pod is not None and container_state(pod)[3] == 1
