@@ -1,13 +1,19 @@
-"""``reconciler run``: the daemon."""
+"""``reconciler run``: the daemon (sync role, rollout controller, or both).
+
+Every setting comes from, highest first: the command-line flag, its environment variable
+(``RECONCILER_*``, listed in ``--help`` and docs/configuration.md), the policy repository's
+``reconciler.yaml`` (for the keys it has), the default.
+"""
 
 from __future__ import annotations
 
 import logging
-import signal
+import os
 import sys
-import threading
-from types import FrameType
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,77 +21,460 @@ from reconciler.cli.durations import parse_duration_seconds
 
 if TYPE_CHECKING:
     from reconciler.kube.api import KubeApi
+    from reconciler.ops.metrics import Metrics
+    from reconciler.trust.signatures import CommitVerifier
+
+log = logging.getLogger("reconciler.run")
+
+ENV = "RECONCILER_"
+
+
+def _duration(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration_seconds(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from exc
+
+
+@dataclass
+class _Daemon:
+    """What runs, so shutdown can stop it in order."""
+
+    stoppers: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
 
 
 @click.command("run")
-@click.option("--role", type=click.Choice(["all", "sync", "controller"]), default="all",
-              show_default=True, help="Which role(s) this process plays (SPEC section 1).")
-@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Kubeconfig file (default: in-cluster config, then ~/.kube/config).")
-@click.option("--cluster-operator", "cluster_operator", default="cluster-operator",
-              show_default=True, help="Name of the ClusterOperator object.")
-@click.option("--ready-timeout", default="10m", show_default=True,
-              help="How long a new driver pod may take to become Ready before it counts as failed.")
-@click.option("--log-level", default="info", show_default=True,
+@click.option("--repo", envvar=f"{ENV}REPO", default=None, metavar="PATH|URL",
+              help="Policy repository: a local working copy (watched) or a URL (fetched). "
+                   "Needed by --role all and sync.")
+@click.option("--cluster", envvar=f"{ENV}CLUSTER", default=None, metavar="NAME",
+              help="This cluster's folder under clusters/ in the repository.")
+@click.option("--branch", envvar=f"{ENV}BRANCH", default="main", show_default=True,
+              help="Branch the policy is read from.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", type=click.Path(dir_okay=False),
+              default=None, help="Kubeconfig file (default: in-cluster config, then "
+                                  "~/.kube/config).")
+@click.option("--role", envvar=f"{ENV}ROLE", type=click.Choice(["all", "sync", "controller"]),
+              default="all", show_default=True,
+              help="all: sync and rollout controller in one process; sync: Git <-> cluster "
+                   "only; controller: the rollout controller only (no Git).")
+@click.option("--mode", envvar=f"{ENV}MODE", type=click.Choice(["builtin", "operator"]),
+              default="builtin", show_default=True,
+              help="operator: the vendor operator runs the rollout; no builtin controller, the "
+                   "sync applies and mirrors the vendor's status.")
+@click.option("--cluster-operator", "cluster_operator", envvar=f"{ENV}CLUSTER_OPERATOR",
+              default="cluster-operator", show_default=True,
+              help="Name of the ClusterOperator object.")
+@click.option("--state-dir", envvar=f"{ENV}STATE_DIR", type=click.Path(file_okay=False),
+              default=None, help="Mirror, queue of unpushed commits, keyrings "
+                                 "(default $XDG_STATE_HOME/gpu-gitops-reconciler).")
+@click.option("--fetch-interval", envvar=f"{ENV}FETCH_INTERVAL", default=None,
+              help="How often a remote is fetched [reconciler.yaml sync.fetchInterval; 30s].")
+@click.option("--status-min-interval", envvar=f"{ENV}STATUS_MIN_INTERVAL", default=None,
+              help="Status commits are coalesced to this interval "
+                   "[reconciler.yaml sync.statusMinInterval; 5s].")
+@click.option("--ready-timeout", envvar=f"{ENV}READY_TIMEOUT", default=None,
+              help="How long a new driver pod may take to become Ready before it counts as "
+                   "failed [reconciler.yaml rollout.readyTimeout; 10m].")
+@click.option("--repo-config", envvar=f"{ENV}REPO_CONFIG", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="With --role controller (no repository): a reconciler.yaml whose rollout and "
+                   "firmware sections to use.")
+@click.option("--controller-field-manager", envvar=f"{ENV}CONTROLLER_FIELD_MANAGER",
+              default="gpu-rollout-controller", show_default=True,
+              help="Field manager whose spec changes are the rollout's own (written back to "
+                   "Git, SPEC 4.6); in operator mode, the vendor operator's.")
+@click.option("--webhook-listen", envvar=f"{ENV}WEBHOOK_LISTEN", default=None,
+              metavar="HOST:PORT", help="Serve the push webhook here (off when not set).")
+@click.option("--webhook-secret-file", envvar=f"{ENV}WEBHOOK_SECRET_FILE", default=None,
+              type=click.Path(dir_okay=False),
+              help="Webhook HMAC secret file (else $RECONCILER_WEBHOOK_SECRET).")
+@click.option("--webhook-repository", envvar=f"{ENV}WEBHOOK_REPOSITORY", default=None,
+              help="Repository the webhook must name: URL or owner/name (default: --repo).")
+@click.option("--signature-mode", envvar=f"{ENV}SIGNATURE_MODE",
+              type=click.Choice(["none", "gpg", "ssh", "any"]), default=None,
+              help="Verify the head commit's signature; the repository's signatures.mode may "
+                   "only tighten it [none].")
+@click.option("--trusted-gpg-key", "trusted_gpg_keys", envvar=f"{ENV}TRUSTED_GPG_KEYS",
+              multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Trusted OpenPGP public key file (repeatable).")
+@click.option("--allowed-signers", envvar=f"{ENV}ALLOWED_SIGNERS", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Trusted SSH keys (ssh-keygen allowed signers file).")
+@click.option("--signing-gpg-key", envvar=f"{ENV}SIGNING_GPG_KEY", default=None,
+              help="Sign the reconciler's own commits with this OpenPGP key id.")
+@click.option("--signing-gnupg-home", envvar=f"{ENV}SIGNING_GNUPG_HOME", default=None,
+              type=click.Path(file_okay=False), help="GNUPGHOME holding the signing key.")
+@click.option("--signing-ssh-key", envvar=f"{ENV}SIGNING_SSH_KEY", default=None,
+              type=click.Path(dir_okay=False),
+              help="Sign the reconciler's own commits with this SSH private key file.")
+@click.option("--ops-listen", envvar=f"{ENV}OPS_LISTEN", default=":8080", show_default=True,
+              metavar="HOST:PORT|off", help="/healthz, /readyz and /metrics.")
+@click.option("--leader-elect/--no-leader-elect", envvar=f"{ENV}LEADER_ELECT", default=False,
+              show_default=True, help="Run several replicas; only the Lease holder acts.")
+@click.option("--leader-elect-namespace", envvar="POD_NAMESPACE", default="metax-operator",
+              show_default=True, help="Namespace of the Lease.")
+@click.option("--leader-elect-lease", envvar=f"{ENV}LEASE_NAME", default="gpu-reconciler",
+              show_default=True, help="Name of the Lease.")
+@click.option("--lease-duration", envvar=f"{ENV}LEASE_DURATION", default="15s",
+              show_default=True)
+@click.option("--renew-deadline", envvar=f"{ENV}RENEW_DEADLINE", default="10s",
+              show_default=True)
+@click.option("--retry-period", envvar=f"{ENV}RETRY_PERIOD", default="2s", show_default=True)
+@click.option("--log-format", envvar=f"{ENV}LOG_FORMAT", type=click.Choice(["text", "json"]),
+              default="text", show_default=True)
+@click.option("--log-level", envvar=f"{ENV}LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
-def run(role: str, kubeconfig: str | None, cluster_operator: str, ready_timeout: str,
-        log_level: str) -> None:
-    """Run the reconciler until SIGTERM or Ctrl-C."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if role != "controller":
-        raise click.UsageError(
-            f"--role {role} needs the Git sync role, which this build does not include yet; "
-            "use --role controller"
+def run(**options: Any) -> None:
+    """Run the reconciler until SIGTERM or Ctrl-C.
+
+    \b
+    reconciler run --repo https://git.example.com/fleet/policy.git --cluster prod-a
+    reconciler run --repo ~/policy --cluster dev --kubeconfig dev.kubeconfig
+    reconciler run --role controller            # the rollout controller alone, no Git
+    reconciler run --role sync --mode operator  # the vendor operator runs the rollout
+    """
+    from reconciler.ops.logs import configure_logging
+
+    configure_logging(json_logs=options["log_format"] == "json", level=options["log_level"])
+    settings = _Settings.from_options(options)
+    sys.exit(_serve(settings))
+
+
+@dataclass
+class _Settings:
+    options: dict[str, Any]
+    role: str
+    mode: str
+    fetch_interval: float | None
+    status_min_interval: float | None
+    ready_timeout: float | None
+    lease: tuple[float, float, float]
+
+    @property
+    def runs_sync(self) -> bool:
+        return self.role in ("all", "sync")
+
+    @property
+    def runs_controller(self) -> bool:
+        return self.role == "controller" or (self.role == "all" and self.mode == "builtin")
+
+    @classmethod
+    def from_options(cls, o: dict[str, Any]) -> _Settings:
+        role, mode = o["role"], o["mode"]
+        if role == "controller" and mode == "operator":
+            raise click.UsageError("--role controller --mode operator: in operator mode the "
+                                   "vendor operator is the controller; run --role sync")
+        if role in ("all", "sync"):
+            missing = [f"--{k}" for k in ("repo", "cluster") if not o[k]]
+            if missing:
+                raise click.UsageError(
+                    f"--role {role} needs {' and '.join(missing)} (or run --role controller "
+                    "for the rollout controller alone)")
+        ready = _duration(o["ready_timeout"], "--ready-timeout")
+        lease = tuple(_duration(o[k], f"--{k.replace('_', '-')}") or 0.0
+                      for k in ("lease_duration", "renew_deadline", "retry_period"))
+        return cls(
+            options=o, role=role, mode=mode,
+            fetch_interval=_duration(o["fetch_interval"], "--fetch-interval"),
+            status_min_interval=_duration(o["status_min_interval"], "--status-min-interval"),
+            ready_timeout=ready,
+            lease=(lease[0], lease[1], lease[2]),
         )
+
+
+def _serve(s: _Settings) -> int:
+    from reconciler.ops.health import HealthChecks, OpsServer
+    from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+    from reconciler.ops.metrics import Metrics
+    from reconciler.ops.shutdown import Shutdown
+
+    o = s.options
+    shutdown = Shutdown()
+    shutdown.install()
+    metrics = Metrics()
+    checks = HealthChecks()
+    api = _api(o["kubeconfig"])
+    leader = _Leadership()
+
+    ops_address = None
+    if o["ops_listen"] and o["ops_listen"] != "off":
+        try:
+            ops_address = parse_listen_address(o["ops_listen"])
+        except ListenAddressError as exc:
+            raise click.BadParameter(str(exc), param_hint="--ops-listen") from exc
+    if ops_address is not None:
+        ops = OpsServer(*ops_address, checks=checks, metrics=metrics)
+        try:
+            ops.start()
+        except OSError as exc:
+            raise click.ClickException(f"--ops-listen {o['ops_listen']}: {exc}") from exc
+        shutdown.on_shutdown("ops server", ops.stop)
+        log.info("ops endpoints on %s (/healthz /readyz /metrics)", ops.url)
+
+    sync = _start_sync(s, api, metrics, leader, shutdown) if s.runs_sync else None
+    controller = None
+    firmware = None
+    if s.runs_controller:
+        from reconciler.controller.act import Target
+        from reconciler.controller.loop import RolloutController
+        from reconciler.rollout.model import PlannerSettings
+
+        controller = RolloutController(
+            api, Target(cluster_operator=o["cluster_operator"]),
+            settings=PlannerSettings(ready_timeout=_ready_timeout(s, sync)),
+            is_leader=leader.is_leader,
+        )
+        controller.start()
+        shutdown.on_shutdown("rollout controller", controller.stop)
+        log.info("rollout controller started for ClusterOperator %s at %s",
+                 o["cluster_operator"], api.host)
+        from reconciler.firmware.controller import FirmwareController
+
+        firmware = FirmwareController(api, cluster_operator=o["cluster_operator"],
+                                      settings=_firmware_settings(o, sync),
+                                      is_leader=leader.is_leader)
+        firmware.start()
+        shutdown.on_shutdown("firmware orchestrator", firmware.stop)
+
+    def caches_synced() -> bool:
+        return ((sync is None or sync.synced())
+                and (controller is None or controller.synced())
+                and (firmware is None or firmware.synced()))
+
+    checks.add_readiness("caches", caches_synced)
+    if sync is not None:
+        checks.add_liveness("sync", lambda: sync.alive)
+    if o["webhook_listen"] and sync is not None:
+        _start_webhook(s, sync, metrics, shutdown)
+
+    if o["leader_elect"]:
+        from reconciler.ops.leader import (
+            ElectionConfig,
+            KubernetesLeaseClient,
+            LeaderElector,
+            default_identity,
+        )
+
+        def started() -> None:
+            log.info("became the leader: acting")
+            if sync is not None:
+                sync.resync()
+            if controller is not None:
+                controller.kick()
+
+        def stopped() -> None:
+            log.info("lost the leadership: not acting")
+            if sync is not None:
+                sync.stop_acting()
+
+        duration, deadline, retry = s.lease
+        try:
+            config = ElectionConfig(o["leader_elect_namespace"], o["leader_elect_lease"],
+                                    default_identity(), duration, deadline, retry)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        elector = LeaderElector(KubernetesLeaseClient(api.typed()), config,
+                                on_started_leading=started, on_stopped_leading=stopped,
+                                metrics=metrics)
+        leader.check = lambda: elector.is_leader
+        elector.start()
+        shutdown.on_shutdown("leader election", elector.stop)
+        log.info("leader election on Lease %s/%s as %s", config.namespace, config.name,
+                 config.identity)
+
+    shutdown.wait()
+    checks.shutting_down()
+    leader.revoke()
+    failed = shutdown.run_steps()
+    log.info("stopped%s", f" (failed steps: {', '.join(failed)})" if failed else "")
+    return 0
+
+
+def _repo_config(o: dict[str, Any], sync: Any) -> dict[str, Any]:
+    """``reconciler.yaml`` at the branch head (the controllers' settings), or --repo-config."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    text: bytes | None = None
+    if o["repo_config"]:
+        text = Path(o["repo_config"]).read_bytes()
+    elif sync is not None:
+        head = sync.repo.mirror.head(o["branch"])
+        text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
     try:
-        timeout = parse_duration_seconds(ready_timeout)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--ready-timeout") from exc
+        data = YAML(typ="safe").load(text) if text else None
+    except YAMLError as exc:
+        log.warning("reconciler.yaml is not valid YAML (%s); using defaults", exc)
+        return {}
+    return data if isinstance(data, dict) else {}
 
-    from reconciler.controller.act import Target
-    from reconciler.controller.loop import RolloutController
-    from reconciler.kube.api import KubeApi
-    from reconciler.rollout.model import PlannerSettings
 
-    api = KubeApi.from_kubeconfig(kubeconfig) if kubeconfig else _default_api()
-    controller = RolloutController(
-        api,
-        Target(cluster_operator=cluster_operator),
-        settings=PlannerSettings(ready_timeout=timeout),
+def _firmware_settings(o: dict[str, Any], sync: Any) -> Any:
+    from reconciler.firmware.model import FirmwareSettings, SettingsError
+
+    try:
+        return FirmwareSettings.from_config(_repo_config(o, sync).get("firmware"))
+    except SettingsError as exc:
+        log.warning("reconciler.yaml firmware section unusable (%s); using defaults", exc)
+        return FirmwareSettings()
+
+
+def _ready_timeout(s: _Settings, sync: Any) -> float:
+    """The flag, else ``rollout.readyTimeout`` of reconciler.yaml at the branch head, else
+    10 minutes."""
+    if s.ready_timeout is not None:
+        return s.ready_timeout
+    from reconciler.policy.repo_config import RepoConfig
+
+    try:
+        return RepoConfig.from_obj(_repo_config(s.options, sync)).ready_timeout_s
+    except (ValueError, AttributeError, TypeError) as exc:
+        log.warning("reconciler.yaml rollout.readyTimeout unusable (%s); using 10m", exc)
+    return 600.0
+
+
+class _Leadership:
+    """``is_leader`` for the roles: always true without election; false for good once shutdown
+    began."""
+
+    def __init__(self) -> None:
+        self.check: Callable[[], bool] = lambda: True
+        self._revoked = False
+
+    def is_leader(self) -> bool:
+        return not self._revoked and self.check()
+
+    def revoke(self) -> None:
+        self._revoked = True
+
+
+def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadership,
+                shutdown: Any) -> Any:
+    from reconciler.gitops.errors import GitOpsError
+    from reconciler.sync.loop import ClusterSync
+
+    o = s.options
+    state_dir = Path(o["state_dir"]).expanduser() if o["state_dir"] else None
+    verifier = _verifier(s, state_dir, metrics)
+    signing = _signing(o)
+    try:
+        sync = ClusterSync(
+            api, o["repo"], cluster=o["cluster"], branch=o["branch"], state_dir=state_dir,
+            cluster_operator=o["cluster_operator"], fetch_interval=s.fetch_interval,
+            status_min_interval=s.status_min_interval, verifier=verifier,
+            signature_mode=o["signature_mode"], signing=signing, metrics=metrics,
+            is_leader=leader.is_leader, controller_field_manager=o["controller_field_manager"],
+        )
+    except GitOpsError as exc:
+        raise click.ClickException(str(exc)) from exc
+    sync.start()
+    shutdown.on_shutdown("sync (flush Git)", sync.stop)
+    log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s", o["repo"],
+             o["branch"], o["cluster"], o["cluster_operator"], s.mode)
+    return sync
+
+
+def _verifier(s: _Settings, state_dir: Path | None, metrics: Metrics) -> CommitVerifier | None:
+    o = s.options
+    if not o["trusted_gpg_keys"] and not o["allowed_signers"]:
+        if o["signature_mode"] not in (None, "none"):
+            raise click.UsageError(f"--signature-mode {o['signature_mode']} needs "
+                                   "--trusted-gpg-key and/or --allowed-signers")
+        return None
+    from reconciler.gitops.mirror import default_state_dir
+    from reconciler.trust.signatures import (
+        CommitVerifier,
+        Method,
+        SignatureConfigError,
+        TrustedKeys,
     )
-    stop = threading.Event()
 
-    def _handle(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+    methods = set()
+    if o["trusted_gpg_keys"]:
+        methods.add(Method.OPENPGP)
+    if o["allowed_signers"]:
+        methods.add(Method.SSH)
+    try:
+        trusted = TrustedKeys(
+            openpgp_key_files=tuple(Path(p) for p in o["trusted_gpg_keys"]),
+            allowed_signers_file=Path(o["allowed_signers"]) if o["allowed_signers"] else None,
+            methods=frozenset(methods),
+        )
+        return CommitVerifier(trusted, state_dir or default_state_dir(), metrics=metrics)
+    except SignatureConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
 
-    signal.signal(signal.SIGTERM, _handle)
-    signal.signal(signal.SIGINT, _handle)
-    controller.start()
-    log = logging.getLogger("reconciler")
-    log.info("rollout controller started for ClusterOperator %s at %s", cluster_operator, api.host)
-    if not controller.wait_synced(60):
-        log.warning("caches not synced after 60 s; continuing to wait")
-    stop.wait()
-    log.info("shutting down")
-    controller.stop()
-    sys.exit(0)
+
+def _signing(o: dict[str, Any]) -> tuple[list[str], list[str], dict[str, str]] | None:
+    if not o["signing_gpg_key"] and not o["signing_ssh_key"]:
+        return None
+    from reconciler.trust.signatures import SignatureConfigError, signing_config
+
+    try:
+        config = signing_config(
+            openpgp_key=o["signing_gpg_key"],
+            gnupg_home=Path(o["signing_gnupg_home"]) if o["signing_gnupg_home"] else None,
+            ssh_key_file=Path(o["signing_ssh_key"]) if o["signing_ssh_key"] else None,
+        )
+    except SignatureConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    return config.git_args(), config.commit_tree_args(), dict(config.env)
 
 
-def _default_api() -> KubeApi:
-    """In-cluster config when running in a pod, else $KUBECONFIG or ~/.kube/config."""
-    import os
+def _start_webhook(s: _Settings, sync: Any, metrics: Metrics, shutdown: Any) -> None:
+    from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+    from reconciler.trust.webhook import (
+        WatchedBranch,
+        WebhookConfigError,
+        WebhookReceiver,
+        WebhookServer,
+        load_secret,
+    )
 
+    o = s.options
+    try:
+        host, port = parse_listen_address(o["webhook_listen"])
+        secret = load_secret(o["webhook_secret_file"])
+    except (ListenAddressError, WebhookConfigError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    receiver = WebhookReceiver(
+        secret=secret,
+        watched=WatchedBranch(o["webhook_repository"] or o["repo"], o["branch"]),
+        trigger=lambda event: sync.trigger(),
+        metrics=metrics,
+    )
+    server = WebhookServer(host, port, receiver)
+    try:
+        server.start()
+    except OSError as exc:
+        raise click.ClickException(f"--webhook-listen {o['webhook_listen']}: {exc}") from exc
+    shutdown.on_shutdown("webhook server", server.stop)
+    log.info("webhook receiver on %s/webhook", server.url)
+
+
+def _api(kubeconfig: str | None) -> KubeApi:
+    """The given kubeconfig, else in-cluster config, else ~/.kube/config."""
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
     from reconciler.kube.api import KubeApi
 
+    if kubeconfig:
+        if not os.path.isfile(kubeconfig):
+            raise click.BadParameter(f"{kubeconfig} does not exist", param_hint="--kubeconfig")
+        try:
+            return KubeApi.from_kubeconfig(kubeconfig)
+        except Exception as exc:  # the client raises several kinds for a bad file
+            raise click.ClickException(f"cannot use kubeconfig {kubeconfig}: {exc}") from exc
     try:
         k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
     except k8s_config.ConfigException:
-        path = os.environ.get("KUBECONFIG", os.path.expanduser("~/.kube/config"))
+        path = os.path.expanduser("~/.kube/config")
+        if not os.path.isfile(path):
+            raise click.UsageError(
+                "no cluster: give --kubeconfig (or $KUBECONFIG), or run in a pod") from None
         return KubeApi.from_kubeconfig(path)
     return KubeApi(k8s_client.ApiClient())

@@ -20,6 +20,7 @@ import click
 from reconciler.policy.document import parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
+from reconciler.policy.schema import SchemasMissingError, load_schema
 from reconciler.policy.validation import DocumentKind, validate_document
 
 #: Below this many files a worker pool costs more than it saves.
@@ -351,11 +352,12 @@ FORMATTERS = {"text": format_text, "json": format_json, "github": format_github}
 
 
 @click.command("validate")
-@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, metavar="[PATH]...",
+                type=click.Path(exists=True, path_type=Path))
 @click.option("--against", "against", metavar="GIT_REF",
               help="Check transition rules: previous spec from this ref, rollout phase from the "
                    "cluster's status snapshot.")
-@click.option("--format", "output_format", type=click.Choice(sorted(FORMATTERS)), default="text",
+@click.option("--format", "output_format", type=click.Choice(list(FORMATTERS)), default="text",
               show_default=True, help="text (like a compiler), json, or github annotations.")
 def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -> None:
     """Validate policy files the way the operator's admission webhook would.
@@ -369,6 +371,11 @@ def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -
         where = ", ".join(map(str, paths)) or str(repo.root / repo.config.clusters_dir)
         raise click.UsageError(f"no policy files (*.yaml, *.yml) found in {where}")
     jobs = plan_jobs(repo, files, against)
+    try:
+        for kind in {job.kind for job in jobs}:
+            load_schema(kind)
+    except SchemasMissingError as exc:
+        raise click.ClickException(str(exc)) from exc
     results = run_jobs(jobs)
     findings = [f for r in results for f in r.findings]
     findings.extend(duplicate_objects(jobs, results))

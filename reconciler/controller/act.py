@@ -97,6 +97,44 @@ class ActionExecutor:
             case _:
                 raise TypeError(f"unknown action {action!r}")
 
+    def execute_node_actions(
+        self, actions: list[Action], cluster_operator: Mapping[str, Any]
+    ) -> None:
+        """One node's actions in order; consecutive annotation and (un)cordon changes go out as
+        one merge patch, so recording a node's state and cordoning it is one atomic write that
+        still comes before the pod deletion."""
+        patch: JSON = {}
+        node = ""
+
+        def flush() -> None:
+            nonlocal patch
+            if not patch:
+                return
+            try:
+                obj = self.api.patch(resource_path("v1", "nodes", node), patch)
+            except NotFound:
+                patch = {}
+                return  # the node left the cluster; the planner drops it
+            patch = {}
+            self.on_object("node", obj)
+
+        for action in actions:
+            match action:
+                case AnnotateNode(node=name, annotations=annotations):
+                    node = name
+                    patch.setdefault("metadata", {}).setdefault("annotations", {}).update(
+                        annotations)
+                    self.counts["AnnotateNode"] = self.counts.get("AnnotateNode", 0) + 1
+                case Cordon(node=name) | Uncordon(node=name):
+                    node = name
+                    patch.setdefault("spec", {})["unschedulable"] = isinstance(action, Cordon)
+                    kind = type(action).__name__
+                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                case _:
+                    flush()
+                    self.execute(action, cluster_operator)
+        flush()
+
     def _set_image(self, image: str) -> None:
         path = resource_path(
             "apps/v1", "daemonsets", self.target.daemonset, namespace=self.target.namespace

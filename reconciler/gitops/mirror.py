@@ -13,7 +13,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import git
@@ -85,6 +85,9 @@ class Mirror:
             update_checked_out
         )
         self.network_timeout = network_timeout
+        #: how the reconciler signs its own commits: (git options before the subcommand,
+        #: commit-tree flags, environment); see reconciler.trust.signatures.signing_config
+        self.signing: tuple[Sequence[str], Sequence[str], Mapping[str, str]] | None = None
         self._lock, self._read_lock = _locks_for(self.path)
         with self._lock:
             self._repo = self._open()
@@ -284,6 +287,10 @@ class Mirror:
             args = ["commit-tree", tree, "-F", message_file]
             if parent:
                 args += ["-p", parent]
+            if self.signing is not None:
+                options, flags, signing_env = self.signing
+                args = [*options, *args, *flags]
+                ident.update(signing_env)
             return self._check(self._git(*args, env=ident)).strip()
 
     @staticmethod

@@ -198,6 +198,15 @@ def _rolled_back(upgrade: Mapping[str, Any]) -> str | None:
 
 
 def _pause_reason(upgrade: Mapping[str, Any]) -> str:
+    # a gate or a failure fallback says more than the rollout's general message
+    for condition in upgrade.get("condition") or ():
+        condition = _mapping(condition)
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "ManualGate":
+            return "waiting for a person (manual gate)"
+        if condition.get("type") == "BatchFailed":
+            return f"failure fallback: {condition.get('message') or 'failures'}"
     message = upgrade.get("message") or _mapping(upgrade.get("status")).get("message")
     return str(message) if message else "waiting"
 

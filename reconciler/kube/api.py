@@ -9,6 +9,7 @@ mapped once, here, to the project's own exception types.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
@@ -98,6 +99,8 @@ class KubeApi:
 
     def __init__(self, api_client: k8s_client.ApiClient) -> None:
         self.api_client = api_client
+        #: requests sent, by HTTP method ("WATCH" for watch streams); for benchmarks and metrics
+        self.request_counts: collections.Counter[str] = collections.Counter()
 
     @classmethod
     def from_kubeconfig(
@@ -135,7 +138,9 @@ class KubeApi:
         body: Any,
         content_type: str | None,
         timeout: float | tuple[float, float] | None,
+        counted_as: str | None = None,
     ) -> urllib3.BaseHTTPResponse:
+        self.request_counts[counted_as or method] += 1
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
@@ -304,6 +309,7 @@ class KubeApi:
             body=None,
             content_type=None,
             timeout=(10.0, timeout_seconds + 30.0),
+            counted_as="WATCH",
         )
         if on_open is not None:
             on_open(response)

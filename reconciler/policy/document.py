@@ -141,7 +141,7 @@ def parse_document(
 ) -> ParsedDocument:
     """Parse one YAML document. Problems become findings; ``obj`` is None when nothing usable."""
     doc = ParsedDocument(file, None, None)
-    size = len(data.encode() if isinstance(data, str) else data)
+    size = len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
     if size > max_bytes:
         doc.findings.append(Finding(
             file, 1, 1, "", "file-too-large", "error",
@@ -175,6 +175,17 @@ def parse_document(
 
 def _decode(data: bytes | str, doc: ParsedDocument) -> str | None:
     if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: text that came from bad bytes
+            prefix = data[: exc.start]
+            doc.findings.append(Finding(
+                doc.file, prefix.count("\n") + 1, len(prefix) - (prefix.rfind("\n") + 1) + 1,
+                "", "not-utf8", "error",
+                f"expected UTF-8 text, found {_codepoint(data[exc.start])}, which UTF-8 cannot "
+                "encode; save the file as UTF-8",
+            ))
+            return None
         return data.removeprefix("\ufeff")
     try:
         return data.decode("utf-8").removeprefix("\ufeff")

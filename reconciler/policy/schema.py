@@ -56,9 +56,18 @@ INSTALLED_SCHEMAS = Path("share") / "gpu-gitops-reconciler" / "schemas"
 def schemas_dir() -> Path:
     """``schemas/`` of the source tree, else the copy a wheel installed under the prefix."""
     source = Path(__file__).resolve().parents[2] / "schemas"
-    if (source / SCHEMA_FILES["clusteroperator"]).is_file():
-        return source
-    return Path(sysconfig.get_path("data")) / INSTALLED_SCHEMAS
+    installed = Path(sysconfig.get_path("data")) / INSTALLED_SCHEMAS
+    for folder in (source, installed):
+        if (folder / SCHEMA_FILES["clusteroperator"]).is_file():
+            return folder
+    raise SchemasMissingError(
+        f"the JSON Schemas are missing (looked in {source} and {installed}); "
+        "the installation is incomplete: reinstall gpu-gitops-reconciler"
+    )
+
+
+class SchemasMissingError(RuntimeError):
+    """The package was installed without its schemas."""
 
 
 @cache
@@ -237,7 +246,8 @@ class _ErrorMapper:
                 rule = "percent-format"
                 message += self.percent_hint(value)
         elif kind == "minItems":
-            message = f"{label}: expected at least {schema['minItems']} item(s), got an empty list"
+            got = "an empty list" if value == [] else got
+            message = f"{label}: expected at least {schema['minItems']} item(s), got {got}"
             if path and path[-1] == "upgradeSteps":
                 message += "; add the batches, the last one with replicas: 100%"
         elif kind == "minLength":

@@ -46,6 +46,9 @@ from reconciler.rollout.model import (
 )
 
 DEFAULT_SETTINGS = PlannerSettings()
+#: stored timestamps carry milliseconds; instants closer than this count as reached, so a
+#: deadline read back from text never lands a hair after the ``now`` that wrote it
+CLOCK_SLACK = 0.0005
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +147,7 @@ class _Planner:
             self.inner["lastUpdateTime"] = self.now_text
         else:
             self.inner["lastUpdateTime"] = (self.old.get("status") or {}).get("lastUpdateTime", "")
-        future = [t for t in self.requeue if t > self.now]
+        future = [t for t in self.requeue if t > self.now + CLOCK_SLACK]
         return Plan(
             actions=tuple(self.actions),
             status=self.status,
@@ -268,7 +271,7 @@ class _Planner:
                     scan.new_failures.append((node, str(pod.waiting_reason)))
                 else:
                     deleted_at = st.parse_time_or(ann.get(ANN_DELETED_AT), now)
-                    if now >= deleted_at + timeout:
+                    if now + CLOCK_SLACK >= deleted_at + timeout:
                         scan.new_failures.append((node, "ReadyTimeout"))
                     else:
                         in_flight = True
@@ -296,7 +299,7 @@ class _Planner:
                     else:
                         scan.joiners_pending += 1
                         assert pod is not None
-                        if node.ready and now < pod.created_at + timeout:
+                        if node.ready and now + CLOCK_SLACK < pod.created_at + timeout:
                             scan.settling += 1
                             scan.deadlines.append(pod.created_at + timeout)
                 elif pod is not None and not pod.deleting:
@@ -437,7 +440,7 @@ class _Planner:
             if started >= slots:
                 break
             due = self._retry_due(node, epoch_start)
-            if due > self.now:
+            if due > self.now + CLOCK_SLACK:
                 self.requeue.append(due)
                 continue
             if node.workloads or not node.ready or node.pod is None or node.pod.deleting:
@@ -612,7 +615,7 @@ class _Planner:
                     step=index,
                 )
             recheck = st.parse_time_or(inner["recheckTime"], self.now)
-            if self.now >= recheck and not policy.pause:
+            if self.now + CLOCK_SLACK >= recheck and not policy.pause:
                 self._advance(index, revision)
                 return
             inner["currentStepState"] = st.STEP_PAUSED

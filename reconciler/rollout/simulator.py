@@ -343,7 +343,8 @@ class Simulation:
              int(inner.get("totalUpgradeReadyReplicas") or 0), index, target)
         )
         if result.requeue_at is not None:
-            at = round(result.requeue_at - EPOCH, 3)  # timestamps carry milliseconds
+            # timestamps carry milliseconds; never wake at the current instant again
+            at = max(round(result.requeue_at - EPOCH, 3), round(self.t + 0.001, 3))
             if at not in self.wakes:
                 self.wakes.add(at)
                 self._push(at, "wake")

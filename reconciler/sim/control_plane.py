@@ -119,6 +119,8 @@ class ControlPlane:
         self.etcd_dir: Path | None = None
         self.kubeconfig: Path = self.workdir / "kubeconfig"
         self.server = ""
+        #: etcd's client URL (tests compact its history to make watches expire)
+        self.etcd_url = ""
         self.failed = False
         self.boot_seconds: float | None = None
         self.pki: Pki | None = None
@@ -173,6 +175,7 @@ class ControlPlane:
         pki = self.pki
         etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = free_ports(5)
         self.server = f"https://127.0.0.1:{apiserver_port}"
+        self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         write_kubeconfig(
             self.kubeconfig, server=self.server, ca_cert=pki.ca.cert.read_bytes(), user="admin",
             client_cert=pki.admin.cert.read_bytes(), client_key=pki.admin.key.read_bytes(),

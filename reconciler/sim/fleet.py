@@ -316,18 +316,25 @@ class Fleet:
     def add_node(self, name: str | None = None, *, labels: Mapping[str, str] | None = None,
                  gpu: bool = True) -> str:
         """Registers one more node (a GPU node unless ``gpu=False``); returns its name."""
+        if self.workers is None:
+            raise RuntimeError("start() the fleet before adding nodes")
         node = self._new_node_record(name, labels, gpu=gpu)
-        assert self.workers is not None
         done = threading.Event()
+        failure: list[BaseException] = []
 
         def register() -> None:
             try:
                 self._register(node)
+            except BaseException as exc:
+                failure.append(exc)
             finally:
                 done.set()
 
         self.workers.submit(node.name, register)
-        done.wait(60)
+        if not done.wait(60):
+            raise TimeoutError(f"node {node.name} not registered after 60 s")
+        if failure:
+            raise RuntimeError(f"node {node.name} could not be registered: {failure[0]}")
         return node.name
 
     def remove_node(self, name: str) -> None:
@@ -732,7 +739,8 @@ class Fleet:
     def _driver_ready(self, pod: SimPod, generation: int) -> None:
         if not self._alive(pod, generation):
             return
-        self._write_pod_status(pod, phase="Running", ready=True)
+        # The node's labels first (as the vendor's labeller would), so that whoever sees the pod
+        # Ready also sees the node labelled.
         node = self.nodes[pod.node]
         labels: dict[str, str] = {"metax-tech.com/driver.ready": "true"}
         if pod.version:
@@ -740,6 +748,7 @@ class Fleet:
             labels.update(zip(("metax-tech.com/gpu.driver.major", "metax-tech.com/gpu.driver.minor",
                                "metax-tech.com/gpu.driver.patch"), parts, strict=True))
         self._update_labels(node, labels)
+        self._write_pod_status(pod, phase="Running", ready=True)
 
     def _driver_gone(self, pod: SimPod) -> None:
         node = self.nodes.get(pod.node)

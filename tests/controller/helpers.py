@@ -145,3 +145,14 @@ class InvariantObserver:
 def gpu_nodes(kube: KubeApi) -> list[JSON]:
     return list(kube.list(resource_path("v1", "nodes"),
                           query={"labelSelector": f"{GPU_NODE_LABEL}=true"})["items"])
+
+
+def event_reasons(kube: KubeApi) -> list[str]:
+    """Reasons of the Events recorded on this ClusterOperator (by uid: earlier tests' objects had
+    the same name), oldest first."""
+    uid = cluster_operator(kube)["metadata"]["uid"]
+    events = kube.list(resource_path("v1", "events", namespace="default"),
+                       query={"fieldSelector": f"involvedObject.uid={uid}"})
+    items = sorted(events["items"], key=lambda e: (e.get("firstTimestamp") or "",
+                                                    e["metadata"]["creationTimestamp"]))
+    return [str(e.get("reason")) for e in items]

@@ -22,7 +22,13 @@ from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.waiting import wait_for
-from tests.controller.helpers import InvariantObserver, inner, start_rollout, upgrade_status
+from tests.controller.helpers import (
+    InvariantObserver,
+    cluster_operator,
+    inner,
+    start_rollout,
+    upgrade_status,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -159,21 +165,49 @@ def test_apiserver_restart_mid_rollout(
     assert sorted(fleet.ready_driver_nodes("2.33.0.9")) == fleet.node_names
 
 
-def test_watch_expiry_relists(kube: KubeApi, fleet: Any) -> None:
-    """A watch that answers 410 Gone (history compacted) makes the cache relist, not stall."""
+def _compact_etcd(etcd_url: str) -> None:
+    """Compacts etcd's history up to now, as the API server does every few minutes: watches
+    from an older resourceVersion then answer 410 Gone."""
+    import base64
+    import json
+    import urllib.request
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(f"{etcd_url}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            result: dict[str, Any] = json.loads(response.read())
+            return result
+
+    revision = post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"]
+    post("/v3/kv/compaction", {"revision": revision, "physical": True})
+
+
+def test_watch_expiry_relists(
+    kube: KubeApi, control_plane: ControlPlane, fleet: Any
+) -> None:
+    """History compacted under a running controller: its watches get 410 Gone when they
+    reconnect, relist, and the controller keeps acting on fresh data."""
     ctl = _controller(kube)
     try:
-        watch = next(w for w in ctl.watches if w.name == "clusteroperator")
-        lists = watch.lists
-        # Asking for a resourceVersion far in the past is what an expired watch looks like.
-        from reconciler.kube.api import Gone
-
-        with pytest.raises(Gone):
-            for _ in kube.watch(cluster_operator_path(), resource_version="1",
-                                timeout_seconds=2):
-                pass
-        watch._relist()  # what the loop does on Gone
-        assert watch.lists == lists + 1
         wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30, what="status")
+        old_rv = cluster_operator(kube)["metadata"]["resourceVersion"]
+        for i in range(5):  # move history on, then drop it
+            kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+                       {"metadata": {"annotations": {"example.com/bump": str(i)}}})
+        _compact_etcd(control_plane.etcd_url)
+        lists = {w.name: w.lists for w in ctl.watches}
+        control_plane.restart_apiserver()  # every watch reconnects from a compacted revision
+        # what the controller's watches were told when they reconnected
+        answers = list(kube.watch(cluster_operator_path(), resource_version=old_rv,
+                                  timeout_seconds=2))
+        assert any(a.get("type") == "ERROR" and a["object"].get("code") == 410
+                   for a in answers), answers
+        wait_for(lambda: all(w.lists > lists[w.name] for w in ctl.watches), timeout=60,
+                 what="every watch to relist", observe=lambda: {w.name: w.lists
+                                                                 for w in ctl.watches})
+        start_rollout(kube, "2.33.0.9", {**KILL_POLICY, "maxParallel": 4})
+        wait_for(lambda: _completed(kube), timeout=120, what="a rollout after the relist",
+                 observe=lambda: upgrade_status(kube))
     finally:
         ctl.stop()

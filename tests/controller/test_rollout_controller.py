@@ -19,6 +19,7 @@ from tests.controller.helpers import (
     InvariantObserver,
     cluster_operator,
     inner,
+    event_reasons,
     person_patch,
     start_rollout,
     upgrade_status,
@@ -91,6 +92,11 @@ def test_seed_10_node_scenario_runs_to_completion(
     assert observer.violations == []
     assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
     assert len(observer.deletions) == 10
+    reasons = wait_for(lambda: (r := event_reasons(kube)) and "RolloutCompleted" in r and r,
+                       timeout=10, what="the completion event")
+    for expected in ("RolloutStarted", "GateOpened", "GateConfirmed", "StepStarted",
+                     "StepCompleted", "RolloutCompleted"):
+        assert expected in reasons, reasons
 
 
 def _conditions(kube: KubeApi) -> dict[str, dict[str, Any]]:
@@ -126,6 +132,9 @@ def test_failure_pauses_then_a_fix_and_resume_completes(
         wait_for(lambda: cluster_operator(kube)["spec"]["driver"]["upgradePolicy"]["pause"],
                  timeout=30, what="pause: true set by the fallback")
         assert "node-0002" in str(upgrade_status(kube))
+        reasons = wait_for(lambda: (r := event_reasons(kube)) and "FallbackPaused" in r and r,
+                           timeout=10, what="the fallback event")
+        assert "NodeFailed" in reasons
         # the failed node stays cordoned; nothing else starts while paused
         node = kube.get("/api/v1/nodes/node-0002")
         assert node["spec"].get("unschedulable") is True

@@ -88,3 +88,7 @@ def test_pointer_escapes_slash_and_tilde() -> None:
 def test_non_utf8_reports_the_byte_position() -> None:
     data = b"a: 1\nb: caf\xe9\n"
     assert rules(data) == [("not-utf8", 2, 7)]
+
+
+def test_text_with_a_lone_surrogate_is_not_utf8() -> None:
+    assert rules("a: 1\nb: x\udce9\n") == [("not-utf8", 2, 5)]

@@ -175,8 +175,17 @@ def test_apiserver_restart_keeps_data_and_clients_recover() -> None:
     with ControlPlane() as plane:
         api = plane.api()
         api.create(namespaces, {"metadata": {"name": "survives-restart"}})
+        names: set[str] = set()
+        watch = ListWatch(api, namespaces, name="restart",
+                          on_event=lambda _, obj: names.add(obj["metadata"]["name"])).start()
+        assert watch.wait_synced(10)
         plane.restart_apiserver()
-        # The same client (its pooled connections died with the server) works again.
+        # The same client (its pooled connections died with the server) works again, and the
+        # watch resumes on its own.
         assert api.get(f"{namespaces}/survives-restart")["metadata"]["name"] == "survives-restart"
+        api.create(namespaces, {"metadata": {"name": "after-restart"}})
+        wait_for(lambda: "after-restart" in names, timeout=30, what="the watch to resume",
+                 observe=lambda: (sorted(names), watch.last_error))
+        watch.stop()
         api.close()
     assert plane.leaked_processes() == []

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Rollout controller on the real control plane (issue 5's performance figures).
+
+Starts `reconciler dev-cluster up` (control plane + fleet, in its own process) with N nodes and a
+fixed install time, then runs the rollout controller in this process against it, with an
+observer that watches driver pods. Reports:
+
+- total rollout wall time vs the theoretical minimum (sum over batches of waves x install time,
+  plus pauses; goal: at most 1.10 x);
+- latency from a driver pod turning Ready to the controller's next pod deletion (p50/p99;
+  goal p99 < 500 ms): only deletions that the Ready pod made room for are counted;
+- this process's peak RSS (controller + observer) and the controller's API requests per node.
+
+Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from reconciler.controller.act import Target  # noqa: E402
+from reconciler.controller.loop import RolloutController  # noqa: E402
+from reconciler.controller.observe import driver_pod_view, is_driver_pod  # noqa: E402
+from reconciler.kube.api import KubeApi, resource_path  # noqa: E402
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path  # noqa: E402
+from reconciler.kube.watch import ListWatch  # noqa: E402
+from reconciler.policy.upgrade_policy import UpgradePolicy  # noqa: E402
+from reconciler.rollout.model import PlannerSettings  # noqa: E402
+
+POLICY = {  # the 100-node scenario's shape, without manual gates (nobody to release them)
+    "enableRollout": True,
+    "upgradeSteps": [
+        {"replicas": "5%", "pauseDuration": 0},
+        {"replicas": "30%", "pauseDuration": 0},
+        {"replicas": "60%", "pauseDuration": 0},
+        {"replicas": "100%", "pauseDuration": 0},
+    ],
+    "pause": False,
+    "maxParallel": "50%",
+    "maxUnavailable": "10%",
+    "maxFailureThreshold": 5,
+    "fallback": "pause",
+}
+NEW = "2.33.0.9"
+
+
+def theoretical_minimum(nodes: int, install: float) -> float:
+    policy = UpgradePolicy.from_spec(POLICY)
+    targets = policy.step_targets(nodes)
+    total, previous = 0.0, 0
+    for step, target in zip(policy.steps, targets, strict=True):
+        batch = max(target - previous, 0)
+        if batch:
+            total += math.ceil(batch / policy.batch_max_parallel(batch)) * install
+        total += (step.pause_ms or 0) / 1000
+        previous = max(previous, target)
+    return total
+
+
+class Observer:
+    """Ready times of new driver pods and deletion times of old ones."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.ready_at: list[float] = []
+        self.deleted_at: list[float] = []
+        self._seen_ready: set[str] = set()
+        self._seen_deleted: set[str] = set()
+        self.watch = ListWatch(api, resource_path("v1", "pods"), on_event=self._on_pod,
+                               name="bench pods")
+
+    def _on_pod(self, event: str, obj: dict[str, object]) -> None:
+        if not is_driver_pod(obj):
+            return
+        view = driver_pod_view(obj)
+        now = time.time()
+        if view.deleting and view.name not in self._seen_deleted:
+            self._seen_deleted.add(view.name)
+            self.deleted_at.append(now)
+        elif view.ready and not view.deleting and view.name not in self._seen_ready:
+            self._seen_ready.add(view.name)
+            self.ready_at.append(now)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--install-seconds", type=float, default=20.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    state = Path(tempfile.mkdtemp(prefix="bench-controller-"))
+    cluster = subprocess.Popen(
+        [sys.executable, "-m", "reconciler.cli.main", "dev-cluster", "up", "--nodes",
+         str(args.nodes), "--install-seconds", str(args.install_seconds), "--dir", str(state),
+         "--timeout", "900"],
+        stdout=subprocess.PIPE, stderr=open(state / "dev-cluster.err", "wb"),  # noqa: SIM115
+        start_new_session=True, text=True,
+    )
+    try:
+        assert cluster.stdout is not None
+        kubeconfig = cluster.stdout.readline().strip()
+        if not kubeconfig:
+            print(f"dev-cluster failed; see {state / 'dev-cluster.err'}", file=sys.stderr)
+            return 1
+        observer_api = KubeApi.from_kubeconfig(kubeconfig, pool_size=4)
+        observer = Observer(observer_api)
+        observer.watch.start()
+        observer.watch.wait_synced(120)
+        ready_before = len(observer.ready_at)
+        api = KubeApi.from_kubeconfig(kubeconfig, pool_size=16)
+        controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+                                       settings=PlannerSettings(ready_timeout=600)).start()
+        controller.wait_synced(120)
+        while not (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status") or {}):
+            time.sleep(0.1)
+        requests_before = sum(api.request_counts.values())
+        started = time.time()
+        api.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+                  {"spec": {"driver": {"payload": {"version": NEW}, "upgradePolicy": POLICY}}})
+        done = threading.Event()
+        while not done.is_set():
+            status = (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status")
+                      or {}).get("upgradeStatus") or {}
+            inner = status.get("status") or {}
+            if status.get("phase") == "Idling" and inner.get("currentStepState") == "Completed" \
+                    and time.time() - started > 1:
+                break
+            if time.time() - started > 3600:
+                print("rollout did not complete within an hour", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        wall = time.time() - started
+        requests = sum(api.request_counts.values()) - requests_before
+        controller.stop()
+        observer.watch.stop()
+        # Ready -> next deletion: for each deletion after the first wave, the most recent Ready
+        # before it; count only deletions within 5 s of a Ready (a freed slot), not step starts.
+        readies = sorted(observer.ready_at[ready_before:])
+        latencies = []
+        for deleted in sorted(observer.deleted_at):
+            earlier = [r for r in readies if r <= deleted]
+            if earlier and deleted - earlier[-1] < 5:
+                latencies.append(deleted - earlier[-1])
+        minimum = theoretical_minimum(args.nodes, args.install_seconds)
+        rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result = {
+            "nodes": args.nodes,
+            "install_seconds": args.install_seconds,
+            "rollout_wall_seconds": round(wall, 2),
+            "theoretical_minimum_seconds": minimum,
+            "wall_over_minimum": round(wall / minimum, 3),
+            "ready_to_next_delete_p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
+            "ready_to_next_delete_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+            "latency_samples": len(latencies),
+            "peak_rss_mib_controller_and_observer": round(rss_mib, 1),
+            "api_requests": requests,
+            "api_requests_per_node": round(requests / args.nodes, 2),
+            "planner_passes": controller.stats.passes,
+            "status_writes": controller.stats.status_writes,
+        }
+        if args.json:
+            print(json.dumps(result))
+        else:
+            rows = [
+                ("rollout wall time / theoretical minimum", "<= 1.10",
+                 f"{wall:.1f} s / {minimum:.0f} s", f"{wall / minimum:.3f}"),
+                ("p99 pod Ready -> next deletion", "< 500 ms",
+                 f"{result['ready_to_next_delete_p99_ms']} ms (p50 "
+                 f"{result['ready_to_next_delete_p50_ms']} ms, n={len(latencies)})",
+                 f"{result['ready_to_next_delete_p99_ms'] / 500:.3f}"),
+                ("peak RSS, controller + observer", "-", f"{rss_mib:.0f} MiB", "-"),
+                ("controller API requests per node", "list/watch, no polling",
+                 f"{requests / args.nodes:.2f} ({requests} in all)", "-"),
+            ]
+            print(f"{'figure':44} {'goal':24} {'measured':40} ratio")
+            for row in rows:
+                print(f"{row[0]:44} {row[1]:24} {row[2]:40} {row[3]}")
+        return 0
+    finally:
+        os.killpg(cluster.pid, signal.SIGINT)
+        try:
+            cluster.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(cluster.pid, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

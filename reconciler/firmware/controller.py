@@ -1,0 +1,465 @@
+"""The firmware orchestrator against Kubernetes: list+watch caches (GPU nodes, NodeNeedReboot
+Events, the ClusterOperator), one pure planning pass per burst of events, the actions, and the
+``status.firmwareUpgrade`` write through the status subresource with optimistic concurrency.
+
+Thin on purpose: every decision is in ``planner``; state lives in the CR status and in node
+annotations, so a controller killed at any moment resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.firmware.actions import (
+    ApplyFirmwareSpec,
+    CordonNode,
+    FirmwareAction,
+    RecordEvent,
+    RestoreNode,
+    RunRebootHook,
+)
+from reconciler.firmware.model import (
+    CORDONED_BEFORE_ANNOTATION,
+    FLOW_ANNOTATIONS,
+    REQUEST_ANNOTATION,
+    FirmwareNode,
+    FirmwareRequest,
+    FirmwareSettings,
+    FirmwareSnapshot,
+    format_time,
+    parse_time,
+)
+from reconciler.firmware.planner import Plan, plan
+from reconciler.firmware.request import RequestError, parse_request
+from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.objects import (
+    API_VERSION,
+    CLUSTER_OPERATOR_NAME,
+    CONTROLLER_FIELD_MANAGER,
+    GPU_NODE_LABEL,
+    KIND,
+    NODE_NEED_REBOOT_REASON,
+    VFIO_GPU_RESOURCE,
+    cluster_operator_path,
+)
+from reconciler.kube.watch import ListWatch, object_key
+
+log = logging.getLogger(__name__)
+
+EVENT_NAMESPACE = "default"
+COMPONENT = "gpu-firmware-orchestrator"
+
+
+def _newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` is at least as recent as ``old`` (resourceVersions are etcd revisions
+    here), so a late watch event never overwrites what our own write returned."""
+    if old is None:
+        return True
+    a = str((old.get("metadata") or {}).get("resourceVersion") or "")
+    b = str((new.get("metadata") or {}).get("resourceVersion") or "")
+    return int(b) >= int(a) if a.isdigit() and b.isdigit() else True
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value or "0"))
+    except ValueError:
+        return 0
+
+
+def node_view(node: Mapping[str, Any], need_reboot_at: float | None) -> FirmwareNode:
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or ())
+    return FirmwareNode(
+        name=str(meta.get("name")),
+        ready=ready,
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
+        vfio_gpus=_quantity((status.get("allocatable") or {}).get(VFIO_GPU_RESOURCE)),
+        need_reboot_at=need_reboot_at,
+    )
+
+
+def event_time(event: Mapping[str, Any]) -> float | None:
+    """When a NodeNeedReboot Event last happened."""
+    meta = event.get("metadata") or {}
+    for text in (event.get("lastTimestamp"), event.get("eventTime"),
+                 event.get("firstTimestamp"), meta.get("creationTimestamp")):
+        when = parse_time(text)
+        if when is not None:
+            return when
+    return None
+
+
+@dataclass(slots=True)
+class FirmwareStats:
+    passes: int = 0
+    actions: int = 0
+    status_writes: int = 0
+    conflicts: int = 0
+    errors: int = 0
+    hooks_run: int = 0
+    max_hooks_at_once: int = 0
+    action_counts: dict[str, int] = field(default_factory=dict)
+
+
+class FirmwareController:
+    """Drives the firmware upgrade of one ClusterOperator. Informers feed an index; a single
+    worker plans and acts, so actions never race each other."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        cluster_operator: str = CLUSTER_OPERATOR_NAME,
+        settings: FirmwareSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        settle_seconds: float = 0.02,
+        is_leader: Callable[[], bool] = lambda: True,
+        hook_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.api = api
+        self.cluster_operator = cluster_operator
+        self.settings = settings or FirmwareSettings()
+        self.clock = clock
+        self.settle_seconds = settle_seconds
+        self.is_leader = is_leader
+        self.hook_env = dict(hook_env or {})
+        self.stats = FirmwareStats()
+        self.last_plan: Plan | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._dirty = True
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._nodes: dict[str, JSON] = {}
+        self._reboot_events: dict[str, tuple[str, float]] = {}  # event key -> (node, when)
+        self._co: JSON | None = None
+        self._hook_failures: dict[str, str] = {}
+        self.watches = [
+            ListWatch(api, "/api/v1/nodes", on_event=self._on_node,
+                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"}, name="fw-nodes"),
+            ListWatch(api, "/api/v1/events", on_event=self._on_event,
+                      query={"fieldSelector": f"reason={NODE_NEED_REBOOT_REASON},"
+                                              "involvedObject.kind=Node"},
+                      name="fw-events"),
+            ListWatch(api, cluster_operator_path(), on_event=self._on_cluster_operator,
+                      query={"fieldSelector": f"metadata.name={cluster_operator}"},
+                      name="fw-clusteroperator"),
+        ]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> FirmwareController:
+        for watch in self.watches:
+            watch.start()
+        self._worker = threading.Thread(target=self._run, name="firmware-controller",
+                                        daemon=True)
+        self._worker.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for watch in self.watches:
+            watch.stop()
+        if self._worker is not None:
+            self._worker.join(30)
+
+    def synced(self) -> bool:
+        return all(w.wait_synced(0) for w in self.watches)
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
+
+    def kick(self) -> None:
+        with self._wake:
+            self._dirty = True
+            self._wake.notify()
+
+    # -- index ------------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self._dirty = True
+        self._wake.notify()
+
+    def _on_node(self, event: str, obj: JSON) -> None:
+        name = str(obj["metadata"]["name"])
+        with self._wake:
+            if event == "DELETED":
+                self._nodes.pop(name, None)
+            elif _newer(self._nodes.get(name), obj):
+                self._nodes[name] = obj
+            self._touch()
+
+    def _on_event(self, event: str, obj: JSON) -> None:
+        key = object_key(obj)
+        with self._wake:
+            if event == "DELETED":
+                self._reboot_events.pop(key, None)
+            else:
+                node = str((obj.get("involvedObject") or {}).get("name") or "")
+                when = event_time(obj)
+                if node and when is not None:
+                    self._reboot_events[key] = (node, when)
+            self._touch()
+
+    def _on_cluster_operator(self, event: str, obj: JSON) -> None:
+        with self._wake:
+            if event == "DELETED":
+                self._co = None
+            elif _newer(self._co, obj):
+                self._co = obj
+            self._touch()
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def snapshot(self) -> FirmwareSnapshot | None:
+        with self._lock:
+            co = self._co
+            if co is None:
+                return None
+            latest: dict[str, float] = {}
+            for node, when in self._reboot_events.values():
+                latest[node] = max(when, latest.get(node, when))
+            nodes = {name: node_view(obj, latest.get(name)) for name, obj in self._nodes.items()}
+            hook_failures = dict(self._hook_failures)
+        annotations = (co.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(REQUEST_ANNOTATION)
+        request: FirmwareRequest | None = None
+        request_error: str | None = None
+        if raw is not None:
+            try:
+                request = parse_request(str(raw))
+            except RequestError as exc:
+                request_error = str(exc)
+        status = co.get("status") or {}
+        return FirmwareSnapshot(
+            nodes=nodes,
+            driver_spec=dict((co.get("spec") or {}).get("driver") or {}),
+            request=request,
+            request_error=request_error,
+            status=dict(status.get("firmwareUpgrade") or {}),
+            rollout_phase=(status.get("upgradeStatus") or {}).get("phase"),
+            hook_failures=hook_failures,
+        )
+
+    # -- worker -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        requeue_at: float | None = None
+        backoff = 0.2
+        while not self._stop.is_set():
+            with self._wake:
+                while not self._dirty and not self._stop.is_set():
+                    timeout = None if requeue_at is None else requeue_at - self.clock()
+                    if timeout is not None and timeout <= 0:
+                        break
+                    self._wake.wait(min(timeout, 5.0) if timeout is not None else 5.0)
+                self._dirty = False
+            if self._stop.is_set():
+                break
+            if not self.synced() or not self.is_leader():
+                requeue_at = self.clock() + 0.5
+                continue
+            if self.settle_seconds:
+                self._stop.wait(self.settle_seconds)
+            try:
+                requeue_at = self.reconcile_once()
+                backoff = 0.2
+            except Conflict:
+                self.stats.conflicts += 1
+                self._refetch_cluster_operator()
+                requeue_at = self.clock()
+            except KubeError as exc:
+                self.stats.errors += 1
+                log.warning("firmware pass failed: %s; retrying in %.1f s", exc, backoff)
+                requeue_at = self.clock() + backoff
+                backoff = min(backoff * 2, 10.0)
+            except Exception:
+                self.stats.errors += 1
+                log.exception("firmware pass failed; retrying in %.1f s", backoff)
+                requeue_at = self.clock() + backoff
+                backoff = min(backoff * 2, 10.0)
+
+    def reconcile_once(self) -> float | None:
+        """One observe-plan-act pass; returns when to plan again if nothing happens."""
+        snap = self.snapshot()
+        if snap is None:
+            return None
+        with self._lock:
+            co = self._co
+        assert co is not None
+        result = plan(snap, self.clock(), self.settings)
+        self.stats.passes += 1
+        self.last_plan = result
+        hooks = [a for a in result.actions if isinstance(a, RunRebootHook)]
+        for action in result.actions:
+            if not self.is_leader():
+                return self.clock() + 0.5
+            if isinstance(action, RunRebootHook):
+                continue
+            self._execute(action, co)
+        if hooks:
+            self._run_hooks(hooks)
+        if result.changed:
+            self._write_status(result.status)
+        if any(not isinstance(a, RecordEvent) for a in result.actions):
+            return self.clock()  # our own writes changed the world: look again at once
+        return result.requeue_at
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def _count(self, action: FirmwareAction) -> None:
+        name = type(action).__name__
+        self.stats.action_counts[name] = self.stats.action_counts.get(name, 0) + 1
+        self.stats.actions += 1
+
+    def _execute(self, action: FirmwareAction, co: Mapping[str, Any]) -> None:
+        self._count(action)
+        match action:
+            case CordonNode(node=node, annotations=annotations):
+                body: JSON = {"spec": {"unschedulable": True}}
+                if annotations:
+                    body["metadata"] = {"annotations": dict(annotations)}
+                self._patch_node(node, body)
+            case RestoreNode(node=node, uncordon=uncordon):
+                removed: dict[str, None] = dict.fromkeys(
+                    (*FLOW_ANNOTATIONS, CORDONED_BEFORE_ANNOTATION))
+                restore: JSON = {"metadata": {"annotations": removed}}
+                if uncordon:
+                    restore["spec"] = {"unschedulable": False}
+                self._patch_node(node, restore)
+            case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt):
+                self._apply_spec(policy, virt)
+            case RecordEvent():
+                self._record_event(action, co)
+            case _:
+                raise TypeError(f"unknown action {action!r}")
+
+    def _patch_node(self, node: str, body: JSON) -> None:
+        try:
+            obj = self.api.patch(resource_path("v1", "nodes", node), body)
+        except NotFound:
+            return  # the node left; the planner reports it
+        self._on_node("MODIFIED", obj)
+
+    def _apply_spec(self, policy: str, enable_virt: bool) -> None:
+        """Server-side apply under the controller's field manager (SPEC 4.6): the sync role sees
+        these fields owned by ``gpu-rollout-controller`` and writes them back to Git."""
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": self.cluster_operator},
+            "spec": {"driver": {"fwUpgradePolicy": policy, "fwEnableVirt": enable_virt}},
+        }
+        obj = self.api.apply(cluster_operator_path(self.cluster_operator), body,
+                             field_manager=CONTROLLER_FIELD_MANAGER, force=True)
+        self._on_cluster_operator("MODIFIED", obj)
+
+    def _run_hooks(self, hooks: list[RunRebootHook]) -> None:
+        """Run the reboot hook for each node at once (the planner already bounded how many),
+        and wait: a hook that ran is recorded in the status written right after."""
+        for hook in hooks:
+            self._count(hook)
+        self.stats.max_hooks_at_once = max(self.stats.max_hooks_at_once, len(hooks))
+        with ThreadPoolExecutor(max_workers=len(hooks)) as pool:
+            outcomes = list(pool.map(self._run_hook, hooks))
+        with self._lock:
+            for hook, failure in zip(hooks, outcomes, strict=True):
+                if failure is not None:
+                    self._hook_failures[hook.token] = failure
+
+    def _run_hook(self, hook: RunRebootHook) -> str | None:
+        command = [*self.settings.reboot_command, hook.node]
+        env = {**os.environ, **self.hook_env, "FIRMWARE_NODE": hook.node,
+               "FIRMWARE_REBOOT_TOKEN": hook.token}
+        timeout = self.settings.timeouts.hook or None
+        self.stats.hooks_run += 1
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, text=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return f"{command[0]} did not finish within {timeout:.0f} s"
+        except OSError as exc:
+            return f"cannot run {command[0]}: {exc.strerror or exc}"
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or [""]
+            return f"{command[0]} exited with {done.returncode}: {tail[0][:300]}"
+        log.info("reboot hook ran for %s (token %s)", hook.node, hook.token)
+        return None
+
+    def _record_event(self, action: RecordEvent, co: Mapping[str, Any]) -> None:
+        now = format_time(self.clock())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{self.cluster_operator}.{uuid.uuid4().hex[:16]}",
+                         "namespace": EVENT_NAMESPACE,
+                         "labels": {"app.kubernetes.io/component": COMPONENT}},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND,
+                               "name": self.cluster_operator,
+                               "uid": (co.get("metadata") or {}).get("uid")},
+            "reason": action.reason,
+            "message": action.message[:1024],
+            "type": action.type,
+            "source": {"component": COMPONENT},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": COMPONENT,
+        }
+        try:
+            self.api.create(resource_path("v1", "events", namespace=EVENT_NAMESPACE), event)
+        except Exception as exc:  # an event is information, never a reason to stop
+            log.warning("could not record event %s: %s", action.reason, exc)
+
+    # -- status -----------------------------------------------------------------------------
+
+    def _write_status(self, firmware: JSON) -> None:
+        with self._lock:
+            co = self._co
+        if co is None:
+            return
+        status = dict(co.get("status") or {})
+        status["firmwareUpgrade"] = firmware
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": co["metadata"]["resourceVersion"]},
+            {"op": "add", "path": "/status", "value": status},
+        ]
+        try:
+            obj = self.api.patch(
+                cluster_operator_path(self.cluster_operator, subresource="status"), patch,
+                patch_type="json")
+        except KubeError as exc:
+            if exc.status in (409, 422):  # a failed "test": someone wrote in between
+                raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
+            raise
+        self.stats.status_writes += 1
+        self._on_cluster_operator("MODIFIED", obj)
+
+    def _refetch_cluster_operator(self) -> None:
+        try:
+            obj = self.api.get(cluster_operator_path(self.cluster_operator))
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning("could not refetch the ClusterOperator: %s", exc)
+            return
+        self._on_cluster_operator("MODIFIED", obj)

@@ -1,0 +1,439 @@
+"""The firmware upgrade planner (SPEC 5): snapshot + settings + now in, actions and the new
+``status.firmwareUpgrade`` out. Pure: no Kubernetes, no clock.
+
+Each pass reads everything it needs from the snapshot (status, node annotations, Events), so a
+planner run after a restart, or after a write that was lost, asks again for what is missing and
+nothing more.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reconciler.firmware.actions import (
+    ApplyFirmwareSpec,
+    CordonNode,
+    FirmwareAction,
+    RecordEvent,
+    RestoreNode,
+    RunRebootHook,
+)
+from reconciler.firmware.model import (
+    BOOT_ID_ANNOTATION,
+    CORDONED_BEFORE_ANNOTATION,
+    DONE_PHASES,
+    FLOW_ANNOTATION,
+    STAGES,
+    TERMINAL_STAGES,
+    VBIOS_BEFORE_ANNOTATION,
+    FirmwareNode,
+    FirmwareRequest,
+    FirmwareSettings,
+    FirmwareSnapshot,
+    format_duration,
+    format_time,
+    parse_time,
+)
+from reconciler.firmware.preflight import preflight, published_facts, vbios_versions
+
+#: at most this many node names in a one-line message
+_NAMES_SHOWN = 10
+_RUNNING = ("Upgrading", "AwaitingReboot", "Verifying")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    actions: tuple[FirmwareAction, ...]
+    status: dict[str, Any]
+    changed: bool
+    #: when to plan again if nothing happens (the next stage timeout), epoch seconds
+    requeue_at: float | None = None
+
+
+@dataclass(slots=True)
+class _Pass:
+    snap: FirmwareSnapshot
+    now: float
+    settings: FirmwareSettings
+    status: dict[str, Any]
+    actions: list[FirmwareAction] = field(default_factory=list)
+    deadlines: list[float] = field(default_factory=list)
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.actions.append(RecordEvent(reason, message, "Warning" if warning else "Normal"))
+
+    def deadline(self, since: float | None, timeout: float) -> bool:
+        """Whether ``timeout`` after ``since`` has passed (0 = never); records the deadline."""
+        if not timeout or since is None:
+            return False
+        if self.now >= since + timeout:
+            return True
+        self.deadlines.append(since + timeout)
+        return False
+
+
+def flow_id(started: float) -> str:
+    return f"fw-{int(started)}"
+
+
+def reboot_token(flow: str, node: str) -> str:
+    return f"{flow}-{node}"
+
+
+def plan(snap: FirmwareSnapshot, now: float, settings: FirmwareSettings) -> Plan:
+    status = copy.deepcopy(dict(snap.status))
+    p = _Pass(snap, now, settings, status)
+    status["preflight"] = published_facts(snap.nodes.values(), settings.labels)
+    phase = str(status.get("phase") or "Idle")
+    if phase in DONE_PHASES or phase == "Preflight":
+        _idle(p)
+    else:
+        _running(p)
+    before = {k: v for k, v in snap.status.items() if k != "updatedAt"}
+    after = {k: v for k, v in status.items() if k != "updatedAt"}
+    changed = before != after
+    if changed:
+        status["updatedAt"] = format_time(now)
+    return Plan(tuple(p.actions), status, changed, min(p.deadlines, default=None))
+
+
+# -- no flow running: a new request? -----------------------------------------------------------
+
+def _idle(p: _Pass) -> None:
+    status, snap = p.status, p.snap
+    status.setdefault("phase", "Idle")
+    if snap.request is None:
+        if snap.request_error is not None:
+            status["message"] = f"request not taken over: {snap.request_error}"
+        return
+    request = snap.request.to_json()
+    if request in (status.get("request"), status.get("ignoredRequest")):
+        return  # taken over before: never run a request twice
+    refusals = preflight(snap.nodes.values(), enable_virt=snap.request.fw_enable_virt,
+                         keys=p.settings.labels, rollout_phase=snap.rollout_phase)
+    started = format_time(p.now)
+    for key in ("appliedAt", "finishedAt", "ignoredRequest", "flow"):
+        status.pop(key, None)
+    status.update({
+        "request": request,
+        "sourceCommit": snap.request.source_commit,
+        "startedAt": started,
+        "refusals": [r.to_json() for r in refusals],
+    })
+    if refusals:
+        shown = "; ".join(f"{r.node}: {r.reason}" if r.node != "*" else r.reason
+                          for r in refusals[:3])
+        more = f" (and {len(refusals) - 3} more)" if len(refusals) > 3 else ""
+        status.update({"phase": "Refused", "nodes": {}, "finishedAt": started,
+                       "message": f"firmware upgrade refused, nothing was touched: "
+                                  f"{shown}{more}"})
+        p.event("FirmwareUpgradeRefused", status["message"], warning=True)
+        return
+    if not snap.nodes:
+        status.update({"phase": "Refused", "nodes": {}, "finishedAt": started,
+                       "refusals": [{"node": "*", "rule": "no-gpu-nodes",
+                                     "reason": "there are no GPU nodes"}],
+                       "message": "firmware upgrade refused: there are no GPU nodes"})
+        p.event("FirmwareUpgradeRefused", status["message"], warning=True)
+        return
+    status.update({
+        "phase": "Cordoning",
+        "flow": flow_id(p.now),
+        "nodes": {name: {"stage": "awaiting-upgrade", "since": started}
+                  for name in sorted(snap.nodes)},
+        "message": f"cordoning {len(snap.nodes)} GPU node(s)",
+    })
+    p.event("FirmwareUpgradeStarted",
+            f"firmware upgrade started for {len(snap.nodes)} GPU node(s) "
+            f"(fwEnableVirt: {str(snap.request.fw_enable_virt).lower()}, source commit "
+            f"{snap.request.source_commit or 'none'})")
+    _running(p)
+
+
+# -- a flow is running ---------------------------------------------------------------------------
+
+def _request(status: Mapping[str, Any]) -> FirmwareRequest:
+    raw = status.get("request") or {}
+    return FirmwareRequest(
+        str(raw.get("fwUpgradePolicy", "PreferCloud")), raw.get("fwEnableVirt") is True,
+        raw.get("sourceCommit"), raw.get("expectedVersion"))
+
+
+def _running(p: _Pass) -> None:
+    status, snap = p.status, p.snap
+    request = _request(status)
+    _refuse_other_request(p, request)
+    phase = status["phase"]
+    if phase == "Cordoning":
+        if not _cordon_all(p):
+            return
+        if _spec_differs(snap, "PreferCloud", request.fw_enable_virt):
+            p.actions.append(ApplyFirmwareSpec("PreferCloud", request.fw_enable_virt))
+            return  # once the spec is applied, the next pass moves on
+        status["appliedAt"] = format_time(p.now)
+        status["phase"] = phase = "Upgrading"
+    if phase in _RUNNING:
+        _cordon_all(p)
+        _advance_nodes(p, request)
+        stages = [n["stage"] for n in status["nodes"].values()]
+        if not all(s in TERMINAL_STAGES for s in stages):
+            _hold_spec(p, request)
+        if all(s in TERMINAL_STAGES for s in stages):
+            status["phase"] = "Finishing"
+        elif "awaiting-reboot" in stages:
+            status["phase"] = "AwaitingReboot"
+        elif "awaiting-upgrade" in stages:
+            status["phase"] = "Upgrading"
+        else:
+            status["phase"] = "Verifying"
+        status["message"] = _progress_message(p)
+    if status["phase"] == "Finishing":
+        _finish(p, request)
+
+
+def _refuse_other_request(p: _Pass, running: FirmwareRequest) -> None:
+    """A different request while a flow runs: firmware parameters cannot change now."""
+    new = p.snap.request
+    if new is None:
+        return
+    raw = new.to_json()
+    if raw in (p.status.get("request"), p.status.get("ignoredRequest")):
+        return
+    p.status["ignoredRequest"] = raw
+    reason = (f"firmware parameters cannot change while an upgrade is running: the request "
+              f"from {new.source_commit or 'an unnamed source'} (fwEnableVirt: "
+              f"{str(new.fw_enable_virt).lower()}) is refused; the running upgrade "
+              f"(from {running.source_commit or 'an unnamed source'}) goes on")
+    _add_refusal(p, "*", "firmware-running", reason)
+    p.event("FirmwareRequestRefused", reason, warning=True)
+
+
+def _add_refusal(p: _Pass, node: str, rule: str, reason: str) -> None:
+    refusals = p.status.setdefault("refusals", [])
+    entry = {"node": node, "rule": rule, "reason": reason}
+    if entry not in refusals:
+        refusals.append(entry)
+
+
+def _spec_differs(snap: FirmwareSnapshot, policy: str, enable_virt: bool) -> bool:
+    return (snap.driver_spec.get("fwUpgradePolicy") != policy
+            or (snap.driver_spec.get("fwEnableVirt") is True) != enable_virt)
+
+
+def _hold_spec(p: _Pass, request: FirmwareRequest) -> None:
+    """Someone changed the firmware parameters on the object mid-flow: refuse, apply ours."""
+    if not _spec_differs(p.snap, "PreferCloud", request.fw_enable_virt):
+        return
+    spec = p.snap.driver_spec
+    reason = (f"firmware parameters cannot change while an upgrade is running: found "
+              f"fwUpgradePolicy {spec.get('fwUpgradePolicy')!r}, fwEnableVirt "
+              f"{spec.get('fwEnableVirt')!r} on the cluster; PreferCloud and fwEnableVirt "
+              f"{str(request.fw_enable_virt).lower()} applied again")
+    _add_refusal(p, "*", "firmware-locked", reason)
+    p.actions.append(ApplyFirmwareSpec("PreferCloud", request.fw_enable_virt))
+    p.event("FirmwareParametersRestored", reason, warning=True)
+
+
+def _cordon_all(p: _Pass) -> bool:
+    """Cordon every node of the flow that is not cordoned for it yet; True when all are."""
+    flow = str(p.status.get("flow"))
+    done = True
+    for name, entry in p.status["nodes"].items():
+        if entry["stage"] in TERMINAL_STAGES and p.status["phase"] != "Cordoning":
+            continue
+        node = p.snap.nodes.get(name)
+        if node is None:
+            if entry["stage"] not in TERMINAL_STAGES:
+                _fail(p, name, "left the cluster during the firmware upgrade")
+            continue
+        prepared = node.annotations.get(FLOW_ANNOTATION) == flow
+        if prepared and node.unschedulable:
+            continue
+        annotations: list[tuple[str, str]] = []
+        if not prepared:
+            annotations = [
+                (FLOW_ANNOTATION, flow),
+                (BOOT_ID_ANNOTATION, node.boot_id),
+                (VBIOS_BEFORE_ANNOTATION, node.labels.get(p.settings.labels.vbios_version, "")),
+            ]
+            if CORDONED_BEFORE_ANNOTATION not in node.annotations:
+                annotations.append(
+                    (CORDONED_BEFORE_ANNOTATION, "true" if node.unschedulable else "false"))
+        p.actions.append(CordonNode(name, tuple(annotations)))
+        done = False
+    return done
+
+
+def _set_stage(p: _Pass, name: str, stage: str, message: str | None = None, **extra: Any) -> None:
+    entry: dict[str, Any] = {"stage": stage, "since": format_time(p.now)}
+    if message:
+        entry["message"] = message
+    entry.update(extra)
+    p.status["nodes"][name] = entry
+
+
+def _fail(p: _Pass, name: str, message: str) -> None:
+    _set_stage(p, name, "failed", message)
+    p.event("FirmwareNodeFailed", f"node {name}: {message}", warning=True)
+
+
+def _expected(p: _Pass, request: FirmwareRequest) -> str | None:
+    return request.expected_version or p.settings.expected_version
+
+
+def _advance_nodes(p: _Pass, request: FirmwareRequest) -> None:
+    status, snap, timeouts = p.status, p.snap, p.settings.timeouts
+    started = parse_time(status.get("startedAt")) or 0.0
+    applied = parse_time(status.get("appliedAt"))
+    flow = str(status.get("flow"))
+    hook = p.settings.reboot_mode == "hook"
+    waiting_for_slot: list[str] = []
+    for name in sorted(status["nodes"]):
+        entry = status["nodes"][name]
+        stage = entry["stage"]
+        if stage in TERMINAL_STAGES:
+            continue
+        node = snap.nodes.get(name)
+        if node is None:
+            _fail(p, name, "left the cluster during the firmware upgrade")
+            continue
+        since = parse_time(entry.get("since"))
+        rebooted = _rebooted(node)
+        if stage == "awaiting-upgrade":
+            if node.need_reboot_at is not None and node.need_reboot_at >= started:
+                _set_stage(p, name, "awaiting-reboot",
+                           "waiting for a reboot slot" if hook else
+                           "NodeNeedReboot reported: reboot this node")
+                stage = "awaiting-reboot"
+                since = p.now
+            elif rebooted:
+                _set_stage(p, name, "rebooting", "rebooted before reporting NodeNeedReboot")
+                stage = "rebooting"
+                since = p.now
+            elif p.deadline(applied, timeouts.upgrade):
+                _fail(p, name, f"no NodeNeedReboot event within "
+                               f"{format_duration(timeouts.upgrade)} after PreferCloud was applied")
+                continue
+        if stage == "awaiting-reboot":
+            if rebooted or not node.ready:
+                _set_stage(p, name, "rebooting", "rebooting")
+                stage = "rebooting"
+                since = p.now
+            elif not hook and p.deadline(since, timeouts.manual_reboot):
+                _fail(p, name, f"not rebooted within {format_duration(timeouts.manual_reboot)} "
+                               "after it reported NodeNeedReboot")
+                continue
+            elif hook:
+                waiting_for_slot.append(name)
+                continue
+        if stage == "rebooting":
+            _check_reboot(p, name, node, request, since, flow)
+    _start_hooks(p, waiting_for_slot, flow)
+
+
+def _rebooted(node: FirmwareNode) -> bool:
+    before = node.annotations.get(BOOT_ID_ANNOTATION)
+    return bool(before) and bool(node.boot_id) and node.boot_id != before
+
+
+def _check_reboot(p: _Pass, name: str, node: FirmwareNode, request: FirmwareRequest,
+                  since: float | None, flow: str) -> None:
+    entry = p.status["nodes"][name]
+    timeouts = p.settings.timeouts
+    token = entry.get("rebootToken")
+    if token is not None and token in p.snap.hook_failures:
+        _fail(p, name, f"reboot hook failed: {p.snap.hook_failures[token]}")
+        return
+    if not (_rebooted(node) and node.ready):
+        if p.deadline(since, timeouts.reboot):
+            _fail(p, name, f"did not come back (Ready with a new boot ID) within "
+                           f"{format_duration(timeouts.reboot)}")
+        return
+    versions = vbios_versions(node.labels, p.settings.labels)
+    expected = _expected(p, request)
+    before = [v for v in node.annotations.get(VBIOS_BEFORE_ANNOTATION, "").split("_") if v]
+    shown = "_".join(versions) or "no version label"
+    if expected is not None:
+        ok = bool(versions) and all(v == expected for v in versions)
+        wanted = f"expected {expected}"
+    else:
+        ok = bool(versions) and not set(versions) & set(before)
+        wanted = f"expected a version other than {'_'.join(before) or 'the old one'}"
+    if ok:
+        _set_stage(p, name, "verified", f"VBIOS {shown} after reboot", version=shown)
+        return
+    back = parse_time(entry.get("backAt"))
+    if back is None:
+        back = p.now
+        entry["backAt"] = format_time(p.now)
+    if p.deadline(back, timeouts.verify):
+        _fail(p, name, f"came back with VBIOS {shown}, {wanted}")
+        return
+    entry["message"] = f"back with VBIOS {shown}; waiting for the version label ({wanted})"
+
+
+def _start_hooks(p: _Pass, waiting: list[str], flow: str) -> None:
+    rebooting = sum(1 for e in p.status["nodes"].values() if e["stage"] == "rebooting")
+    free = max(0, p.settings.max_concurrent_reboots - rebooting)
+    for name in waiting[:free]:
+        token = reboot_token(flow, name)
+        p.actions.append(RunRebootHook(name, token))
+        _set_stage(p, name, "rebooting", "reboot hook run", rebootToken=token,
+                   rebootRequestedAt=format_time(p.now))
+        if p.settings.timeouts.reboot:
+            p.deadlines.append(p.now + p.settings.timeouts.reboot)
+
+
+def _finish(p: _Pass, request: FirmwareRequest) -> None:
+    """Every node verified or failed: Never, then restore the nodes (failed ones stay
+    cordoned), then Completed or Failed."""
+    status, snap = p.status, p.snap
+    if _spec_differs(snap, "Never", request.fw_enable_virt):
+        p.actions.append(ApplyFirmwareSpec("Never", request.fw_enable_virt))
+    nodes = status["nodes"]
+    for name in sorted(nodes):
+        node = snap.nodes.get(name)
+        if node is None or nodes[name]["stage"] != "verified":
+            continue
+        if any(k in node.annotations for k in (FLOW_ANNOTATION, CORDONED_BEFORE_ANNOTATION)):
+            p.actions.append(RestoreNode(
+                name, uncordon=node.annotations.get(CORDONED_BEFORE_ANNOTATION) == "false"))
+    if p.actions and any(isinstance(a, ApplyFirmwareSpec | RestoreNode) for a in p.actions):
+        status["message"] = "setting fwUpgradePolicy: Never and uncordoning verified nodes"
+        return
+    failed = sorted(n for n, e in nodes.items() if e["stage"] == "failed")
+    status["finishedAt"] = format_time(p.now)
+    if failed:
+        status["phase"] = "Failed"
+        status["message"] = (f"{len(failed)} of {len(nodes)} node(s) failed and stay cordoned: "
+                             f"{_names(failed)}; fwUpgradePolicy is Never")
+        p.event("FirmwareUpgradeFailed", status["message"], warning=True)
+    else:
+        status["phase"] = "Completed"
+        status["message"] = (f"all {len(nodes)} node(s) verified; fwUpgradePolicy is Never and "
+                             "the nodes are restored")
+        p.event("FirmwareUpgradeCompleted", status["message"])
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    return shown + (f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else "")
+
+
+def _progress_message(p: _Pass) -> str:
+    nodes = p.status["nodes"]
+    counts = {s: 0 for s in STAGES}
+    for entry in nodes.values():
+        counts[entry["stage"]] += 1
+    parts = [f"{counts[s]} {s}" for s in STAGES if counts[s]]
+    message = ", ".join(parts)
+    awaiting = sorted(n for n, e in nodes.items() if e["stage"] == "awaiting-reboot")
+    if awaiting and p.settings.reboot_mode == "manual":
+        message += f"; reboot: {_names(awaiting)}"
+    failed = sorted(n for n, e in nodes.items() if e["stage"] == "failed")
+    if failed:
+        message += f"; failed: {_names(failed)}"
+    return message

@@ -1,0 +1,180 @@
+"""What the sync applies for one accepted commit: pure, no Kubernetes, no Git, no clock.
+
+The body of the server-side apply holds only what the repository owns: ``metadata.name``,
+labels and annotations from the file (server-populated metadata and ``status`` are never
+applied), the spec without the fields the rollout controller keeps (SPEC 4.6), and two
+annotations of our own: the commit the cluster now runs, and a firmware request when a commit
+asks for ``fwUpgradePolicy: PreferCloud`` (SPEC 5: that value is never applied as is; the
+firmware orchestrator takes the request over).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from reconciler.firmware.model import REQUEST_ANNOTATION
+from reconciler.firmware.request import firmware_request_annotation
+from reconciler.gitops.edits import MISSING, read_field
+from reconciler.gitops.ownership import FieldPath
+from reconciler.kube.objects import API_VERSION, KIND
+
+SOURCE_COMMIT_ANNOTATION = "gpu.metax-tech.com/source-commit"
+FIRMWARE_REQUEST_ANNOTATION = REQUEST_ANNOTATION
+FW_POLICY_FIELD: FieldPath = ("spec", "driver", "fwUpgradePolicy")
+FW_VIRT_FIELD: FieldPath = ("spec", "driver", "fwEnableVirt")
+PREFER_CLOUD = "PreferCloud"
+
+#: metadata a person may own in Git; everything else under metadata is the server's
+OWNED_METADATA = ("name", "labels", "annotations")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def firmware_request_value(*, fw_enable_virt: bool, source_commit: str) -> str:
+    """The annotation value the firmware orchestrator takes over (docs/firmware.md)."""
+    _, value = firmware_request_annotation(enable_virt=fw_enable_virt,
+                                           source_commit=source_commit)
+    return value
+
+
+def firmware_requested(
+    proposed: Mapping[str, Any], live: Mapping[str, Any] | None,
+    last_applied: Mapping[str, Any] | None,
+) -> bool:
+    """The new commit asks for a firmware upgrade: it says ``PreferCloud`` where the last
+    applied commit did not, and the cluster is not already upgrading firmware."""
+    if read_field(proposed, FW_POLICY_FIELD) != PREFER_CLOUD:
+        return False
+    if live is not None and read_field(live, FW_POLICY_FIELD) == PREFER_CLOUD:
+        return False
+    return last_applied is None or read_field(last_applied, FW_POLICY_FIELD) != PREFER_CLOUD
+
+
+def apply_body(
+    proposed: Mapping[str, Any],
+    *,
+    name: str,
+    source_commit: str,
+    kept: Iterable[FieldPath] = (),
+    live: Mapping[str, Any] | None = None,
+    firmware_request: str | None = None,
+) -> dict[str, Any]:
+    """The object the sync applies (field manager ``gpu-gitops-reconciler``).
+
+    ``kept``: fields the controller owns and keeps (left out, so its ownership stays);
+    ``firmware_request``: a new request to put on the object. Whenever Git says ``PreferCloud``
+    and the cluster does not, the live ``fwUpgradePolicy``/``fwEnableVirt`` are applied instead,
+    and a request already on the object is kept until the orchestrator has taken it over.
+    """
+    meta = _mapping(proposed.get("metadata"))
+    metadata: dict[str, Any] = {"name": name}
+    labels = _mapping(meta.get("labels"))
+    if labels:
+        metadata["labels"] = {str(k): str(v) for k, v in labels.items()}
+    annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
+    annotations[SOURCE_COMMIT_ANNOTATION] = source_commit
+    spec = copy.deepcopy(dict(_mapping(proposed.get("spec"))))
+    body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata,
+                            "spec": spec}
+    kept_set = {tuple(f) for f in kept}
+    for field in kept_set:
+        _remove(body, field)
+    if FW_POLICY_FIELD not in kept_set and read_field(body, FW_POLICY_FIELD) == PREFER_CLOUD:
+        live_policy = read_field(live, FW_POLICY_FIELD) if live is not None else MISSING
+        if live_policy != PREFER_CLOUD:
+            _set(body, FW_POLICY_FIELD, "Never" if live_policy is MISSING else live_policy)
+            live_virt = read_field(live, FW_VIRT_FIELD) if live is not None else MISSING
+            if live_virt is MISSING:
+                _remove(body, FW_VIRT_FIELD)
+            else:
+                _set(body, FW_VIRT_FIELD, live_virt)
+            pending = _mapping(_mapping(live.get("metadata") if live else None)
+                               .get("annotations")).get(FIRMWARE_REQUEST_ANNOTATION)
+            request = firmware_request or pending
+            if request:
+                annotations[FIRMWARE_REQUEST_ANNOTATION] = str(request)
+    metadata["annotations"] = annotations
+    return body
+
+
+def drifted(body: Mapping[str, Any], live: Mapping[str, Any], *,
+            ignore: Iterable[FieldPath] = ()) -> list[str]:
+    """Leaves of ``body``'s spec and owned metadata that the live object does not hold (a
+    change made directly in the cluster: Git wins). ``ignore``: fields the controller owns."""
+    skip = {tuple(f) for f in ignore}
+    found: list[str] = []
+
+    def walk(want: Any, have: Any, path: tuple[str, ...]) -> None:
+        if path in skip:
+            return
+        if isinstance(want, Mapping):
+            have_map = have if isinstance(have, Mapping) else {}
+            for key, value in want.items():
+                walk(value, have_map.get(key, MISSING), (*path, str(key)))
+            return
+        if want != have:
+            found.append(".".join(path))
+
+    walk(_mapping(body.get("spec")), _mapping(live.get("spec")), ("spec",))
+    meta = _mapping(body.get("metadata"))
+    live_meta = _mapping(live.get("metadata"))
+    for section in ("labels", "annotations"):
+        walk(_mapping(meta.get(section)), _mapping(live_meta.get(section)),
+             ("metadata", section))
+    return found
+
+
+def _set(obj: dict[str, Any], field: FieldPath, value: Any) -> None:
+    node = obj
+    for name in field[:-1]:
+        child = node.get(name)
+        if not isinstance(child, dict):
+            child = {}
+            node[name] = child
+        node = child
+    node[field[-1]] = value
+
+
+def _remove(obj: dict[str, Any], field: FieldPath) -> None:
+    node: Any = obj
+    for name in field[:-1]:
+        node = node.get(name) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(field[-1], None)
+
+
+def sync_owned_tree(managed_fields: Iterable[Mapping[str, Any]], manager: str) -> Mapping[str, Any]:
+    """The FieldsV1 tree of what ``manager`` applied (``{"f:spec": {"f:driver": ...}}``)."""
+    for entry in managed_fields:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            tree = entry.get("fieldsV1")
+            return tree if isinstance(tree, Mapping) else {}
+    return {}
+
+
+def what_stays(live: Mapping[str, Any], proposed: Mapping[str, Any],
+               owned: Mapping[str, Any]) -> dict[str, Any]:
+    """The live object without the spec fields that Git does not name and the sync does not
+    own: an apply leaves those in place (another manager owns them), so the transition rules
+    must not read their absence from Git as a removal."""
+    result = copy.deepcopy(dict(live))
+
+    def prune(have: dict[str, Any], want: Mapping[str, Any], tree: Mapping[str, Any]) -> None:
+        for key in list(have):
+            sub = tree.get(f"f:{key}") if isinstance(tree, Mapping) else None
+            if key not in want:
+                if sub is None:
+                    del have[key]
+            elif isinstance(have[key], dict) and isinstance(want[key], Mapping):
+                prune(have[key], want[key], sub if isinstance(sub, Mapping) else {})
+
+    spec = result.get("spec")
+    if isinstance(spec, dict):
+        prune(spec, _mapping(proposed.get("spec")), _mapping(owned.get("f:spec")))
+    return result

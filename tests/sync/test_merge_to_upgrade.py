@@ -1,0 +1,115 @@
+"""Merge-to-upgrade end to end: a commit bumping the driver ends with every node on it, and
+``git log`` reads as the audit trail (SPEC 1, 4.6, 6)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reconciler.controller.loop import RolloutController
+from reconciler.kube.api import KubeApi
+from reconciler.sim.fleet import Fleet
+from reconciler.sim.waiting import wait_for
+from tests.sync.conftest import (
+    NEW,
+    OLD,
+    POLICY_PATH,
+    Person,
+    Remote,
+    SyncFactory,
+    git,
+    policy,
+)
+from tests.sync.helpers import (
+    driver,
+    file_at_head,
+    source_commit,
+    status_file,
+    step_state,
+    subjects,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
+    kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
+    alice: Person, make_sync: SyncFactory,
+) -> None:
+    sync = make_sync(policy_remote.url)
+    seed = policy_remote.head()
+    wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed commit applied",
+             observe=lambda: source_commit(kube))
+
+    merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
+    sync.trigger()
+    wait_for(lambda: step_state(kube) == ("Progressing", 1, "StepPaused"), timeout=60,
+             what="step 1 paused at the manual gate", observe=lambda: step_state(kube))
+    assert source_commit(kube) == merge
+    assert len(fleet10.ready_driver_nodes(NEW)) == 1
+    # the controller's pause: true reaches Git as the reconciler's own commit
+    wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
+                         for s in subjects(policy_remote)),
+             timeout=30, what="the pause write-back", observe=lambda: subjects(policy_remote))
+    text = file_at_head(policy_remote, POLICY_PATH)
+    assert "pause: true" in text
+    assert "# a person confirms the canary" in text  # round trip kept the comments
+
+    # a pull request that edits maxParallel during the rollout fails the offline check, which
+    # reads the phase from the status snapshot in Git
+    alice.pull()
+    alice.write(POLICY_PATH, policy(NEW, pause=True, max_parallel="3"))
+    check = subprocess.run(
+        [str(Path(sys.executable).parent / "reconciler"), "validate", "--against", "origin/main",
+         POLICY_PATH], cwd=alice.dir, capture_output=True, text=True)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "maxParallel cannot change while the rollout is Progressing" in check.stdout
+    git(alice.dir, "checkout", "--", POLICY_PATH)
+
+    # an unrelated commit (still saying nothing about pause) releases nothing
+    alice.pull()
+    alice.commit_and_push("Document the canary", {"README.md": "prod-a policy\n"})
+    sync.trigger()
+    wait_for(lambda: sync.handled_commit == policy_remote.head() or False, timeout=20,
+             what="the unrelated commit handled")
+    assert step_state(kube) == ("Progressing", 1, "StepPaused")
+    assert driver(kube)["upgradePolicy"]["pause"] is True
+
+    # a person resumes by merging pause: false
+    alice.pull()
+    resume = alice.commit_and_push("Release the rest of prod-a",
+                                   {POLICY_PATH: policy(NEW, pause=False)})
+    sync.trigger()
+    wait_for(lambda: step_state(kube) == ("Idling", 3, "Completed"), timeout=90,
+             what="the rollout completed", observe=lambda: step_state(kube))
+    assert source_commit(kube) == resume
+    assert sorted(fleet10.ready_driver_nodes(NEW)) == sorted(fleet10.node_names)
+    assert not fleet10.ready_driver_nodes(OLD)
+
+    wait_for(lambda: (status_file(policy_remote) or {}).get("upgradeStatus", {})
+             .get("status", {}).get("currentStepState") == "Completed",
+             timeout=30, what="the completed snapshot in Git")
+    log = subjects(policy_remote)
+    print("\n".join(log))
+
+    def position(text: str) -> int:
+        return next(i for i, s in enumerate(log) if text in s)
+
+    merged = position(f"Alice Operator: Upgrade prod-a to {NEW}")
+    step1 = position("status(prod-a): step 1/3")
+    paused = position("gpu-gitops-reconciler: policy(prod-a): pause the rollout at step 1/3")
+    resumed = position("Alice Operator: Release the rest of prod-a")
+    completed = position("status(prod-a): rollout completed at step 3/3 (10/10")
+    assert merged < step1 < resumed < completed
+    assert merged < paused < resumed
+    snapshot = status_file(policy_remote)
+    assert snapshot is not None
+    assert snapshot["sourceCommit"] == resume
+    assert "rejection" not in snapshot
+    # status commits stay within the budget of 3 x steps + 3
+    own = [s for s in log if s.startswith("gpu-gitops-reconciler: status(")]
+    assert len(own) <= 3 * 3 + 3, own
+    assert sync.stats.rejected == 0
