@@ -49,6 +49,8 @@ DEFAULT_SETTINGS = PlannerSettings()
 #: stored timestamps carry milliseconds; instants closer than this count as reached, so a
 #: deadline read back from text never lands a hair after the ``now`` that wrote it
 CLOCK_SLACK = 0.0005
+#: ManualGate reason: confirmed, but a node that joined meanwhile is not Ready yet
+GATE_CONFIRMED_PENDING = "ConfirmedPendingNodes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,14 +581,21 @@ class _Planner:
                 f"step {index} confirmed", self.now_text,
             )
             self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
-            # falls through: a node that joined during the gate must be Ready before the step
-            # counts as done (the confirmation is kept for when it is)
+            if scan.ready >= target:
+                self._advance(index, revision)
+                return
+            # a node joined during the gate: the step is done (and confirmed) once it is Ready
+            st.set_condition(
+                self.status, st.COND_MANUAL_GATE, "False", GATE_CONFIRMED_PENDING,
+                f"step {index} confirmed; waiting for nodes that joined meanwhile",
+                self.now_text,
+            )
         if counter >= threshold:
             self._fallback(scan, index)
             return
         if scan.ready >= target:
             step = steps[index - 1]
-            if step.pause_ms is None and self._gate_confirmed():
+            if step.pause_ms is None and self._gate_confirmed():  # see GATE_CONFIRMED_PENDING
                 if policy.pause:
                     inner["currentStepState"] = st.STEP_PAUSED
                     return
@@ -630,13 +639,8 @@ class _Planner:
         return
 
     def _gate_confirmed(self) -> bool:
-        """A person confirmed the current step's gate (after the step started)."""
-        gate = st.find_condition(self.status, st.COND_MANUAL_GATE)
-        if gate is None or gate.get("status") != "False" or gate.get("reason") != "Confirmed":
-            return False
-        epoch = st.find_condition(self.status, st.COND_PROGRESSING) or {}
-        started = st.parse_time_or(epoch.get("lastTransitionTime"), self.now)
-        return st.parse_time_or(gate.get("lastTransitionTime"), started) > started
+        gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}
+        return gate.get("reason") == GATE_CONFIRMED_PENDING
 
     def _start_nodes(self, scan: _Scan, revision: str, target: int, batch: int) -> None:
         policy = self.policy
@@ -666,6 +670,12 @@ class _Planner:
         """Leave step ``index``: start the next one (True) or complete the rollout (False)."""
         inner = self.inner
         inner["recheckTime"] = ""
+        if self._gate_confirmed():
+            gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}
+            st.set_condition(
+                self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
+                str(gate.get("message", "")), self.now_text,
+            )
         if index >= len(self.policy.steps):
             self.status["phase"] = st.PHASE_IDLING
             inner["currentStepState"] = st.STEP_COMPLETED

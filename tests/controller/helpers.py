@@ -156,3 +156,56 @@ def event_reasons(kube: KubeApi) -> list[str]:
     items = sorted(events["items"], key=lambda e: (e.get("firstTimestamp") or "",
                                                     e["metadata"]["creationTimestamp"]))
     return [str(e.get("reason")) for e in items]
+
+
+UPGRADE_STATUS_KEYS = {"lastAppliedSpec", "lastCoDriverSpec", "upgrading", "condition", "phase",
+                       "message", "status"}
+INNER_KEYS = {"lastPodSpecRevision", "upgradingPodSpecRevision", "currentStepIndex",
+              "currentUpgradeReplicas", "currentUpgradeReadyReplicas", "currentFailureRetry",
+              "currentStepState", "totalUpgradeReplicas", "totalUpgradeReadyReplicas",
+              "lastUpdateTime", "message", "recheckTime"}
+PHASES = {"Idling", "Progressing", "Terminating", "Disabling", "Disabled"}
+STEP_STATES = {"", "StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", "Completed"}
+
+
+def spec_41_problems(status: Mapping[str, Any]) -> list[str]:
+    """What in one ``status.upgradeStatus`` departs from SPEC 4.1's fields and values."""
+    problems = []
+    if set(status) != UPGRADE_STATUS_KEYS:
+        problems.append(f"upgradeStatus keys {sorted(status)}")
+    inner = status.get("status") or {}
+    if set(inner) != INNER_KEYS:
+        problems.append(f"status keys {sorted(inner)}")
+    if status.get("phase") not in PHASES:
+        problems.append(f"phase {status.get('phase')!r}")
+    if inner.get("currentStepState") not in STEP_STATES:
+        problems.append(f"currentStepState {inner.get('currentStepState')!r}")
+    active = status.get("phase") in {"Progressing", "Terminating", "Disabling"}
+    if status.get("upgrading") is not active:
+        problems.append(f"upgrading {status.get('upgrading')!r} in phase {status.get('phase')}")
+    for condition in status.get("condition") or []:
+        if set(condition) != {"type", "status", "lastTransitionTime", "reason", "message"}:
+            problems.append(f"condition keys {sorted(condition)}")
+    return problems
+
+
+class StatusRecorder:
+    """Every distinct ``status.upgradeStatus`` the ClusterOperator shows, from a watch."""
+
+    def __init__(self, kube: KubeApi) -> None:
+        self.seen: list[JSON] = []
+        self.watch = ListWatch(kube, cluster_operator_path(), on_event=self._on,
+                               name="status recorder")
+
+    def _on(self, event: str, obj: JSON) -> None:
+        status = (obj.get("status") or {}).get("upgradeStatus")
+        if status and (not self.seen or self.seen[-1] != status):
+            self.seen.append(status)
+
+    def __enter__(self) -> StatusRecorder:
+        self.watch.start()
+        self.watch.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watch.stop()

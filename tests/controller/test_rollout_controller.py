@@ -17,10 +17,11 @@ from reconciler.sim.waiting import wait_for
 from tests.controller.helpers import (
     SEED_10,
     InvariantObserver,
+    StatusRecorder,
     cluster_operator,
-    inner,
     event_reasons,
     person_patch,
+    spec_41_problems,
     start_rollout,
     upgrade_status,
 )
@@ -67,6 +68,7 @@ def test_seed_10_node_scenario_runs_to_completion(
     kube: KubeApi, fleet: Fleet, controller: RolloutController
 ) -> None:
     observer = InvariantObserver(kube, max_parallel=3).start()
+    recorder = StatusRecorder(kube).__enter__()
     try:
         start_rollout(kube, NEW, SEED_10)
         # batch 1: 2 nodes, then a manual gate the controller marks with pause: true
@@ -89,9 +91,21 @@ def test_seed_10_node_scenario_runs_to_completion(
         assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
     finally:
         observer.stop()
+        recorder.__exit__()
     assert observer.violations == []
     assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
     assert len(observer.deletions) == 10
+    # every status the object showed on the way has exactly SPEC 4.1's fields and values, and
+    # the steps went 1..4 in order through their states
+    for status in recorder.seen:
+        assert spec_41_problems(status) == [], status
+    progress = [(s["status"]["currentStepIndex"], s["status"]["currentStepState"])
+                for s in recorder.seen if s["phase"] == "Progressing"]
+    indices = [i for i, _ in progress]
+    assert indices == sorted(indices) and set(indices) == {1, 2, 3, 4}, progress
+    for index in (1, 2, 3, 4):
+        states = [state for i, state in progress if i == index]
+        assert "StepPaused" in states, (index, states)
     reasons = wait_for(lambda: (r := event_reasons(kube)) and "RolloutCompleted" in r and r,
                        timeout=10, what="the completion event")
     for expected in ("RolloutStarted", "GateOpened", "GateConfirmed", "StepStarted",

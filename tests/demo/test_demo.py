@@ -69,7 +69,8 @@ def test_the_whole_demo_runs_non_interactively(tmp_path: Path) -> None:
     assert "Bob Reviewer: lab-10: release the rollout after step 1" in trail
     reconciler_commits = [line for line in trail.splitlines() if "gpu-gitops-reconciler:" in line]
     assert len(reconciler_commits) >= 3, trail
-    assert trail.index("Bob Reviewer") < trail.index("Alice Ops: Merge pull request #1")  # newest first
+    # newest first
+    assert trail.index("Bob Reviewer") < trail.index("Alice Ops: Merge pull request #1")
     assert "Completed" in trail
     # everything the demo made is gone, processes included
     assert list(tmp_path.iterdir()) == []
@@ -111,5 +112,9 @@ def test_ctrl_c_half_way_leaves_no_process_behind(tmp_path: Path) -> None:
     assert "Traceback" not in text, text[-4000:]
     assert _processes_mentioning(str(tmp_path)) == {}
     for pid in running:
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        assert stat[stat.rindex(")") + 2] == "Z", (pid, running[pid])
     assert list(tmp_path.iterdir()) == []

@@ -120,7 +120,9 @@ class Observer:
                     f"{flying} in flight, step {index} batch {batch}"
                 )
             # upgraded <= the current step's target
-            if not crashed and status.get("phase") == "Progressing":
+            # checked when the plan starts a node, for the same reason (a percentage target
+            # can shrink under upgraded nodes when nodes leave)
+            if fresh and not crashed and status.get("phase") == "Progressing":
                 upgraded = sum(
                     1 for node in sim.nodes.values()
                     if node.annotations.get(ANN_TARGET) == NEW_REV

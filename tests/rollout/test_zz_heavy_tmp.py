@@ -1,0 +1,299 @@
+"""Property tests: random fleets, policies, faults, timings and controller crashes, with an
+observer that checks the SPEC 4.3 invariants after every planning call from the fleet itself."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as s
+
+from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod
+from reconciler.rollout.model import (
+    ANN_ATTEMPT,
+    ANN_DELETED_AT,
+    ANN_STATE,
+    ANN_TARGET,
+    FAILURE_REASONS,
+    PlannerSettings,
+    RolloutNode,
+    RolloutSnapshot,
+)
+from reconciler.rollout.planner import Plan
+from reconciler.rollout.simulator import EPOCH, SimConfig, Simulation
+from reconciler.rollout.status import parse_time
+
+from .world import NEW_PAYLOAD, NEW_REV, OLD_REV, OLD_VERSION
+
+SETTINGS = PlannerSettings(ready_timeout=600)
+
+
+def in_flight(node: RolloutNode, now: float) -> bool:
+    """SPEC 4.3.3, computed from the node alone."""
+    ann = node.annotations
+    if ann.get(ANN_STATE) != "upgrading":
+        return False
+    target = ann.get(ANN_TARGET)
+    pod = node.pod
+    if (
+        pod is not None and pod.revision == target and not pod.deleting
+        and (pod.ready or pod.waiting_reason in FAILURE_REASONS)
+    ):
+        return False
+    deleted_at = parse_time(ann[ANN_DELETED_AT])
+    return now < deleted_at + SETTINGS.ready_timeout
+
+
+def unavailable(nodes: list[RolloutNode], now: float) -> int:
+    count = 0
+    for node in nodes:
+        if in_flight(node, now):
+            continue
+        pod = node.pod
+        ours = node.annotations.get(ANN_STATE) in ("upgrading", "failed")
+        if (
+            not node.ready or pod is None or not pod.ready or pod.deleting
+            or (node.unschedulable and not ours)
+        ):
+            count += 1
+    return count
+
+
+class Observer:
+    def __init__(self, policy: UpgradePolicy) -> None:
+        self.policy = policy
+        self.sim: Simulation | None = None
+        self.deletions: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.checked = 0
+
+    def __call__(self, before: RolloutSnapshot, plan: Plan, applied: int) -> None:
+        assert self.sim is not None
+        sim = self.sim
+        now = EPOCH + sim.t
+        crashed = sim.calls in sim.config.crash_calls
+        status = before.status if crashed else plan.status
+        inner = status.get("status") or {}
+        policy = self.policy
+        n = len(before.nodes)
+        targets = policy.step_targets(n)
+        index = int(inner.get("currentStepIndex") or 0)
+        actions = plan.actions[:applied]
+        phase_before = before.status.get("phase")
+        # no node's pod deleted twice for one target, except a counted retry
+        pending_attempt: dict[str, str] = {}
+        for action in actions:
+            if isinstance(action, AnnotateNode) and ANN_ATTEMPT in action.annotations:
+                pending_attempt[action.node] = str(action.annotations[ANN_ATTEMPT])
+            if isinstance(action, DeleteDriverPod):
+                node = sim.nodes[action.node]
+                target = node.annotations[ANN_TARGET]
+                attempt = int(pending_attempt.get(action.node) or node.annotations[ANN_ATTEMPT])
+                history = self.deletions[(action.node, target)]
+                assert not history or attempt > history[-1], (
+                    f"{action.node} deleted again for {target} without a counted retry"
+                )
+                history.append(attempt)
+        # fresh starts only while unavailable <= maxUnavailable
+        fresh = [
+            a for a in actions
+            if isinstance(a, DeleteDriverPod) and phase_before == "Progressing"
+            and before.nodes[a.node].annotations.get(ANN_TARGET) != NEW_REV
+        ]
+        if fresh:
+            # nodes moved in this very plan (retries) are in flight, not unavailable
+            moved = {a.node for a in actions if isinstance(a, DeleteDriverPod)}
+            seen = unavailable([n for n in before.nodes.values() if n.name not in moved], now)
+            assert seen <= policy.resolved_max_unavailable(n), (
+                f"started {len(fresh)} nodes while {seen} unavailable"
+            )
+        # in flight <= maxParallel of the current batch (the stopped one during a rollback)
+        if 0 < index <= len(targets):
+            batch = targets[index - 1] - (targets[index - 2] if index > 1 else 0)
+            # checked when the plan starts a node: nodes leaving can shrink the batch (and
+            # its maxParallel) under nodes already in flight, which then only finish
+            if any(isinstance(a, DeleteDriverPod) for a in actions):
+                flying = sum(1 for node in sim.nodes.values() if in_flight(node, now))
+                assert flying <= policy.batch_max_parallel(max(batch, 0)), (
+                    f"{flying} in flight, step {index} batch {batch}"
+                )
+            # upgraded <= the current step's target
+            # checked when the plan starts a node, for the same reason (a percentage target
+            # can shrink under upgraded nodes when nodes leave)
+            if fresh and not crashed and status.get("phase") == "Progressing":
+                upgraded = sum(
+                    1 for node in sim.nodes.values()
+                    if node.annotations.get(ANN_TARGET) == NEW_REV
+                    or (node.pod is not None and node.pod.revision == NEW_REV
+                        and not node.name.startswith("node-9"))  # joiners take the template
+                )
+                # a step not above an earlier one adds no nodes (SPEC 3)
+                effective = max(targets[:index])
+                assert upgraded <= effective, (upgraded, effective)
+        self.checked += 1
+
+
+quantity_count = s.integers(min_value=1, max_value=6)
+percent = s.integers(min_value=1, max_value=100).map(lambda p: f"{p}%")
+pause = s.one_of(s.just(0), s.integers(min_value=1, max_value=600_000), s.just(None))
+
+
+@s.composite
+def scenarios(draw: Any) -> dict[str, Any]:
+    n = draw(s.integers(min_value=1, max_value=24))
+    count = draw(s.integers(min_value=0, max_value=3))
+    raw_steps = [
+        {"replicas": draw(s.one_of(quantity_count, percent)),
+         "pauseDuration": {} if (p := draw(pause)) is None else p}
+        for _ in range(count)
+    ]
+    last = draw(pause)
+    raw_steps.append({"replicas": "100%", "pauseDuration": {} if last is None else last})
+    policy = {
+        "enableRollout": True,
+        "upgradeSteps": raw_steps,
+        "maxParallel": draw(s.one_of(quantity_count, percent)),
+        "maxUnavailable": draw(s.one_of(s.integers(min_value=0, max_value=3),
+                                        s.integers(min_value=0, max_value=100).map(
+                                            lambda p: f"{p}%"))),
+        "maxFailureThreshold": draw(s.integers(min_value=1, max_value=4)),
+        "fallback": draw(s.sampled_from(["pause", "rollback"])),
+    }
+    width = 4
+    names = [f"node-{i:0{width}d}" for i in range(1, n + 1)]
+    faults = draw(s.dictionaries(
+        s.sampled_from(names),
+        s.sampled_from(["imagepull", "crashloop", "never-ready", "node-notready"]),
+        max_size=3,
+    ))
+    return {
+        "n": n,
+        "policy": policy,
+        "faults": faults,
+        "install": draw(s.integers(min_value=1, max_value=400)),
+        "confirm": draw(s.integers(min_value=0, max_value=120)),
+        "crashes": draw(s.frozensets(s.integers(min_value=1, max_value=80), max_size=6)),
+        "crash_seed": draw(s.integers(min_value=0, max_value=1000)),
+        "interventions": (),
+    }
+
+
+@s.composite
+def scenarios_with_people(draw: Any) -> dict[str, Any]:
+    """The same, plus people and the cluster acting mid-rollout."""
+    scenario = draw(scenarios())
+    names = [f"node-{i:04d}" for i in range(1, scenario["n"] + 1)]
+    kinds = s.sampled_from(["disable", "pause", "resume", "busy", "free", "join", "leave"])
+    interventions = []
+    for _ in range(draw(s.integers(min_value=1, max_value=5))):
+        kind = draw(kinds)
+        if kind == "join":
+            node = f"node-{draw(s.integers(min_value=9000, max_value=9003)):04d}"
+        elif kind in ("busy", "free", "leave"):
+            node = draw(s.sampled_from(names))
+        else:
+            node = ""
+        interventions.append((float(draw(s.integers(min_value=1, max_value=4000))), kind, node))
+    scenario["interventions"] = tuple(sorted(interventions))
+    return scenario
+
+
+def run(scenario: dict[str, Any]) -> tuple[Simulation, Any, Observer]:
+    policy = UpgradePolicy.from_spec(scenario["policy"])
+    observer = Observer(policy)
+    config = SimConfig(
+        nodes=scenario["n"],
+        from_version=OLD_VERSION,
+        install_seconds=scenario["install"],
+        auto_confirm=scenario["confirm"],
+        faults=scenario["faults"],
+        settings=SETTINGS,
+        verify_idempotent=not scenario["crashes"],
+        crash_calls=scenario["crashes"],
+        crash_seed=scenario["crash_seed"],
+        observer=observer,
+        interventions=scenario["interventions"],
+    )
+    sim = Simulation({"payload": NEW_PAYLOAD, "upgradePolicy": scenario["policy"]}, config)
+    observer.sim = sim
+    return sim, sim.run(), observer
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_invariants_hold_at_every_tick(scenario: dict[str, Any]) -> None:
+    sim, result, observer = run(scenario)
+    event(f"stop: {result.stop_reason}")
+    crashed = bool(scenario["crashes"] & set(range(1, result.planning_calls + 1)))
+    event(f"crashes applied: {crashed}")
+    assert observer.checked == result.planning_calls
+    faults = scenario["faults"]
+    notready = {name for name, fault in faults.items() if fault == "node-notready"}
+    if result.completed:
+        assert all(
+            n.pod is not None and n.pod.revision == NEW_REV and n.pod.ready
+            for n in sim.nodes.values()
+        )
+        assert result.final["status"]["currentStepState"] == "Completed"
+        assert not any(n.unschedulable for n in sim.nodes.values())
+    if result.rolled_back:
+        for node in sim.nodes.values():
+            assert node.pod is not None and node.pod.revision == OLD_REV
+            if node.name not in notready:
+                assert node.pod.ready and not node.unschedulable
+        assert result.final["phase"] == "Idling"
+        assert result.final["status"]["currentStepState"] == "Completed"
+    if not faults:
+        assert result.completed, result.stop_reason
+        # virtual time adds nothing: each batch takes ceil(batch / maxParallel) waves
+        policy = UpgradePolicy.from_spec(scenario["policy"])
+        if not scenario["crashes"]:
+            assert round(result.duration_seconds * 1000) == minimum_duration_ms(policy, scenario)
+    elif not notready:
+        expected = "rolled-back" if scenario["policy"]["fallback"] == "rollback" else (
+            "fallback-pause"
+        )
+        assert result.stop_reason == expected
+
+
+def minimum_duration_ms(policy: UpgradePolicy, scenario: dict[str, Any]) -> int:
+    """Sum over batches of waves x install time, plus pauses and gate confirmations."""
+    n = scenario["n"]
+    targets = policy.step_targets(n)
+    total = 0
+    previous = 0
+    for step, target in zip(policy.steps, targets, strict=True):
+        batch = max(target - previous, 0)
+        previous = max(previous, target)
+        if batch:
+            waves = math.ceil(batch / policy.batch_max_parallel(batch))
+            total += waves * scenario["install"] * 1000
+        total += scenario["confirm"] * 1000 if step.pause_ms is None else step.pause_ms
+    return total
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios_with_people())
+def test_invariants_hold_when_people_and_nodes_act_mid_rollout(scenario: dict[str, Any]) -> None:
+    sim, result, observer = run(scenario)
+    event(f"stop: {result.stop_reason}")
+    assert observer.checked == result.planning_calls
+    notready = {name for name, fault in scenario["faults"].items() if fault == "node-notready"}
+    if result.completed:
+        assert all(
+            n.pod is not None and n.pod.revision == NEW_REV and n.pod.ready
+            and not n.unschedulable
+            for n in sim.nodes.values()
+        )
+    if result.rolled_back:
+        for node in sim.nodes.values():
+            assert node.pod is not None and node.pod.revision == OLD_REV, node
+            if node.name not in notready:
+                assert node.pod.ready
+        assert result.final["phase"] == ("Idling" if sim.policy.enable_rollout else "Disabled")
+    if not result.completed and not scenario["faults"] and result.stop_reason != "until":
+        # without faults only a person (pause, disable) or a busy node stops a rollout
+        kinds = {kind for _, kind, _ in scenario["interventions"]}
+        assert kinds & {"pause", "disable", "busy"}, result.stop_reason
