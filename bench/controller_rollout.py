@@ -31,14 +31,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.controller.act import Target  # noqa: E402
-from reconciler.controller.loop import RolloutController  # noqa: E402
-from reconciler.controller.observe import driver_pod_view, is_driver_pod  # noqa: E402
-from reconciler.kube.api import KubeApi, resource_path  # noqa: E402
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path  # noqa: E402
-from reconciler.kube.watch import ListWatch  # noqa: E402
-from reconciler.policy.upgrade_policy import UpgradePolicy  # noqa: E402
-from reconciler.rollout.model import PlannerSettings  # noqa: E402
+from reconciler.controller.act import Target
+from reconciler.controller.loop import RolloutController
+from reconciler.controller.observe import driver_pod_view, is_driver_pod
+from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.watch import ListWatch
+from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.rollout.model import PlannerSettings
 
 POLICY = {  # the 100-node scenario's shape, without manual gates (nobody to release them)
     "enableRollout": True,

@@ -197,7 +197,8 @@ def _serve(s: _Settings) -> int:
     metrics = Metrics()
     checks = HealthChecks()
     api = _api(o["kubeconfig"])
-    leader = _Leadership()
+    # with an election, nothing acts until this replica holds the Lease
+    leader = _Leadership(acting=not o["leader_elect"])
 
     ops_address = None
     if o["ops_listen"] and o["ops_listen"] != "off":
@@ -340,8 +341,8 @@ class _Leadership:
     """``is_leader`` for the roles: always true without election; false for good once shutdown
     began."""
 
-    def __init__(self) -> None:
-        self.check: Callable[[], bool] = lambda: True
+    def __init__(self, *, acting: bool) -> None:
+        self.check: Callable[[], bool] = lambda: acting
         self._revoked = False
 
     def is_leader(self) -> bool:

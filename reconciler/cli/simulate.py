@@ -115,14 +115,20 @@ def load_faults(path: Path | None, nodes: int) -> dict[str, Fault]:
         _fail(f"{path}: expected a mapping with one key 'faults' holding a list of "
               "{node, fault} entries")
     width = max(4, len(str(nodes)))
-    known = {node_name(i, width) for i in range(1, nodes + 1)} if nodes <= 1_000_000 else set()
+
+    def known(name: object) -> bool:
+        if not isinstance(name, str) or not name.startswith("node-"):
+            return False
+        digits = name[5:]
+        return len(digits) == width and digits.isdigit() and 1 <= int(digits) <= nodes
+
     faults: dict[str, Fault] = {}
     for index, entry in enumerate(entries):
         where = f"{path}: faults[{index}]"
         if not isinstance(entry, Mapping) or set(entry) != {"node", "fault"}:
             _fail(f"{where}: expected exactly the keys 'node' and 'fault', got {entry!r}")
         node, fault = entry["node"], entry["fault"]
-        if not isinstance(node, str) or node not in known:
+        if not known(node):
             _fail(f"{where}.node: no node named {node!r} in a fleet of {nodes} nodes "
                   f"(names run {node_name(1, width)} .. {node_name(nodes, width)})")
         if fault not in FAULTS:

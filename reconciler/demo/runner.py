@@ -486,24 +486,12 @@ class Demo:
         reader = WorkingCopy.clone(self.remote, self.work / "people" / "reader", ALICE)
         status = self._reconciler("status", "--cluster", CLUSTER, "--from", "git",
                                   "--repo", str(reader.path), cwd=reader.path)
-        if status.returncode == 0 and status.stdout.strip():
-            self.console.print(status.stdout.rstrip(), highlight=False, markup=False,
-                               soft_wrap=True)
-        else:
-            snapshot = YAML(typ="safe").load(self.remote.show(f"main:{STATUS_FILE}") or "{}")
-            self.console.print(escape(_dump_yaml(snapshot)), highlight=False)
+        self.console.print((status.stdout + status.stderr).rstrip(), highlight=False,
+                           markup=False, soft_wrap=True)
+        if status.returncode != 0:
+            raise DemoError(f"`reconciler status` exited with {status.returncode}")
         self.console.rule()
         self.console.print(
             f"done in {elapsed:.0f} s: {CLUSTER} upgraded {OLD} -> {NEW} by merging a pull "
             f"request; {released} gate(s) released by a person's commit. {self.note}.",
             highlight=False, soft_wrap=True)
-
-
-def _dump_yaml(data: Any) -> str:
-    import io
-
-    out = io.StringIO()
-    yaml = YAML()
-    yaml.default_flow_style = False
-    yaml.dump(data, out)
-    return out.getvalue()

@@ -25,11 +25,11 @@ class RestoreNode:
 
 @dataclass(frozen=True, slots=True)
 class ApplyFirmwareSpec:
-    """Server-side apply ``fwUpgradePolicy`` and ``fwEnableVirt`` under the controller's field
-    manager (the sync role writes them back to Git)."""
+    """Server-side apply ``fwUpgradePolicy`` and ``fwEnableVirt`` (None: leave it out) under the
+    controller's field manager (the sync role writes them back to Git)."""
 
     fw_upgrade_policy: str
-    fw_enable_virt: bool
+    fw_enable_virt: bool | None
 
 
 @dataclass(frozen=True, slots=True)

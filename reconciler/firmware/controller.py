@@ -359,15 +359,17 @@ class FirmwareController:
             return  # the node left; the planner reports it
         self._on_node("MODIFIED", obj)
 
-    def _apply_spec(self, policy: str, enable_virt: bool) -> None:
+    def _apply_spec(self, policy: str, enable_virt: bool | None) -> None:
         """Server-side apply under the controller's field manager (SPEC 4.6): the sync role sees
         these fields owned by ``gpu-rollout-controller`` and writes them back to Git."""
-        body = {
+        body: JSON = {
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {"name": self.cluster_operator},
-            "spec": {"driver": {"fwUpgradePolicy": policy, "fwEnableVirt": enable_virt}},
+            "spec": {"driver": {"fwUpgradePolicy": policy}},
         }
+        if enable_virt is not None:
+            body["spec"]["driver"]["fwEnableVirt"] = enable_virt
         obj = self.api.apply(cluster_operator_path(self.cluster_operator), body,
                              field_manager=CONTROLLER_FIELD_MANAGER, force=True)
         self._on_cluster_operator("MODIFIED", obj)

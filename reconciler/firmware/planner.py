@@ -37,7 +37,7 @@ from reconciler.firmware.model import (
     format_time,
     parse_time,
 )
-from reconciler.firmware.preflight import preflight, published_facts, vbios_versions
+from reconciler.firmware.preflight import Refusal, preflight, published_facts, vbios_versions
 
 #: at most this many node names in a one-line message
 _NAMES_SHOWN = 10
@@ -105,13 +105,17 @@ def plan(snap: FirmwareSnapshot, now: float, settings: FirmwareSettings) -> Plan
 def _idle(p: _Pass) -> None:
     status, snap = p.status, p.snap
     status.setdefault("phase", "Idle")
-    if snap.request is None:
+    request = snap.request.to_json() if snap.request is not None else None
+    if request is None or request in (status.get("request"), status.get("ignoredRequest")):
+        # nothing new (a request taken over before is never run twice)
         if snap.request_error is not None:
-            status["message"] = f"request not taken over: {snap.request_error}"
+            _warn(p, f"request not taken over: {snap.request_error}")
+        elif snap.driver_spec.get("fwUpgradePolicy") == "PreferCloud":
+            _warn(p, "fwUpgradePolicy is PreferCloud on the cluster but no firmware request "
+                     "asked for it: nodes are neither cordoned nor verified; set it back to "
+                     "Never and make a request (docs/firmware.md)")
         return
-    request = snap.request.to_json()
-    if request in (status.get("request"), status.get("ignoredRequest")):
-        return  # taken over before: never run a request twice
+    assert snap.request is not None
     refusals = preflight(snap.nodes.values(), enable_virt=snap.request.fw_enable_virt,
                          keys=p.settings.labels, rollout_phase=snap.rollout_phase)
     started = format_time(p.now)
@@ -123,6 +127,9 @@ def _idle(p: _Pass) -> None:
         "startedAt": started,
         "refusals": [r.to_json() for r in refusals],
     })
+    if not refusals and not snap.nodes:
+        refusals = [Refusal("*", "no-gpu-nodes", "there are no GPU nodes")]
+        status["refusals"] = [r.to_json() for r in refusals]
     if refusals:
         shown = "; ".join(f"{r.node}: {r.reason}" if r.node != "*" else r.reason
                           for r in refusals[:3])
@@ -130,13 +137,10 @@ def _idle(p: _Pass) -> None:
         status.update({"phase": "Refused", "nodes": {}, "finishedAt": started,
                        "message": f"firmware upgrade refused, nothing was touched: "
                                   f"{shown}{more}"})
-        p.event("FirmwareUpgradeRefused", status["message"], warning=True)
-        return
-    if not snap.nodes:
-        status.update({"phase": "Refused", "nodes": {}, "finishedAt": started,
-                       "refusals": [{"node": "*", "rule": "no-gpu-nodes",
-                                     "reason": "there are no GPU nodes"}],
-                       "message": "firmware upgrade refused: there are no GPU nodes"})
+        # Never under our field manager: the sync writes it back, so Git does not keep saying
+        # PreferCloud for an upgrade that will not run (SPEC 4.6)
+        virt = snap.driver_spec.get("fwEnableVirt")
+        p.actions.append(ApplyFirmwareSpec("Never", virt if isinstance(virt, bool) else None))
         p.event("FirmwareUpgradeRefused", status["message"], warning=True)
         return
     status.update({
@@ -151,6 +155,13 @@ def _idle(p: _Pass) -> None:
             f"(fwEnableVirt: {str(snap.request.fw_enable_virt).lower()}, source commit "
             f"{snap.request.source_commit or 'none'})")
     _running(p)
+
+
+def _warn(p: _Pass, message: str) -> None:
+    """A standing problem: in the message, and one Warning event when it first shows."""
+    if p.status.get("message") != message:
+        p.event("FirmwareRequestIgnored", message, warning=True)
+    p.status["message"] = message
 
 
 # -- a flow is running ---------------------------------------------------------------------------
@@ -268,7 +279,11 @@ def _cordon_all(p: _Pass) -> bool:
 
 
 def _set_stage(p: _Pass, name: str, stage: str, message: str | None = None, **extra: Any) -> None:
-    entry: dict[str, Any] = {"stage": stage, "since": format_time(p.now)}
+    """Entries stay small (10,000 nodes share one object with the rollout status): messages
+    only where they tell something the stage does not, no ``since`` once verified."""
+    entry: dict[str, Any] = {"stage": stage}
+    if stage != "verified":
+        entry["since"] = format_time(p.now)
     if message:
         entry["message"] = message
     entry.update(extra)
@@ -304,9 +319,7 @@ def _advance_nodes(p: _Pass, request: FirmwareRequest) -> None:
         rebooted = _rebooted(node)
         if stage == "awaiting-upgrade":
             if node.need_reboot_at is not None and node.need_reboot_at >= started:
-                _set_stage(p, name, "awaiting-reboot",
-                           "waiting for a reboot slot" if hook else
-                           "NodeNeedReboot reported: reboot this node")
+                _set_stage(p, name, "awaiting-reboot")
                 stage = "awaiting-reboot"
                 since = p.now
             elif rebooted:
@@ -319,7 +332,7 @@ def _advance_nodes(p: _Pass, request: FirmwareRequest) -> None:
                 continue
         if stage == "awaiting-reboot":
             if rebooted or not node.ready:
-                _set_stage(p, name, "rebooting", "rebooting")
+                _set_stage(p, name, "rebooting")
                 stage = "rebooting"
                 since = p.now
             elif not hook and p.deadline(since, timeouts.manual_reboot):
@@ -363,7 +376,7 @@ def _check_reboot(p: _Pass, name: str, node: FirmwareNode, request: FirmwareRequ
         ok = bool(versions) and not set(versions) & set(before)
         wanted = f"expected a version other than {'_'.join(before) or 'the old one'}"
     if ok:
-        _set_stage(p, name, "verified", f"VBIOS {shown} after reboot", version=shown)
+        _set_stage(p, name, "verified", version=shown)
         return
     back = parse_time(entry.get("backAt"))
     if back is None:
@@ -381,7 +394,7 @@ def _start_hooks(p: _Pass, waiting: list[str], flow: str) -> None:
     for name in waiting[:free]:
         token = reboot_token(flow, name)
         p.actions.append(RunRebootHook(name, token))
-        _set_stage(p, name, "rebooting", "reboot hook run", rebootToken=token,
+        _set_stage(p, name, "rebooting", rebootToken=token,
                    rebootRequestedAt=format_time(p.now))
         if p.settings.timeouts.reboot:
             p.deadlines.append(p.now + p.settings.timeouts.reboot)

@@ -201,12 +201,10 @@ def _driver(spec: Any) -> Mapping[str, Any]:
 
 def firmware_preflight_rule(snapshot: Mapping[str, Any] | None) -> PolicyRule:
     """A validation rule (``validate_document(extra_rules=...)``): a change that turns
-    ``fwUpgradePolicy`` to ``PreferCloud`` is rejected for every refusal the cluster's last
-    status snapshot supports."""
+    ``fwUpgradePolicy`` to ``PreferCloud`` is rejected for every node refusal the cluster's
+    last status snapshot supports (``firmware.preflight``)."""
     firmware = snapshot.get("firmware") if isinstance(snapshot, Mapping) else None
     facts = firmware.get("preflight") if isinstance(firmware, Mapping) else None
-    upgrade = snapshot.get("upgradeStatus") if isinstance(snapshot, Mapping) else None
-    phase = upgrade.get("phase") if isinstance(upgrade, Mapping) else None
 
     def rule(ctx: RuleContext) -> Iterator[Finding]:
         obj = ctx.doc.obj
@@ -217,8 +215,8 @@ def firmware_preflight_rule(snapshot: Mapping[str, Any] | None) -> PolicyRule:
                 _driver(ctx.previous_spec).get("fwUpgradePolicy") == "PreferCloud":
             return  # not a new request
         enable_virt = new.get("fwEnableVirt") is True
-        for refusal in offline_preflight(facts, enable_virt=enable_virt,
-                                         rollout_phase=phase if isinstance(phase, str) else None):
+        # a rollout in progress is the transition rules' finding (transition-locked-field)
+        for refusal in offline_preflight(facts, enable_virt=enable_virt, rollout_phase=None):
             where = "" if refusal.node == "*" else f"node {refusal.node}: "
             yield ctx.doc.finding(
                 FW_POLICY_POINTER, f"firmware-preflight-{refusal.rule}",

@@ -35,7 +35,7 @@ def firmware_rows(status: Mapping[str, Any]) -> list[FirmwareRow]:
     for name, entry in _mapping(status.get("nodes")).items():
         if isinstance(entry, Mapping):
             rows.append(FirmwareRow(str(name), str(entry.get("stage", "")),
-                                    str(entry.get("message", "")), str(entry.get("since", ""))))
+                                    _node_message(entry), str(entry.get("since", ""))))
         else:
             rows.append(FirmwareRow(str(name), str(entry), "", ""))
     rows.sort(key=lambda r: (order.get(r.stage, 9), r.node))
@@ -44,6 +44,23 @@ def firmware_rows(status: Mapping[str, Any]) -> list[FirmwareRow]:
             rows.append(FirmwareRow(str(refusal.get("node", "*")), "refused",
                                     str(refusal.get("reason", "")), ""))
     return rows
+
+
+_STAGE_MESSAGES = {
+    "awaiting-upgrade": "waiting for its NodeNeedReboot event",
+    "awaiting-reboot": "NodeNeedReboot reported: reboot this node",
+    "rebooting": "rebooting",
+}
+
+
+def _node_message(entry: Mapping[str, Any]) -> str:
+    if entry.get("message"):
+        return str(entry["message"])
+    if entry.get("stage") == "verified" and entry.get("version"):
+        return f"VBIOS {entry['version']} after reboot"
+    if entry.get("stage") == "rebooting" and entry.get("rebootToken"):
+        return "reboot hook run"
+    return _STAGE_MESSAGES.get(str(entry.get("stage")), "")
 
 
 def firmware_summary(status: Mapping[str, Any]) -> str:

@@ -203,6 +203,8 @@ class Publisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_result: FlushResult | None = None
+        #: told the operation ("push") of each flush that left changes queued (metrics)
+        self.on_git_error: Callable[[str], None] | None = None
 
     # -- queue -------------------------------------------------------------------------------
     def enqueue(self, change: PendingChange) -> None:
@@ -229,6 +231,8 @@ class Publisher:
         if result.error:
             log.warning("%d change(s) wait for %s: %s", result.remaining, self.mirror.url,
                         result.error)
+            if self.on_git_error is not None:
+                self.on_git_error("push")
         return result
 
     def _flush(self) -> FlushResult:

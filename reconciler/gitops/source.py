@@ -71,6 +71,8 @@ class CommitSource:
         self._observer: BaseObserver | None = None
         self._unreachable = False
         self.fetches = 0
+        #: told the operation ("fetch") of each failed Git operation (metrics)
+        self.on_git_error: Callable[[str], None] | None = None
 
     def trigger(self) -> None:
         """Fetch now (thread-safe, returns at once)."""
@@ -85,6 +87,8 @@ class CommitSource:
                 if not self._unreachable:
                     log.warning("%s", exc)
                 self._unreachable = True
+                if self.on_git_error is not None:
+                    self.on_git_error("fetch")
                 return []
             finally:
                 self.fetches += 1

@@ -64,7 +64,9 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
         step_index=index if isinstance(index, int) and not isinstance(index, bool) else None,
         step_state=_str_or_none(step.get("currentStepState")),
         rejected_commit=_str_or_none(_mapping(snapshot.get("rejection")).get("commit")),
-        firmware_phase=_str_or_none(_mapping(snapshot.get("firmware")).get("phase")),
+        # no firmware section and an idle one say the same: no commit for that alone
+        firmware_phase=_str_or_none(_mapping(snapshot.get("firmware")).get("phase") or None)
+        if _mapping(snapshot.get("firmware")).get("phase") != "Idle" else None,
     )
 
 

@@ -11,10 +11,13 @@ One pass over the nodes per call (O(N)); a caller batches simultaneous events in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from reconciler.policy.payload import Payload
+from reconciler.policy.quantity import Quantity
+from reconciler.policy.upgrade_policy import UpgradeStep
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
     Action,
@@ -36,7 +39,6 @@ from reconciler.rollout.model import (
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
-    FAILURE_REASONS,
     STATE_DONE,
     STATE_FAILED,
     STATE_UPGRADING,
@@ -44,11 +46,9 @@ from reconciler.rollout.model import (
     RolloutNode,
     RolloutSnapshot,
 )
+from reconciler.rollout.scan import CLOCK_SLACK, NodeScan, scan_nodes
 
 DEFAULT_SETTINGS = PlannerSettings()
-#: stored timestamps carry milliseconds; instants closer than this count as reached, so a
-#: deadline read back from text never lands a hair after the ``now`` that wrote it
-CLOCK_SLACK = 0.0005
 #: ManualGate reason: confirmed, but a node that joined meanwhile is not Ready yet
 GATE_CONFIRMED_PENDING = "ConfirmedPendingNodes"
 
@@ -91,36 +91,18 @@ def previous_payload(snapshot: RolloutSnapshot) -> dict[str, Any]:
     return result
 
 
-@dataclass(slots=True)
-class _Scan:
-    """One pass over the nodes against a target revision."""
-
-    ready: int = 0  # Ready on the target revision
-    unavailable: int = 0
-    in_flight: int = 0
-    completed: list[RolloutNode] = field(default_factory=list)
-    new_failures: list[tuple[RolloutNode, str]] = field(default_factory=list)
-    failed: list[RolloutNode] = field(default_factory=list)  # failed moves to the target
-    joiners_pending: int = 0  # untouched, on the target revision, not Ready yet
-    #: of those, pods on Ready nodes younger than readyTimeout (still starting: a rollback
-    #: waits for them); older ones or on NotReady nodes were broken before and do not block
-    settling: int = 0
-    untouched: list[RolloutNode] = field(default_factory=list)  # not on the target, not moved
-    failed_other: list[RolloutNode] = field(default_factory=list)  # rollback: failed upgrades
-    convert: list[RolloutNode] = field(default_factory=list)  # rollback: in-flight upgrades
-    redo: list[RolloutNode] = field(default_factory=list)  # recorded move, pod not deleted yet
-    epoch_failures: int = 0
-    ready_other: int = 0  # rollback: still Ready on the revision being rolled back
-    deadlines: list[float] = field(default_factory=list)
-
-
 class _Planner:
     def __init__(self, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> None:
         self.snap = snapshot
         self.now = now
         self.now_text = st.format_time(now)
         self.settings = settings
-        self.policy = snapshot.policy
+        policy = snapshot.policy
+        if not policy.steps:
+            # validation requires steps with enableRollout; a CR that has none anyway rolls
+            # out in one batch rather than failing the controller
+            policy = dataclasses.replace(policy, steps=(UpgradeStep(Quantity(100, True), 0),))
+        self.policy = policy
         self.old = snapshot.status
         self.status = st.normalized(snapshot.status)
         self.inner: dict[str, Any] = self.status["status"]
@@ -243,97 +225,6 @@ class _Planner:
     def _epoch(self) -> str:
         cond = st.find_condition(self.status, st.COND_PROGRESSING) or {}
         return f"{self.inner.get('currentStepIndex', 0)}@{cond.get('lastTransitionTime', '')}"
-
-    # ----------------------------------------------------------------------------- scan
-
-    def _scan(self, target: str, *, rollback_from: str = "") -> _Scan:
-        """Classify every node against ``target``; detect completions and failures.
-
-        ``rollback_from`` is the revision being rolled back (empty while progressing).
-        """
-        scan = _Scan()
-        epoch = self._epoch() + "|"
-        timeout = self.settings.ready_timeout
-        now = self.now
-        for node in self.snap.nodes.values():
-            ann = node.annotations
-            recorded = ann.get(ANN_STATE)
-            state = recorded if ann.get(ANN_TARGET) == target else None
-            pod = node.pod
-            on_target = pod is not None and pod.revision == target and not pod.deleting
-            ready_target = on_target and pod is not None and pod.ready
-            failures = ann.get(ANN_FAILURES)
-            if failures and failures.startswith(epoch):
-                scan.epoch_failures += st.int_or(failures[len(epoch) :], 1)
-            in_flight = False
-            if state == STATE_UPGRADING:
-                if ready_target:
-                    scan.completed.append(node)
-                elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
-                    scan.new_failures.append((node, str(pod.waiting_reason)))
-                else:
-                    deleted_at = st.parse_time_or(ann.get(ANN_DELETED_AT), now)
-                    if now + CLOCK_SLACK >= deleted_at + timeout:
-                        scan.new_failures.append((node, "ReadyTimeout"))
-                    else:
-                        in_flight = True
-                        scan.deadlines.append(deleted_at + timeout)
-                        if (
-                            pod is not None
-                            and pod.revision != target
-                            and not pod.deleting
-                            and pod.created_at < deleted_at
-                        ):
-                            scan.redo.append(node)  # the recorded delete never happened
-            elif state == STATE_FAILED:
-                if ready_target:
-                    scan.completed.append(node)
-                else:
-                    scan.failed.append(node)
-            elif state is None:
-                other = recorded if rollback_from and ann.get(ANN_TARGET) == rollback_from else None
-                if ready_target:
-                    if other in (STATE_UPGRADING, STATE_FAILED):
-                        scan.completed.append(node)
-                elif on_target:
-                    if other == STATE_UPGRADING:
-                        in_flight = True  # the DaemonSet recreated it on the target already
-                    else:
-                        scan.joiners_pending += 1
-                        assert pod is not None
-                        if node.ready and now + CLOCK_SLACK < pod.created_at + timeout:
-                            scan.settling += 1
-                            scan.deadlines.append(pod.created_at + timeout)
-                elif pod is not None and not pod.deleting:
-                    if other == STATE_UPGRADING:
-                        in_flight = True
-                        scan.convert.append(node)
-                    elif other == STATE_FAILED:
-                        scan.failed_other.append(node)
-                    else:
-                        scan.untouched.append(node)
-                elif other == STATE_UPGRADING:
-                    in_flight = True  # waiting for the DaemonSet to recreate the pod
-            if ready_target:
-                scan.ready += 1
-            elif rollback_from and pod is not None and pod.ready and pod.revision == rollback_from:
-                scan.ready_other += 1
-            if in_flight:
-                scan.in_flight += 1
-            else:
-                by_us = (
-                    recorded in (STATE_UPGRADING, STATE_FAILED)
-                    and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"
-                )
-                if (
-                    not node.ready
-                    or pod is None
-                    or not pod.ready
-                    or pod.deleting
-                    or (node.unschedulable and not by_us)
-                ):
-                    scan.unavailable += 1
-        return scan
 
     # ----------------------------------------------------------------------------- node moves
 
@@ -521,7 +412,10 @@ class _Planner:
                 "spec.driver.payload changed during an active rollout; ignored until it ends"
             )
         inner["message"] = ""
-        scan = self._scan(revision)
+        scan = scan_nodes(
+            self.snap.nodes.values(), revision, now=self.now, epoch=self._epoch(),
+            ready_timeout=self.settings.ready_timeout,
+        )
         self._complete(scan.completed, revision)
         self._fail(scan.new_failures, counted=True)
         for node in scan.failed:
@@ -542,7 +436,7 @@ class _Planner:
                 count += st.int_or(failures[len(epoch) :], 1)
         return count >= self.policy.max_failure_threshold
 
-    def _steps(self, scan: _Scan, revision: str) -> None:
+    def _steps(self, scan: NodeScan, revision: str) -> None:
         policy, inner = self.policy, self.inner
         steps = policy.steps
         total = self.total
@@ -642,7 +536,7 @@ class _Planner:
         gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}
         return gate.get("reason") == GATE_CONFIRMED_PENDING
 
-    def _start_nodes(self, scan: _Scan, revision: str, target: int, batch: int) -> None:
+    def _start_nodes(self, scan: NodeScan, revision: str, target: int, batch: int) -> None:
         policy = self.policy
         slots = policy.batch_max_parallel(batch) - scan.in_flight
         retried = self._retries(scan.failed, revision, slots) if slots > 0 else 0
@@ -704,7 +598,7 @@ class _Planner:
         self._event("StepStarted", f"step {index + 1} of {len(self.policy.steps)}", step=index + 1)
         return True
 
-    def _fallback(self, scan: _Scan, index: int) -> None:
+    def _fallback(self, scan: NodeScan, index: int) -> None:
         limit = self.settings.message_node_limit
         failed = [n.name for n in scan.failed] + [n.name for n, _ in scan.new_failures]
         named = ", ".join(sorted(failed)[:limit])
@@ -762,7 +656,10 @@ class _Planner:
         old = inner["lastPodSpecRevision"] = ds.current_revision
         new = str(inner["upgradingPodSpecRevision"] or "")
         inner["message"] = ""
-        scan = self._scan(old, rollback_from=new)
+        scan = scan_nodes(
+            self.snap.nodes.values(), old, now=self.now, epoch=self._epoch(),
+            ready_timeout=self.settings.ready_timeout, rollback_from=new,
+        )
         self._complete(scan.completed, old)
         self._fail(scan.new_failures, counted=False)
         for node in scan.failed:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reconciler.policy.payload import Payload, normalize_version
+from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
@@ -422,13 +422,10 @@ class Simulation:
                 "version": self.versions.get(revision, revision),
                 "ready": ready,
             })
-        same = normalize_version(self.config.from_version) == normalize_version(
-            str(self.payload.get("version", ""))
-        )
         return SimResult(
             final=self.status,
             duration_seconds=end,
-            completed=completed and reason in ("completed", "idle") and bool(nodes or same),
+            completed=completed and reason in ("completed", "idle"),
             rolled_back=reason == "rolled-back",
             stop_reason=reason,
             max_in_flight=self.max_in_flight,

@@ -87,11 +87,13 @@ def apply_body(
         live_policy = read_field(live, FW_POLICY_FIELD) if live is not None else MISSING
         if live_policy != PREFER_CLOUD:
             _set(body, FW_POLICY_FIELD, "Never" if live_policy is MISSING else live_policy)
+            # fwEnableVirt goes with the request too; the cluster keeps its value meanwhile
             live_virt = read_field(live, FW_VIRT_FIELD) if live is not None else MISSING
-            if live_virt is MISSING:
-                _remove(body, FW_VIRT_FIELD)
-            else:
-                _set(body, FW_VIRT_FIELD, live_virt)
+            if read_field(body, FW_VIRT_FIELD) is not MISSING:
+                if live_virt is MISSING:
+                    _remove(body, FW_VIRT_FIELD)
+                else:
+                    _set(body, FW_VIRT_FIELD, live_virt)
             pending = _mapping(_mapping(live.get("metadata") if live else None)
                                .get("annotations")).get(FIRMWARE_REQUEST_ANNOTATION)
             request = firmware_request or pending

@@ -134,6 +134,9 @@ class ClusterSync:
         )
         if signing is not None:
             self.repo.mirror.signing = signing
+        if metrics is not None:
+            for part in (self.repo.source, self.repo.policy_publisher, self.repo.status_publisher):
+                part.on_git_error = metrics.count_git_error
         self.branch = branch
         self._cond = threading.Condition()
         self._acting = threading.Lock()
@@ -148,6 +151,8 @@ class ClusterSync:
         # what the worker knows (worker thread; _baseline also from on_landed, under _cond)
         self.applied_commit: str | None = None
         self.handled_commit: str | None = None
+        #: the person's commit behind ``handled_commit``
+        self.handled_source: str | None = None
         self.rejection: dict[str, Any] | None = None
         self._baseline: dict[str, Any] | None = None
         self._restored = False
@@ -156,6 +161,8 @@ class ClusterSync:
         self._last_drift_repair = 0.0
         self._retry_at: float | None = None
         self._recheck_at: float | None = None
+        self._failing = False
+        self._last_drift: list[str] = []
         self._failures_seen = 0
         self._unexplained_pause_since: float | None = None
         self._rollback_seen: str | None = None
@@ -257,23 +264,31 @@ class ClusterSync:
                 try:
                     self._pass()
                     self._retry_at, self._recheck_at = self._recheck_at, None
+                    self._failing = False
                     self._backoff = 0.2
                 except (KubeError, GitOpsError) as exc:
                     self.stats.errors += 1
+                    if isinstance(exc, GitOpsError) and self.metrics is not None:
+                        self.metrics.count_git_error("read")
                     log.warning("sync of %s failed: %s; retrying in %.1f s", self.cluster, exc,
                                 self._backoff)
                     self._retry_at = time.monotonic() + self._backoff
-                    self._backoff = min(self._backoff * 2, 30.0)
+                    self._failing = True
+                    self._backoff = min(self._backoff * 2, 10.0)
                 except Exception:
                     self.stats.errors += 1
                     log.exception("sync of %s failed; retrying in %.1f s", self.cluster,
                                   self._backoff)
                     self._retry_at = time.monotonic() + self._backoff
-                    self._backoff = min(self._backoff * 2, 30.0)
+                    self._failing = True
+                    self._backoff = min(self._backoff * 2, 10.0)
 
     def _has_work(self) -> bool:
-        if self._retry_at is not None and time.monotonic() >= self._retry_at:
-            return True
+        if self._retry_at is not None:
+            if time.monotonic() >= self._retry_at:
+                return True
+            if self._failing:
+                return False  # back off: the API server or Git failed the last pass
         return (self._resync or self._live_dirty
                 or (self._head is not None and self._head != self.handled_commit))
 
@@ -363,10 +378,20 @@ class ClusterSync:
         return None
 
     # -- one commit --------------------------------------------------------------------------
+    def _source_of(self, head: str) -> str:
+        """The newest commit by a person in the head's history: what the cluster runs, for
+        people (the head itself may be one of our status commits on top of it)."""
+        for info in self.repo.mirror.commits_between(None, head, limit=500):
+            if not info.is_own:
+                return info.sha
+        return head
+
     def _sync_commit(self, sha: str, seen_at: float) -> None:
+        """Read and validate the head ``sha``; record and report the person's commit."""
         live = self._refresh_live()
+        source = self._source_of(sha)
         try:
-            self._check_signature(sha)
+            self._check_signature(sha, source)
             config = self._config(sha)
             files = self.repo.reader.cluster_files(sha, self.cluster, config)
             if not files:
@@ -379,10 +404,11 @@ class ClusterSync:
                 self.handled_commit = sha
                 return
             path, data, obj = self._policy_file(files)
-            self._apply(sha, path, data, obj, live, seen_at)
+            self._apply(source, path, data, obj, live, seen_at)
         except SyncRejected as rejected:
-            self._reject(sha, rejected, live)
+            self._reject(source, rejected, live)
         self.handled_commit = sha
+        self.handled_source = source
 
     def _config(self, sha: str) -> Any:
         try:
@@ -391,7 +417,15 @@ class ClusterSync:
             raise SyncRejected(
                 str(exc), [_finding("reconciler.yaml", "repo-config", str(exc))]) from None
 
-    def _check_signature(self, sha: str) -> None:
+    def _check_signature(self, sha: str, source: str) -> None:
+        """The person's commit and every commit above it (our own, which must then be signed
+        by a trusted key too) carry a trusted signature; so nothing unverified is applied,
+        not even under a commit that claims to be the reconciler's."""
+        chain = [info.sha for info in self.repo.mirror.commits_between(source, sha, limit=500)]
+        for commit in [*chain, source]:
+            self._check_one_signature(sha, commit)
+
+    def _check_one_signature(self, sha: str, commit: str) -> None:
         repo_mode = _repo_signature_mode(self.repo.reader.read(sha, "reconciler.yaml"))
         try:
             mode = effective_mode(self.signature_mode, repo_mode)
@@ -400,16 +434,16 @@ class ClusterSync:
                 _finding("reconciler.yaml", "signature-config", str(exc))]) from None
         if mode == "none":
             return
-        where = f"commit {sha[:12]}"
+        where = f"commit {commit[:12]}"
         if self.verifier is None:
             message = (f"signatures.mode {mode} needs trusted keys, but this reconciler has none "
                        "configured (--trusted-gpg-key / --allowed-signers)")
             raise SyncRejected(message, [_finding(where, "CommitSignatureCheckFailed", message)])
-        check = self.verifier.verify(self.repo.mirror.path, sha)
+        check = self.verifier.verify(self.repo.mirror.path, commit)
         if not check.trusted:
             raise SyncRejected(check.message, [_finding(where, check.reason, check.message)])
         if check.method is not None and check.method not in methods_for_mode(mode):
-            message = (f"commit {sha[:12]} is signed with {check.method.value}, but "
+            message = (f"commit {commit[:12]} is signed with {check.method.value}, but "
                        f"signatures.mode is {mode}")
             raise SyncRejected(message, [_finding(where, "CommitSignerUntrusted", message)])
 
@@ -499,7 +533,7 @@ class ClusterSync:
             self._write_back(decision.field, decision.cluster_value, decision.git_value, applied)
 
     def _reject(self, sha: str, rejected: SyncRejected, live: JSON | None) -> None:
-        first_time = self.handled_commit != sha
+        first_time = self.handled_source != sha
         self.rejection = {
             "commit": sha,
             "findings": [f.as_dict() for f in rejected.findings[:MAX_FINDINGS]],
@@ -544,8 +578,15 @@ class ClusterSync:
         if body is None:
             return
         drift = drifted(body, live, ignore=controller_owned)
-        if not drift or time.monotonic() - self._last_drift_repair < 1.0:
+        # the same drift right after a repair (e.g. a field the server prunes) is repaired at
+        # most once a minute, so a field the cluster refuses does not cause an apply storm
+        if not drift:
+            self._last_drift = []
             return
+        pause = 60.0 if drift == self._last_drift else 1.0
+        if time.monotonic() - self._last_drift_repair < pause:
+            return
+        self._last_drift = drift
         self._last_drift_repair = time.monotonic()
         log.warning("%s: the ClusterOperator differs from Git at %s (changed in the cluster); "
                     "applying Git's value again", self.cluster, ", ".join(drift[:5]))

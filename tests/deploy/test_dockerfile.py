@@ -4,11 +4,16 @@ structure, and its build stage's own RUN step executed on a copy of the build co
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +143,40 @@ def test_the_build_stage_run_step_makes_a_working_install(tmp_path: Path) -> Non
     version = subprocess.run([str(prefix / "bin" / "reconciler"), "--version"],
                              capture_output=True, text=True, check=True)
     assert "reconciler" in version.stdout
+
+
+def _healthcheck_command() -> list[str]:
+    [health] = [rest for keyword, rest in stages()[-1] if keyword == "HEALTHCHECK"]
+    exec_form = health[health.index("CMD") + 3:].strip()
+    command: list[str] = json.loads(exec_form)
+    return command
+
+
+@pytest.mark.cluster
+def test_the_health_check_command_passes_on_a_live_daemon_and_fails_without(
+    audited_plane: Any, tmp_path: Path
+) -> None:
+    """The image's HEALTHCHECK, run as is (port moved to a free one) against `reconciler run`."""
+    from reconciler.sim.control_plane import free_ports
+
+    [port] = free_ports(1)
+    command = [part.replace("127.0.0.1:8080", f"127.0.0.1:{port}") for part in
+               _healthcheck_command()]
+    assert command[0] == "python"
+    command[0] = sys.executable
+    log = (tmp_path / "daemon.log").open("wb")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "reconciler.cli.main", "run", "--role", "controller",
+         "--kubeconfig", str(audited_plane.kubeconfig), "--ops-listen", f"127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(command, capture_output=True, check=False).returncode != 0:
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(30)
+        log.close()
+    assert subprocess.run(command, capture_output=True, check=False).returncode != 0

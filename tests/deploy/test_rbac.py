@@ -1,9 +1,9 @@
 """deploy/rbac.yaml is least privilege: the reconciler, run with an identity bound to exactly
-those roles, carries a whole rollout (gate released by a person, every node upgraded) through
-without a single 403, and every verb the roles grant was used (or is on a documented rare path).
+those roles, carries a whole rollout through without a single 403 (a missing rule), and every verb
+the roles grant is used during it (an excess rule fails the test).
 
-The API server's audit log is the witness: it records each request's verb, resource, namespace
-and name under the identity that made it, which is what RBAC decides on.
+The witness is the API server's audit log: it records each request's verb, resource, namespace
+and object name under the identity that made it, which is what RBAC decides on.
 """
 
 from __future__ import annotations
@@ -12,19 +12,26 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
+from reconciler.demo.gitwork import Person, Remote, WorkingCopy
+from reconciler.gitops.edits import FieldEdit
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.policy.payload import Payload
 from reconciler.sim.control_plane import MINTED_NAMESPACE
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.deploy.audit import (
     DEPLOY,
     AuditedControlPlane,
+    AuditEntry,
     Grant,
     Permission,
     audit_entries,
@@ -35,9 +42,12 @@ from tests.deploy.conftest import install_roles
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-RECONCILER = str(Path(sys.executable).parent / "reconciler")
-NEW = "2.33.0.9"
-POLICY = {
+RECONCILER = [sys.executable, "-m", "reconciler.cli.main"]
+OLD, NEW = "2.32.0.6", "2.33.0.9"
+REGISTRY, IMAGE = "registry.example.com/metax", "driver-image"
+ROLES = {"metax-operator": "gpu-reconciler-driver", "default": "gpu-reconciler-events",
+         "gpu-reconciler": "gpu-reconciler-leader-election"}
+GATED_POLICY = {
     "enableRollout": True,
     "upgradeSteps": [{"replicas": 1, "pauseDuration": {}},
                      {"replicas": "100%", "pauseDuration": 0}],
@@ -48,102 +58,191 @@ POLICY = {
     "fallback": "pause",
 }
 
-# Granted verbs a normal rollout need not exercise, with the code path that uses them.
-RARE_PATHS: dict[tuple[str, str, str], str] = {
-    ("gpu.metax-tech.com", "clusteroperators", "get"):
-        "controller/loop.py _refetch_cluster_operator: after a status write conflict",
-}
-
-
-def _status(kube: KubeApi) -> dict[str, Any]:
-    co = kube.get(cluster_operator_path(CLUSTER_OPERATOR_NAME))
-    return dict((co.get("status") or {}).get("upgradeStatus") or {})
+def _co(kube: KubeApi) -> dict[str, Any]:
+    return kube.get(cluster_operator_path(CLUSTER_OPERATOR_NAME))
 
 
 def _inner(kube: KubeApi) -> dict[str, Any]:
-    return dict(_status(kube).get("status") or {})
+    upgrade = (_co(kube).get("status") or {}).get("upgradeStatus") or {}
+    return {"phase": upgrade.get("phase"), **(upgrade.get("status") or {})}
 
 
-def _driver(kube: KubeApi) -> dict[str, Any]:
-    co = kube.get(cluster_operator_path(CLUSTER_OPERATOR_NAME))
-    return dict(co["spec"]["driver"])
+def _completed(kube: KubeApi) -> bool:
+    inner = _inner(kube)
+    return inner["phase"] == "Idling" and inner.get("currentStepState") == "Completed"
 
 
-def test_a_whole_rollout_with_exactly_the_deployed_roles(
+@contextmanager
+def _reconciler(args: list[str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILER_")}
+    env.pop("KUBECONFIG", None)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([*RECONCILER, *args], stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True,
+                                   env={**env, "PYTHONUNBUFFERED": "1", "POD_NAME": "replica-a"})
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+
+
+def _denied(entries: list[AuditEntry]) -> list[str]:
+    return sorted({f"{e.permission} ({e.uri})" for e in entries if e.code == 403})
+
+
+def _assert_clean_log(log_path: Path, code: int | None) -> None:
+    text = log_path.read_text()
+    assert code == 0, text[-3000:]
+    assert " 403" not in text and "Forbidden" not in text, text[-3000:]
+
+
+def _identity(plane: AuditedControlPlane, kube: KubeApi, name: str) -> tuple[Path, str]:
+    install_roles(kube)
+    kubeconfig = plane.mint_kubeconfig("gpu-reconciler", name=name, namespace_roles=ROLES)
+    return kubeconfig, f"system:serviceaccount:{MINTED_NAMESPACE}:{name}"
+
+
+def test_the_rollout_controller_alone_is_never_denied(
     audited_plane: AuditedControlPlane, audited_kube: KubeApi, tmp_path: Path
 ) -> None:
     kube = audited_kube
-    install_roles(kube)
+    kubeconfig, username = _identity(audited_plane, kube, "controller-only")
     fleet = Fleet(kube, nodes=4, install_seconds=0.3).start()
-    log_path = tmp_path / "reconciler.log"
-    process: subprocess.Popen[bytes] | None = None
+    log_path = tmp_path / "controller.log"
     try:
         wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
                  what="4 Ready driver pods", observe=fleet.driver_pods)
-        kubeconfig = audited_plane.mint_kubeconfig(
-            "gpu-reconciler", name="least-privilege",
-            namespace_roles={"metax-operator": "gpu-reconciler-driver",
-                             "default": "gpu-reconciler-events",
-                             "gpu-reconciler": "gpu-reconciler-leader-election"},
-        )
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [RECONCILER, "run", "--role", "controller", "--kubeconfig", str(kubeconfig),
-                 "--ready-timeout", "60s", "--log-level", "debug"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        wait_for(lambda: _status(kube).get("phase"), timeout=60,
-                 what="the controller's first status", observe=log_path.read_text)
-        # a merged pull request: new version, a gate after the first node
-        kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
-                   {"spec": {"driver": {"payload": {"version": NEW}, "upgradePolicy": POLICY}}})
-        wait_for(lambda: _driver(kube)["upgradePolicy"].get("pause") is True,
-                 timeout=60, what="pause: true at the gate",
-                 observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
-        kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
-                   {"spec": {"driver": {"upgradePolicy": {"pause": False}}}})
-        wait_for(lambda: _status(kube).get("phase") == "Idling"
-                 and _inner(kube).get("currentStepState") == "Completed",
-                 timeout=90, what="the rollout Completed",
-                 observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
-        assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
-    finally:
-        if process is not None:
+        with _reconciler(["run", "--role", "controller", "--kubeconfig", str(kubeconfig),
+                          "--ready-timeout", "60s", "--ops-listen", "off"], log_path) as process:
+            wait_for(lambda: _inner(kube)["phase"], timeout=60,
+                     what="the controller's first status", observe=log_path.read_text)
+            kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME), {"spec": {"driver": {
+                "payload": {"version": NEW}, "upgradePolicy": GATED_POLICY}}})
+            wait_for(lambda: _co(kube)["spec"]["driver"]["upgradePolicy"].get("pause") is True,
+                     timeout=60, what="pause: true at the gate",
+                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+            # controller-only mode: a person releases the gate the seed's way
+            kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+                       {"spec": {"driver": {"upgradePolicy": {"pause": False}}}})
+            wait_for(lambda: _completed(kube), timeout=90, what="the rollout Completed",
+                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+            assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
             os.killpg(process.pid, signal.SIGTERM)
-            process.wait(30)
+            code = process.wait(30)
+    finally:
         fleet.stop(cleanup=True)
-
-    log_text = log_path.read_text()
-    assert process is not None and process.returncode == 0, log_text[-3000:]
-    assert "403" not in log_text and "Forbidden" not in log_text, log_text[-3000:]
-
-    username = f"system:serviceaccount:{MINTED_NAMESPACE}:least-privilege"
+    _assert_clean_log(log_path, code)
     entries = audit_entries(audited_plane.audit_log, username)
     assert entries, "the audit log recorded nothing for the reconciler's identity"
-    denied = sorted({f"{e.permission} ({e.uri})" for e in entries if e.code == 403})
-    assert denied == [], f"missing permissions: {denied}"
+    assert _denied(entries) == [], "missing permissions"
 
+
+def _policy_file(version: str) -> str:
+    body = {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1",
+        "kind": "ClusterOperator",
+        "metadata": {"name": CLUSTER_OPERATOR_NAME},
+        "spec": {"driver": {
+            "payload": {"name": IMAGE, "registry": REGISTRY, "version": version},
+            "fwUpgradePolicy": "Never",
+            "upgradePolicy": GATED_POLICY,
+        }},
+    }
+    from io import StringIO
+
+    out = StringIO()
+    YAML().dump(body, out)
+    return "# rbac-lab: four GPU nodes\n" + out.getvalue()
+
+
+def test_merge_to_upgrade_with_exactly_the_deployed_roles(
+    audited_plane: AuditedControlPlane, audited_kube: KubeApi, tmp_path: Path
+) -> None:
+    kube = audited_kube
+    kubeconfig, username = _identity(audited_plane, kube, "least-privilege")
+    fleet = Fleet(kube, nodes=4, install_seconds=0.3,
+                  payload=Payload(REGISTRY, IMAGE, OLD)).start()
+    remote = Remote.create(tmp_path / "remote.git")
+    person = WorkingCopy.clone(remote, tmp_path / "person",
+                               Person("Pat Person", "pat@example.com"))
+    policy = "clusters/rbac-lab/cluster-operator.yaml"
+    (person.path / "clusters" / "rbac-lab").mkdir(parents=True)
+    (person.path / policy).write_text(_policy_file(OLD))
+    person.git("checkout", "--quiet", "-B", "main")
+    person.git("add", "--all")
+    person.git("commit", "--quiet", "-m", "rbac-lab policy")
+    person.push()
+    log_path = tmp_path / "reconciler.log"
+    try:
+        wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
+                 what="4 Ready driver pods", observe=fleet.driver_pods)
+        args = ["run", "--repo", remote.url, "--cluster", "rbac-lab",
+                "--kubeconfig", str(kubeconfig), "--state-dir", str(tmp_path / "state"),
+                "--fetch-interval", "1s", "--status-min-interval", "1s",
+                "--ready-timeout", "60s", "--ops-listen", "off",
+                "--leader-elect", "--leader-elect-namespace", "gpu-reconciler",
+                "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "1s"]
+        with _reconciler(args, log_path) as process:
+            wait_for(lambda: _co(kube)["spec"]["driver"]["upgradePolicy"].get("enableRollout")
+                     is True and bool(_inner(kube)["phase"]), timeout=60,
+                     what="the repository's policy applied",
+                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+            person.edit_policy(policy, [FieldEdit(("spec", "driver", "payload", "version"), NEW)],
+                               f"rbac-lab: driver {NEW}")
+            person.push()
+
+            def pause_in_git() -> bool:
+                text = remote.show(f"main:{policy}") or ""
+                data = YAML(typ="safe").load(text) or {}
+                return data["spec"]["driver"]["upgradePolicy"].get("pause") is True
+
+            wait_for(pause_in_git, timeout=90, what="the gate's pause: true written back to Git",
+                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+            person.pull()
+            person.edit_policy(policy,
+                               [FieldEdit(("spec", "driver", "upgradePolicy", "pause"), False)],
+                               "rbac-lab: release the gate")
+            person.push()
+            wait_for(lambda: _completed(kube), timeout=90, what="the rollout Completed",
+                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+            assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
+
+            def completed_in_git() -> bool:
+                data = YAML(typ="safe").load(remote.show("main:status/rbac-lab.yaml") or "{}")
+                inner = ((data or {}).get("upgradeStatus") or {}).get("status") or {}
+                return inner.get("currentStepState") == "Completed"
+
+            wait_for(completed_in_git, timeout=60, what="the completed snapshot in Git")
+            os.killpg(process.pid, signal.SIGTERM)
+            code = process.wait(30)
+    finally:
+        fleet.stop(cleanup=True)
+    _assert_clean_log(log_path, code)
+
+    entries = audit_entries(audited_plane.audit_log, username)
+    assert entries, "the audit log recorded nothing for the reconciler's identity"
+    assert _denied(entries) == [], "missing permissions"
     granted = grants(load_documents(DEPLOY / "rbac.yaml"))
     used = {e.permission for e in entries}
-    excess = [str(g) for g in granted
-              if not any(g.covers(p) for p in used)
-              and (g.group, g.resource, g.verb) not in RARE_PATHS]
-    assert excess == [], f"granted but never used (remove them, or document a rare path): {excess}"
-
-
-def test_rare_paths_name_code_that_exists() -> None:
-    root = Path(__file__).resolve().parents[2] / "reconciler"
-    for reason in RARE_PATHS.values():
-        file, function = reason.split(" ", 2)[:2]
-        assert function in (root / file).read_text(), reason
+    excess = [str(g) for g in granted if not any(g.covers(p) for p in used)]
+    assert excess == [], f"granted but never used: {excess}"
 
 
 def test_grants_cover_by_namespace_and_name() -> None:
     grant = Grant("apps", "daemonsets", "metax-operator", "patch", frozenset({"metax-driver"}))
-    assert grant.covers(Permission("apps", "daemonsets", "metax-operator", "patch", "metax-driver"))
+    assert grant.covers(Permission("apps", "daemonsets", "metax-operator", "patch",
+                                   "metax-driver"))
     assert not grant.covers(Permission("apps", "daemonsets", "metax-operator", "patch", "other"))
     assert not grant.covers(Permission("apps", "daemonsets", "kube-system", "patch",
                                        "metax-driver"))
     assert not grant.covers(Permission("apps", "daemonsets", "metax-operator", "delete",
                                        "metax-driver"))
+    cluster_wide = Grant("", "pods", "", "list", frozenset())
+    assert cluster_wide.covers(Permission("", "pods", "", "list"))
+    assert cluster_wide.covers(Permission("", "pods", "metax-operator", "list"))

@@ -19,7 +19,11 @@ from reconciler.firmware.model import (
 )
 from reconciler.firmware.status_view import firmware_rows
 from reconciler.kube.api import KubeApi, resource_path
-from reconciler.kube.objects import VBIOS_VERSION_LABEL
+from reconciler.kube.objects import (
+    CLUSTER_OPERATOR_NAME,
+    VBIOS_VERSION_LABEL,
+    cluster_operator_path,
+)
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.fleet import Fleet
@@ -91,7 +95,6 @@ def test_full_flow_with_manual_reboots_on_ten_nodes(
             status = firmware_status(kube)
             for name, entry in (status.get("nodes") or {}).items():
                 if entry.get("stage") == "awaiting-reboot" and name not in rebooted:
-                    assert "reboot this node" in entry.get("message", "")
                     fleet.reboot(name)
                     rebooted.add(name)
             return status.get("phase") == "Completed"
@@ -116,7 +119,8 @@ def test_full_flow_with_manual_reboots_on_ten_nodes(
     assert not any(k.startswith("gpu.metax-tech.com/firmware-")
                    for o in nodes.values() for k in o["metadata"].get("annotations") or {})
     assert status["sourceCommit"] == "c0ffee" and status["finishedAt"]
-    assert [r.stage for r in firmware_rows(status)] == ["verified"] * 10
+    assert [(r.stage, r.message) for r in firmware_rows(status)] == [
+        ("verified", "VBIOS 1.13.0.0 after reboot")] * 10
     # the same request is never run again
     time.sleep(1.0)
     assert firmware_status(kube)["finishedAt"] == status["finishedAt"]
@@ -180,3 +184,63 @@ def test_node_that_never_reports_and_node_on_the_wrong_version_are_reported(
     events = kube.list(resource_path("v1", "events", namespace="default"),
                        query={"fieldSelector": "reason=FirmwareNodeFailed"})["items"]
     assert {e["message"].split(":")[0] for e in events} >= {"node node-0002", "node node-0003"}
+
+
+def test_firmware_parameters_changed_mid_flow_are_refused(
+    kube: KubeApi, fleet_factory: Any, controllers: list[FirmwareController]
+) -> None:
+    fleet = ready_fleet(fleet_factory, nodes=3, firmware_seconds=0.3, reboot_seconds=0.5)
+    start_controller(kube, controllers, FirmwareSettings())
+    request_firmware(kube, source_commit="first1")
+    wait_for(lambda: phase_is(kube, "AwaitingReboot") and set(stages(kube).values())
+             == {"awaiting-reboot"}, timeout=30, what="every node awaiting its reboot",
+             observe=lambda: firmware_status(kube))
+    # a new request (another merge), and a person's kubectl patch of the object itself
+    request_firmware(kube, source_commit="second", enable_virt=True)
+    kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+               {"spec": {"driver": {"fwEnableVirt": True}}})
+
+    def refused() -> bool:
+        rules = {r["rule"] for r in firmware_status(kube).get("refusals") or ()}
+        driver = cluster_operator(kube)["spec"]["driver"]
+        return rules == {"firmware-running", "firmware-locked"} and \
+            driver.get("fwEnableVirt") is False
+    wait_for(refused, timeout=30, what="both changes refused, fwEnableVirt false again",
+             observe=lambda: firmware_status(kube))
+    for name in stages(kube):
+        fleet.reboot(name)
+    wait_for(lambda: phase_is(kube, "Completed"), timeout=60, what="Completed",
+             observe=lambda: firmware_status(kube))
+    status = firmware_status(kube)
+    assert status["request"]["sourceCommit"] == "first1"
+    assert status["ignoredRequest"]["sourceCommit"] == "second"
+    time.sleep(1.0)  # the refused request is not run once the flow is over
+    assert firmware_status(kube)["finishedAt"] == status["finishedAt"]
+    assert cluster_operator(kube)["spec"]["driver"] == {
+        **cluster_operator(kube)["spec"]["driver"], "fwUpgradePolicy": "Never",
+        "fwEnableVirt": False}
+
+
+def test_refusal_touches_no_node(
+    kube: KubeApi, fleet_factory: Any, controllers: list[FirmwareController]
+) -> None:
+    ready_fleet(fleet_factory, nodes=3, node_labels={
+        "node-0002": {"metax-tech.com/gpu.vfio-pci": "true"},
+        "node-0003": {VBIOS_VERSION_LABEL: "1.11.0.0_1.13.0.0"},
+    })
+    start_controller(kube, controllers, FirmwareSettings())
+    request_firmware(kube, source_commit="nope01")
+    wait_for(lambda: phase_is(kube, "Refused"), timeout=30, what="Refused",
+             observe=lambda: firmware_status(kube))
+    status = firmware_status(kube)
+    assert [(r["node"], r["rule"]) for r in status["refusals"]] == [
+        ("node-0002", "vfio-pci"), ("node-0003", "vbios-straddle")]
+    assert "node-0002" in status["message"] and "node-0003" in status["message"]
+    nodes = gpu_nodes(kube)
+    assert not any(n["spec"].get("unschedulable") for n in nodes.values())
+    assert not any(n["metadata"].get("annotations", {}).get(CORDONED_BEFORE_ANNOTATION)
+                   for n in nodes.values())
+    co = cluster_operator(kube)
+    assert co["spec"]["driver"]["fwUpgradePolicy"] == "Never"
+    assert any(m["manager"] == "gpu-rollout-controller" and "f:fwUpgradePolicy"
+               in str(m.get("fieldsV1")) for m in co["metadata"]["managedFields"])

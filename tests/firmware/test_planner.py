@@ -18,6 +18,7 @@ from reconciler.firmware.model import (
     FirmwareSettings,
     StageTimeouts,
 )
+from reconciler.firmware.planner import plan
 from tests.firmware.world import VBIOS, World
 
 REQUEST = FirmwareRequest("PreferCloud", False, "abc123")
@@ -47,7 +48,9 @@ def test_refusal_touches_nothing_and_names_each_node() -> None:
     assert world.status["phase"] == "Refused"
     assert [(r["node"], r["rule"]) for r in world.status["refusals"]] == [
         ("node-0002", "vfio-pci"), ("node-0003", "virtual-machine")]
-    assert all(isinstance(a, RecordEvent) for a in world.actions)
+    # nothing touched; Never applied under the controller's field manager for the write-back
+    assert [a for a in world.actions if not isinstance(a, RecordEvent)] == [
+        ApplyFirmwareSpec("Never", None)]
     assert world.events[0].type == "Warning" and "node-0002" in world.events[0].message
     assert not any(n.unschedulable for n in world.nodes.values())
     assert world.driver["fwUpgradePolicy"] == "Never"
@@ -320,3 +323,20 @@ def test_already_on_the_expected_version_after_an_early_reboot() -> None:
     world.nodes["node-0001"].boot_id = "rebooted-before-reporting"
     world.settle()
     assert world.stage("node-0001") == "verified"
+
+
+def test_bad_request_and_unrequested_prefer_cloud_are_reported_once() -> None:
+    world = World.of(1)
+    snap = dataclasses.replace(world.snapshot(), request_error="annotation is not JSON")
+    result = plan(snap, world.now, world.settings)
+    assert result.status["message"] == "request not taken over: annotation is not JSON"
+    assert [a.reason for a in result.actions if isinstance(a, RecordEvent)] == [
+        "FirmwareRequestIgnored"]
+    again = plan(dataclasses.replace(snap, status=result.status), world.now, world.settings)
+    assert again.actions == () and not again.changed
+    world.driver["fwUpgradePolicy"] = "PreferCloud"  # a person's kubectl patch, no request
+    world.settle()
+    assert "no firmware request asked for it" in world.status["message"]
+    assert world.status["phase"] == "Idle"
+    assert not any(n.unschedulable for n in world.nodes.values())
+    assert len(world.events) == 1

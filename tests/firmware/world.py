@@ -80,11 +80,12 @@ class World:
     def plan(self) -> Plan:
         return plan(self.snapshot(), self.now, self.settings)
 
-    def step(self) -> Plan:
+    def step(self, *, lose_status: bool = False) -> Plan:
+        """One pass; ``lose_status``: the controller dies after acting, before its status write."""
         result = self.plan()
         for action in result.actions:
             self.apply(action)
-        if result.changed:
+        if result.changed and not lose_status:
             self.status = result.status
             self.writes += 1
         return result

@@ -534,3 +534,69 @@ def test_nothing_changed_means_no_status_change_and_same_update_time() -> None:
     result = w.plan(31)
     assert result.changed is True
     assert parse_time(w.inner["lastUpdateTime"]) == EPOCH + 31
+
+
+def test_enable_rollout_without_steps_rolls_out_in_one_batch() -> None:
+    w = World(3, policy(upgradeSteps=[], maxParallel=3))
+    result = w.settle(0)
+    assert len(deletions(result)) == 3
+    assert w.inner["currentUpgradeReplicas"] == 3
+
+
+def test_garbage_annotations_do_not_break_the_planner() -> None:
+    w = World(2, policy(maxFailureThreshold=3))
+    w.settle(0)
+    w.set("node-0001", annotations={**w.nodes["node-0001"].annotations,
+                                    "gpu.metax-tech.com/deleted-at": "yesterday",
+                                    "gpu.metax-tech.com/attempt": "x"})
+    result = w.plan(10)
+    assert result.in_flight == 1
+
+
+def test_restored_payload_without_its_status_continues_the_rollback() -> None:
+    w = World(3, policy(maxParallel=2, fallback="rollback"))
+    w.settle(0)
+    w.ready("node-0001")
+    w.pod("node-0002", waiting_reason="ErrImagePull")
+    w.plan(60, write_status=False)  # RestorePayload + SetDaemonSetImage done, status lost
+    assert w.payload["version"] == OLD_PAYLOAD["version"]
+    assert w.status["phase"] == "Progressing"
+    result = w.settle(60)
+    assert w.status["phase"] == "Terminating"
+    assert SetDaemonSetImage(NEW_IMAGE) not in result.actions  # the new version is not re-applied
+    assert w.ds.current_image == OLD_IMAGE
+    for t in (120, 180):
+        w.ready_all_in_flight()
+        w.plan(t)
+    assert w.status["phase"] == "Idling"
+    assert w.conditions()["RolledBack"]["reason"] == "FailureThresholdReached"
+    assert w.ready_on(OLD_REV) == list(w.nodes)
+
+
+def test_a_person_reverting_the_version_mid_rollout_rolls_back() -> None:
+    w = World(2, policy())
+    w.settle(0)
+    w.payload = dict(OLD_PAYLOAD)
+    result = w.settle(10)
+    assert w.status["phase"] == "Terminating"
+    assert deletions(result) == ["node-0001"]
+    w.ready_all_in_flight()
+    w.plan(70)
+    assert w.status["phase"] == "Idling"
+    assert w.conditions()["RolledBack"]["reason"] == "PayloadReverted"
+
+
+def test_rollback_waits_for_a_node_that_joined_on_the_old_template() -> None:
+    w = World(2, policy(maxParallel=2))
+    w.settle(0)
+    w.policy_raw["enableRollout"] = False
+    w.settle(10)
+    w.nodes["node-0003"] = RolloutNode(
+        "node-0003", pod=DriverPod("drv-late", OLD_REV, created_at=EPOCH + 10)
+    )
+    w.ready("node-0001", "node-0002")
+    w.plan(70)
+    assert w.status["phase"] == "Disabling"  # node-0003's driver is still starting
+    w.ready("node-0003")
+    w.plan(75)
+    assert w.status["phase"] == "Disabled"

@@ -111,13 +111,17 @@ class Observer:
             )
         # in flight <= maxParallel of the current batch (the stopped one during a rollback)
         if 0 < index <= len(targets):
-            batch = targets[index - 1] - (targets[index - 2] if index > 1 else 0)
-            # checked when the plan starts a node: nodes leaving can shrink the batch (and
-            # its maxParallel) under nodes already in flight, which then only finish
-            if any(isinstance(a, DeleteDriverPod) for a in actions):
-                flying = sum(1 for node in sim.nodes.values() if in_flight(node, now))
-                assert flying <= policy.batch_max_parallel(max(batch, 0)), (
-                    f"{flying} in flight, step {index} batch {batch}"
+            if status.get("phase") in ("Terminating", "Disabling"):
+                batch = int(inner.get("currentUpgradeReplicas") or 0)
+            else:
+                batch = targets[index - 1] - max(targets[: index - 1], default=0)
+            # checked when the plan adds to the nodes in flight: nodes leaving can shrink the
+            # batch (and its maxParallel) under nodes already in flight, which then only finish
+            flying = {name for name, node in sim.nodes.items() if in_flight(node, now)}
+            was_flying = {name for name, node in before.nodes.items() if in_flight(node, now)}
+            if flying - was_flying:
+                assert len(flying) <= policy.batch_max_parallel(max(batch, 0)), (
+                    f"{len(flying)} in flight, step {index} batch {batch}"
                 )
             # upgraded <= the current step's target
             # checked when the plan starts a node, for the same reason (a percentage target

@@ -99,6 +99,8 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
     finally:
         code = daemon.stop(signal.SIGTERM)
         server.stop()
+        if code != 0:
+            print(daemon.log()[-6000:])
     assert code == 0, daemon.log()[-2000:]
     assert "shutdown on SIGTERM" in daemon.log()
 
@@ -143,6 +145,8 @@ def test_operator_mode_mirrors_a_separate_controller_and_survives_a_sigkill(
         wait_port_ready(sync)
         time.sleep(2.0)
         assert subjects(policy_remote) == before, "a restart commits nothing again"
+        assert step_state(kube) == ("Progressing", 1, "StepPaused"), "a restart releases no gate"
+        assert driver(kube)["upgradePolicy"]["pause"] is True
 
         alice.pull()
         resume = alice.commit_and_push("Release the rest", {POLICY_PATH: policy(NEW, pause=False)})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
+from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.sync.conftest import (
@@ -37,7 +39,7 @@ pytestmark = pytest.mark.cluster
 
 def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
     kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
-    alice: Person, make_sync: SyncFactory,
+    alice: Person, make_sync: SyncFactory, control_plane: ControlPlane, tmp_path: Path,
 ) -> None:
     sync = make_sync(policy_remote.url)
     seed = policy_remote.head()
@@ -57,6 +59,26 @@ def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
     text = file_at_head(policy_remote, POLICY_PATH)
     assert "pause: true" in text
     assert "# a person confirms the canary" in text  # round trip kept the comments
+
+    # `reconciler status` tells what the rollout waits for, from Git and from the cluster
+    wait_for(lambda: (status_file(policy_remote) or {}).get("upgradeStatus", {}).get("status", {})
+             .get("currentStepState") == "StepPaused", timeout=30, what="the gate in Git")
+    reconciler = str(Path(sys.executable).parent / "reconciler")
+    for source in (["--from", "git", "--repo", policy_remote.url, "--state-dir",
+                    str(tmp_path / "status-state")],
+                   ["--from", "cluster", "--kubeconfig", str(control_plane.kubeconfig)]):
+        shown = subprocess.run([reconciler, "status", "--cluster", "prod-a", "--format", "json",
+                                *source], capture_output=True, text=True)
+        assert shown.returncode == 0, shown.stderr
+        data = json.loads(shown.stdout)
+        assert (data["phase"], data["step"], data["stepState"]) == ("Progressing", "1/3",
+                                                                   "StepPaused")
+        assert data["sourceCommit"] == merge
+        assert "merge `pause: false`" in data["waitingFor"][0]
+        assert [row["state"] for row in data["steps"]] == ["StepPaused", "pending", "pending"]
+    text = subprocess.run([reconciler, "status", "--from", "cluster", "--kubeconfig",
+                           str(control_plane.kubeconfig)], capture_output=True, text=True)
+    assert text.returncode == 0 and "waiting for" in text.stdout, text.stderr
 
     # a pull request that edits maxParallel during the rollout fails the offline check, which
     # reads the phase from the status snapshot in Git

@@ -14,6 +14,7 @@ import pytest
 
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.sync.events import EVENT_NAMESPACE
@@ -27,7 +28,14 @@ from tests.sync.conftest import (
     git,
     policy,
 )
-from tests.sync.helpers import cluster_operator, driver, source_commit, status_file, step_state, subjects
+from tests.sync.helpers import (
+    cluster_operator,
+    driver,
+    source_commit,
+    status_file,
+    step_state,
+    subjects,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -86,6 +94,14 @@ def test_an_invalid_commit_changes_nothing_and_git_says_why(
     wait_for(lambda: "rejection" not in (status_file(policy_remote) or {"rejection": 1}),
              timeout=20, what="a snapshot without the rejection",
              observe=lambda: status_file(policy_remote))
+
+    # a change made directly in the cluster is drift: Git wins
+    kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+               {"spec": {"driver": {"upgradePolicy": {"maxParallel": 7}}}})
+    wait_for(lambda: driver(kube)["upgradePolicy"]["maxParallel"] == "100%", timeout=20,
+             what="Git's maxParallel applied again",
+             observe=lambda: driver(kube)["upgradePolicy"])
+    assert sync.stats.drift_repairs >= 1
 
     # deleting the cluster's folder never deletes its ClusterOperator
     alice.pull()

@@ -1,0 +1,221 @@
+"""``reconciler status``: where a cluster's rollout stands and what it waits for.
+
+``--from git`` reads ``status/<cluster>.yaml`` at the head of the status branch (``--repo``);
+``--from cluster`` reads the live ``ClusterOperator`` (``--kubeconfig``), and adds the busy and
+unavailable nodes. Exit status: 0, 1 when the status cannot be read (the message says why),
+2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from reconciler.sync.status_view import StatusReport, firmware_lines, report
+
+
+@click.command("status")
+@click.option("--cluster", default=None, metavar="NAME",
+              help="The cluster (default: every cluster with a snapshot in Git; with "
+                   "--from cluster, the ClusterOperator's name).")
+@click.option("--from", "source", type=click.Choice(["git", "cluster"]), default="git",
+              show_default=True, help="Read the status snapshot in Git, or the live object.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--repo", envvar="RECONCILER_REPO", default=".", show_default=True,
+              metavar="PATH|URL", help="Policy repository (for --from git).")
+@click.option("--branch", envvar="RECONCILER_BRANCH", default="main", show_default=True)
+@click.option("--state-dir", envvar="RECONCILER_STATE_DIR", default=None,
+              type=click.Path(file_okay=False), help="Where a remote is mirrored.")
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None,
+              type=click.Path(dir_okay=False), help="Kubeconfig (for --from cluster).")
+@click.option("--cluster-operator", "cluster_operator", default="cluster-operator",
+              show_default=True, help="Name of the ClusterOperator object (--from cluster).")
+def status(cluster: str | None, source: str, output_format: str, repo: str, branch: str,
+           state_dir: str | None, kubeconfig: str | None, cluster_operator: str) -> None:
+    """Phase, step i/n, per-batch progress, failures, and what the rollout waits for."""
+    now = time.time()
+    if source == "cluster":
+        if not kubeconfig:
+            raise click.UsageError("--from cluster needs --kubeconfig (or $KUBECONFIG)")
+        reports = [_from_cluster(kubeconfig, cluster_operator, cluster, now)]
+    else:
+        reports = _from_git(repo, cluster, branch, state_dir, now)
+    if output_format == "json":
+        data: Any = [r.to_json() for r in reports] if cluster is None and source == "git" \
+            else reports[0].to_json()
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    for item in reports:
+        _render(item)
+
+
+def _from_git(repo: str, cluster: str | None, branch: str, state_dir: str | None,
+              now: float) -> list[StatusReport]:
+    from reconciler.gitops.errors import GitOpsError
+    from reconciler.gitops.status_reader import read_status_snapshots, status_from_git
+
+    try:
+        if cluster is not None:
+            return [report(status_from_git(repo, cluster, branch=branch, state_dir=state_dir),
+                           now=now)]
+        found = read_status_snapshots(repo, branch=branch, state_dir=state_dir)
+    except GitOpsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if not found.snapshots:
+        click.echo(f"error: no status snapshots on {found.branch} ({found.commit[:12]})",
+                   err=True)
+        sys.exit(1)
+    where = {"branch": found.branch, "commit": found.commit}
+    return [report({**snap, "git": where}, now=now)
+            for _, snap in sorted(found.snapshots.items())]
+
+
+def _from_cluster(kubeconfig: str, name: str, cluster: str | None, now: float) -> StatusReport:
+    from reconciler.kube.api import KubeApi, KubeError, NotFound
+
+    try:
+        api = KubeApi.from_kubeconfig(kubeconfig)
+    except Exception as exc:  # the client raises several kinds for a bad file
+        raise click.UsageError(f"cannot use kubeconfig {kubeconfig}: {exc}") from exc
+    try:
+        snapshot, nodes = cluster_snapshot(api, name)
+    except NotFound:
+        click.echo(f"error: no ClusterOperator {name!r} at {api.host}", err=True)
+        sys.exit(1)
+    except (KubeError, OSError) as exc:
+        click.echo(f"error: cannot read the cluster at {api.host}: {exc}", err=True)
+        sys.exit(1)
+    snapshot["cluster"] = cluster or name
+    return report(snapshot, now=now, nodes=nodes)
+
+
+def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The live object in a snapshot's shape, and the busy and unavailable GPU nodes."""
+    from reconciler.controller.observe import is_driver_pod, requests_gpu
+    from reconciler.kube.api import resource_path
+    from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
+    from reconciler.policy.payload import Payload
+    from reconciler.sync.desired import SOURCE_COMMIT_ANNOTATION
+
+    co = api.get(cluster_operator_path(name))
+    status = co.get("status") or {}
+    driver = (co.get("spec") or {}).get("driver") or {}
+    snapshot: dict[str, Any] = {
+        "sourceCommit": ((co.get("metadata") or {}).get("annotations") or {}).get(
+            SOURCE_COMMIT_ANNOTATION),
+        "upgradeStatus": status.get("upgradeStatus") or {},
+        "spec": {"driver": {k: driver[k] for k in ("payload", "upgradePolicy") if k in driver}},
+    }
+    if status.get("firmwareUpgrade"):
+        snapshot["firmware"] = status["firmwareUpgrade"]
+    nodes = api.list(resource_path("v1", "nodes"),
+                     query={"labelSelector": f"{GPU_NODE_LABEL}=true"})["items"]
+    pods = api.list(resource_path("v1", "pods"))["items"]
+    try:
+        image = Payload.from_spec(driver.get("payload") or {}).image
+    except (ValueError, TypeError, KeyError):
+        image = None
+    upgraded: set[str] = set()
+    workloads: dict[str, list[str]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        if is_driver_pod(pod):
+            containers = (pod.get("spec") or {}).get("containers") or [{}]
+            if image is not None and containers[0].get("image") == image:
+                upgraded.add(node)
+        elif requests_gpu(pod):
+            meta = pod.get("metadata") or {}
+            workloads.setdefault(node, []).append(f"{meta.get('namespace')}/{meta.get('name')}")
+    active = (snapshot["upgradeStatus"].get("phase") in ("Progressing", "Terminating",
+                                                          "Disabling"))
+    busy: dict[str, list[str]] = {}
+    unavailable: dict[str, str] = {}
+    for node in nodes:
+        node_name = node["metadata"]["name"]
+        if active and node_name not in upgraded and node_name in workloads:
+            busy[node_name] = sorted(workloads[node_name])
+        conditions = (node.get("status") or {}).get("conditions") or ()
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in conditions if isinstance(c, Mapping))
+        if not ready:
+            unavailable[node_name] = "NotReady"
+        elif (node.get("spec") or {}).get("unschedulable"):
+            unavailable[node_name] = "cordoned"
+    return snapshot, {"busy": busy, "unavailable": unavailable}
+
+
+def _render(item: StatusReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    summary = Table(title=f"cluster {item.cluster}", show_header=False, title_justify="left")
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("phase", item.phase + (" (upgrading)" if item.upgrading else ""))
+    summary.add_row("step", f"{item.step} {item.step_state}".strip())
+    summary.add_row("driver", item.version or "?")
+    summary.add_row("nodes on the new driver", f"{item.nodes_ready}/{item.nodes_total}")
+    summary.add_row("failures", f"{item.failures} (fallback at {item.max_failures})")
+    if item.message:
+        summary.add_row("message", item.message)
+    summary.add_row("source commit", (item.source_commit or "unknown")[:12])
+    if item.observed_at:
+        summary.add_row("observed", item.observed_at)
+    if item.source:
+        summary.add_row("read from", f"Git {item.source.get('branch')} "
+                                      f"{str(item.source.get('commit', ''))[:12]}")
+    console.print(summary)
+    if item.steps:
+        steps = Table(title="batches", title_justify="left")
+        for column in ("step", "nodes at the end", "this batch", "pause after", "state"):
+            steps.add_column(column)
+        for row in item.steps:
+            style = "bold" if row.state not in ("done", "pending") else None
+            steps.add_row(str(row.step), str(row.target), str(row.nodes), row.pause, row.state,
+                          style=style)
+        console.print(steps)
+    if item.waiting_for:
+        console.print("[bold]waiting for[/bold]")
+        for line in item.waiting_for:
+            console.print(f"  - {line}")
+    else:
+        console.print("[bold]waiting for[/bold] nothing")
+    failing = [c for c in item.conditions if c.get("status") == "True"
+               and c.get("type") in ("BatchFailed", "RolledBack", "ManualGate")]
+    if failing:
+        table = Table(title="conditions", title_justify="left")
+        for column in ("type", "reason", "message"):
+            table.add_column(column)
+        for condition in failing:
+            table.add_row(condition["type"], condition["reason"], condition["message"])
+        console.print(table)
+    if item.rejection:
+        table = Table(title=f"rejected commit {str(item.rejection.get('commit'))[:12]}",
+                      title_justify="left")
+        for column in ("file", "line", "reason"):
+            table.add_column(column)
+        for finding in item.rejection.get("findings") or ():
+            table.add_row(str(finding.get("file")), str(finding.get("line")),
+                          str(finding.get("message")))
+        console.print(table)
+    if item.firmware:
+        summary_line, node_rows = firmware_lines(item.firmware)
+        console.print(f"[bold]firmware[/bold] {summary_line}")
+        if node_rows:
+            table = Table(title_justify="left")
+            for column in ("node", "stage", "message"):
+                table.add_column(column)
+            for node, stage, message in node_rows:
+                table.add_row(node, stage, message)
+            console.print(table)
+    console.print()

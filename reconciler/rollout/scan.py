@@ -1,0 +1,148 @@
+"""One pass over the rollout nodes against a target revision (SPEC 4.3): what is Ready, in
+flight, failed, untouched; which moves completed or failed since the last look.
+
+This is the planner's only O(N) step; everything else works on its counts and short lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from reconciler.rollout import status as st
+from reconciler.rollout.model import (
+    ANN_DELETED_AT,
+    ANN_FAILURES,
+    ANN_STATE,
+    ANN_TARGET,
+    ANN_WAS_UNSCHEDULABLE,
+    FAILURE_REASONS,
+    STATE_FAILED,
+    STATE_UPGRADING,
+    RolloutNode,
+)
+
+#: stored timestamps carry milliseconds; instants closer than this count as reached, so a
+#: deadline read back from text never lands a hair after the ``now`` that wrote it
+CLOCK_SLACK = 0.0005
+
+
+@dataclass(slots=True)
+class NodeScan:
+    """One pass over the nodes against a target revision."""
+
+    ready: int = 0  # Ready on the target revision
+    unavailable: int = 0
+    in_flight: int = 0
+    completed: list[RolloutNode] = field(default_factory=list)
+    new_failures: list[tuple[RolloutNode, str]] = field(default_factory=list)
+    failed: list[RolloutNode] = field(default_factory=list)  # failed moves to the target
+    joiners_pending: int = 0  # untouched, on the target revision, not Ready yet
+    #: of those, pods on Ready nodes younger than readyTimeout (still starting: a rollback
+    #: waits for them); older ones or on NotReady nodes were broken before and do not block
+    settling: int = 0
+    untouched: list[RolloutNode] = field(default_factory=list)  # not on the target, not moved
+    failed_other: list[RolloutNode] = field(default_factory=list)  # rollback: failed upgrades
+    convert: list[RolloutNode] = field(default_factory=list)  # rollback: in-flight upgrades
+    redo: list[RolloutNode] = field(default_factory=list)  # recorded move, pod not deleted yet
+    epoch_failures: int = 0
+    ready_other: int = 0  # rollback: still Ready on the revision being rolled back
+    deadlines: list[float] = field(default_factory=list)
+
+
+
+def scan_nodes(
+    nodes: Iterable[RolloutNode],
+    target: str,
+    *,
+    now: float,
+    epoch: str,
+    ready_timeout: float,
+    rollback_from: str = "",
+) -> NodeScan:
+    """Classify every node against ``target``; detect completions and failures.
+
+    ``rollback_from`` is the revision being rolled back (empty while progressing).
+    """
+    scan = NodeScan()
+    epoch = epoch + "|"
+    timeout = ready_timeout
+    for node in nodes:
+        ann = node.annotations
+        recorded = ann.get(ANN_STATE)
+        state = recorded if ann.get(ANN_TARGET) == target else None
+        pod = node.pod
+        on_target = pod is not None and pod.revision == target and not pod.deleting
+        ready_target = on_target and pod is not None and pod.ready
+        failures = ann.get(ANN_FAILURES)
+        if failures and failures.startswith(epoch):
+            scan.epoch_failures += st.int_or(failures[len(epoch) :], 1)
+        in_flight = False
+        if state == STATE_UPGRADING:
+            if ready_target:
+                scan.completed.append(node)
+            elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
+                scan.new_failures.append((node, str(pod.waiting_reason)))
+            else:
+                deleted_at = st.parse_time_or(ann.get(ANN_DELETED_AT), now)
+                if now + CLOCK_SLACK >= deleted_at + timeout:
+                    scan.new_failures.append((node, "ReadyTimeout"))
+                else:
+                    in_flight = True
+                    scan.deadlines.append(deleted_at + timeout)
+                    if (
+                        pod is not None
+                        and pod.revision != target
+                        and not pod.deleting
+                        and pod.created_at < deleted_at
+                    ):
+                        scan.redo.append(node)  # the recorded delete never happened
+        elif state == STATE_FAILED:
+            if ready_target:
+                scan.completed.append(node)
+            else:
+                scan.failed.append(node)
+        elif state is None:
+            other = recorded if rollback_from and ann.get(ANN_TARGET) == rollback_from else None
+            if ready_target:
+                if other in (STATE_UPGRADING, STATE_FAILED):
+                    scan.completed.append(node)
+            elif on_target:
+                if other == STATE_UPGRADING:
+                    in_flight = True  # the DaemonSet recreated it on the target already
+                else:
+                    scan.joiners_pending += 1
+                    assert pod is not None
+                    if node.ready and now + CLOCK_SLACK < pod.created_at + timeout:
+                        scan.settling += 1
+                        scan.deadlines.append(pod.created_at + timeout)
+            elif pod is not None and not pod.deleting:
+                if other == STATE_UPGRADING:
+                    in_flight = True
+                    scan.convert.append(node)
+                elif other == STATE_FAILED:
+                    scan.failed_other.append(node)
+                else:
+                    scan.untouched.append(node)
+            elif other == STATE_UPGRADING:
+                in_flight = True  # waiting for the DaemonSet to recreate the pod
+        if ready_target:
+            scan.ready += 1
+        elif rollback_from and pod is not None and pod.ready and pod.revision == rollback_from:
+            scan.ready_other += 1
+        if in_flight:
+            scan.in_flight += 1
+        else:
+            by_us = (
+                recorded in (STATE_UPGRADING, STATE_FAILED)
+                and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"
+            )
+            if (
+                not node.ready
+                or pod is None
+                or not pod.ready
+                or pod.deleting
+                or (node.unschedulable and not by_us)
+            ):
+                scan.unavailable += 1
+    return scan

@@ -1,0 +1,98 @@
+"""bench/run: finds every benchmark, reads each one's table, prints one."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "bench" / "run"
+
+
+def _module() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("bench_run", str(RUN))
+    spec = importlib.util.spec_from_loader("bench_run", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module
+    loader.exec_module(module)
+    return module
+
+
+LEFT_JUSTIFIED = """\
+webhook benchmark: 10 s flood at 200/s, 8 clients, keep-alive, 2 CPUs
+figure                                    goal    measured  ratio
+----------------------------------------  ------  --------  -----
+bad-signature requests/s achieved         >= 190  199.8     0.95
+  401 latency p50 (ms)                    -       1.21      -
+"""
+
+RIGHT_JUSTIFIED = """\
+corpus: 1000 files, 2400 KiB
+figure                                         goal    measured   ratio
+validate 1000 files, whole process (median)   < 3.0 s    2.51 s    0.84
+same, one core (RECONCILER_JOBS=1)                  -    3.97 s       -
+runs (s): both cores 2.5, 2.6; one core 3.9, 4.0
+"""
+
+SINGLE_SPACED_WITH_MARKER = """\
+figure                                           goal     measured    ratio
+simulate 100000 nodes: wall time (s)           < 60 s        41.20     0.69
+simulate 100000 nodes: peak RSS (MiB)        < 1024 MiB     1100.00     1.07  FAIL
+"""
+
+
+def test_tables_of_every_layout_the_benchmarks_print() -> None:
+    bench = _module()
+    rows = bench.parse_table("webhook.py", LEFT_JUSTIFIED)
+    assert [(r.figure, r.goal, r.measured, r.ratio) for r in rows] == [
+        ("bad-signature requests/s achieved", ">= 190", "199.8", "0.95"),
+        ("401 latency p50 (ms)", "-", "1.21", "-"),
+    ]
+    rows = bench.parse_table("validate", RIGHT_JUSTIFIED)
+    assert [(r.figure, r.goal, r.measured, r.ratio) for r in rows] == [
+        ("validate 1000 files, whole process (median)", "< 3.0 s", "2.51 s", "0.84"),
+        ("same, one core (RECONCILER_JOBS=1)", "-", "3.97 s", "-"),
+    ]
+    rows = bench.parse_table("simulate", SINGLE_SPACED_WITH_MARKER)
+    assert rows[1].ratio == "1.07 FAIL" and rows[1].goal == "< 1024 MiB"
+    assert bench.parse_table("x", "no table here\n") == []
+
+
+def test_every_executable_in_bench_is_a_benchmark_but_run_itself() -> None:
+    listed = subprocess.run([sys.executable, str(RUN), "--list"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    expected = sorted(p.name for p in (ROOT / "bench").iterdir()
+                      if p.is_file() and os.access(p, os.X_OK) and p.name != "run")
+    assert listed == expected
+    assert "validate_corpus.py" not in listed  # a helper module, not executable
+
+
+def test_one_table_from_real_benchmark_processes(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "bench"
+    bench_dir.mkdir()
+    (bench_dir / "run").write_text(RUN.read_text())
+    fake = bench_dir / "fake_bench.py"
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + LEFT_JUSTIFIED + "EOF\n")
+    broken = bench_dir / "broken"
+    broken.write_text("#!/bin/sh\necho 'boom' >&2\nexit 3\n")
+    for path in (bench_dir / "run", fake, broken):
+        path.chmod(0o755)
+    done = subprocess.run([sys.executable, str(bench_dir / "run"), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1  # one benchmark failed
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["bench", "figure", "goal", "measured", "ratio"]
+    assert any(line.startswith("fake_bench.py") and "199.8" in line for line in lines)
+    assert "broken: exit 3, " in done.stdout and "boom" in done.stdout
+    assert (tmp_path / "o" / "fake_bench.py.out").read_text().startswith("webhook benchmark")
+    only = subprocess.run([sys.executable, str(bench_dir / "run"), "--only", "fake_bench",
+                           "--out", str(tmp_path / "o2")], capture_output=True, text=True,
+                          check=False)
+    assert only.returncode == 0, only.stdout + only.stderr
+    assert "broken" not in only.stdout

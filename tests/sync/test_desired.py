@@ -1,0 +1,84 @@
+"""What the sync applies, pure: owned metadata only, kept fields left out, PreferCloud never
+applied as is, what stays in the cluster for the transition rules, drift."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reconciler.sync.desired import (
+    FIRMWARE_REQUEST_ANNOTATION,
+    SOURCE_COMMIT_ANNOTATION,
+    apply_body,
+    drifted,
+    firmware_request_value,
+    firmware_requested,
+    what_stays,
+)
+
+PAUSE = ("spec", "driver", "upgradePolicy", "pause")
+
+
+def obj(**driver: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpu.metax-tech.com/v1alpha1", "kind": "ClusterOperator",
+        "metadata": {"name": "cluster-operator", "resourceVersion": "42", "uid": "u",
+                     "generation": 3, "managedFields": [{}], "creationTimestamp": "x",
+                     "labels": {"team": "gpu"}, "annotations": {"note": "hi"}},
+        "spec": {"driver": {"payload": {"version": "2.33.0.9"},
+                            "upgradePolicy": {"enableRollout": True, "pause": False},
+                            **driver},
+                 "devicePlugin": {"enable": True}},
+        "status": {"upgradeStatus": {"phase": "Idling"}},
+    }
+
+
+def test_server_metadata_and_status_are_never_applied_and_kept_fields_are_left_out() -> None:
+    body = apply_body(obj(), name="cluster-operator", source_commit="c" * 40, kept=[PAUSE])
+    assert body["metadata"] == {
+        "name": "cluster-operator", "labels": {"team": "gpu"},
+        "annotations": {"note": "hi", SOURCE_COMMIT_ANNOTATION: "c" * 40}}
+    assert "status" not in body
+    assert body["spec"]["driver"]["upgradePolicy"] == {"enableRollout": True}
+    assert body["spec"]["devicePlugin"] == {"enable": True}, "unknown sections are kept"
+
+
+def test_prefer_cloud_is_handed_over_as_a_request() -> None:
+    proposed = obj(fwUpgradePolicy="PreferCloud", fwEnableVirt=True)
+    live = obj(fwUpgradePolicy="Never", fwEnableVirt=False)
+    assert firmware_requested(proposed, live, last_applied=obj(fwUpgradePolicy="Never"))
+    assert firmware_requested(proposed, live, last_applied=None)
+    request = firmware_request_value(fw_enable_virt=True, source_commit="a" * 40)
+    body = apply_body(proposed, name="cluster-operator", source_commit="a" * 40, live=live,
+                      firmware_request=request)
+    assert body["spec"]["driver"]["fwUpgradePolicy"] == "Never"
+    assert body["spec"]["driver"]["fwEnableVirt"] is False
+    assert json.loads(body["metadata"]["annotations"][FIRMWARE_REQUEST_ANNOTATION]) == {
+        "fwUpgradePolicy": "PreferCloud", "fwEnableVirt": True, "sourceCommit": "a" * 40}
+    # a later commit that still says PreferCloud asks for nothing new, keeps the request
+    live["metadata"]["annotations"][FIRMWARE_REQUEST_ANNOTATION] = request
+    assert not firmware_requested(proposed, live, last_applied=proposed)
+    again = apply_body(proposed, name="cluster-operator", source_commit="b" * 40, live=live)
+    assert again["metadata"]["annotations"][FIRMWARE_REQUEST_ANNOTATION] == request
+    assert again["spec"]["driver"]["fwUpgradePolicy"] == "Never"
+    # while the orchestrator runs (the cluster says PreferCloud), nothing is requested
+    running = obj(fwUpgradePolicy="PreferCloud")
+    assert not firmware_requested(proposed, running, last_applied=obj(fwUpgradePolicy="Never"))
+
+
+def test_what_stays_hides_fields_git_does_not_name_unless_the_sync_owns_them() -> None:
+    live = obj(deployPolicy="PreferCloud", fwEffectPolicy="NextReboot")
+    owned = {"f:spec": {"f:driver": {"f:fwEffectPolicy": {}}}}
+    stays = what_stays(live, obj(), owned)
+    assert "deployPolicy" not in stays["spec"]["driver"], "another manager's field stays"
+    assert stays["spec"]["driver"]["fwEffectPolicy"] == "NextReboot", "ours: a real removal"
+
+
+def test_drift_is_what_git_owns_and_the_cluster_lost() -> None:
+    body = apply_body(obj(), name="cluster-operator", source_commit="c" * 40)
+    live = obj()
+    live["metadata"]["annotations"][SOURCE_COMMIT_ANNOTATION] = "c" * 40
+    assert drifted(body, live) == []
+    live["spec"]["driver"]["upgradePolicy"]["enableRollout"] = False
+    live["spec"]["driver"]["upgradePolicy"]["pause"] = True
+    assert drifted(body, live, ignore=[PAUSE]) == ["spec.driver.upgradePolicy.enableRollout"]
