@@ -192,11 +192,11 @@ def _serve(s: _Settings) -> int:
     from reconciler.ops.shutdown import Shutdown
 
     o = s.options
+    api = _api(o["kubeconfig"])
     shutdown = Shutdown()
     shutdown.install()
     metrics = Metrics()
     checks = HealthChecks()
-    api = _api(o["kubeconfig"])
     # with an election, nothing acts until this replica holds the Lease
     leader = _Leadership(acting=not o["leader_elect"])
 

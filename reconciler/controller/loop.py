@@ -325,8 +325,9 @@ class RolloutController:
         self.stats.max_in_flight = max(self.stats.max_in_flight, result.in_flight)
         if result.changed:
             self._write_status(result.status)
-        if result.actions:
-            # our own writes changed the world: look again at once
+        if result.actions or result.again:
+            # our own writes changed the world, or the planner moved to a state it wants to
+            # look at again (a new step recorded before its nodes start): plan again at once
             return self.clock()
         return result.requeue_at
 

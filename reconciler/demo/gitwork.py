@@ -24,7 +24,11 @@ class DemoGitError(RuntimeError):
 def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         ["git", *args], cwd=cwd, capture_output=True, text=True, check=False,
-        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
+        # a person's global git settings (commit signing, hooks path) must not break the demo
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_COUNT": "2",
+             "GIT_CONFIG_KEY_0": "commit.gpgsign", "GIT_CONFIG_VALUE_0": "false",
+             "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": "hooks",
+             **(env or {})},
     )
     if done.returncode != 0:
         raise DemoGitError(f"git {' '.join(args)} (in {cwd}): {done.stderr.strip()}")

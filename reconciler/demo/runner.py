@@ -140,12 +140,14 @@ class Demo:
                 self._script()
         except Interrupted:
             code = 130
-        except (DemoError, DemoGitError) as exc:
-            self.console.print(f"[bold red]demo failed:[/] {escape(str(exc))}")
-            code = 1
-        except Exception:
+        except Exception as exc:
+            # Ctrl-C also reaches git children of this process group: their failure is the
+            # interruption, not an error of the demo
             if self.interrupted.is_set():
                 code = 130
+            elif isinstance(exc, DemoError | DemoGitError):
+                self.console.print(f"[bold red]demo failed:[/] {escape(str(exc))}")
+                code = 1
             else:
                 raise
         finally:

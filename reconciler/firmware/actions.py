@@ -30,6 +30,8 @@ class ApplyFirmwareSpec:
 
     fw_upgrade_policy: str
     fw_enable_virt: bool | None
+    #: the ``firmware-done`` annotation to apply with it (the flow's end), if any
+    done: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

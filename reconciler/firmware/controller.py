@@ -29,6 +29,7 @@ from reconciler.firmware.actions import (
 )
 from reconciler.firmware.model import (
     CORDONED_BEFORE_ANNOTATION,
+    DONE_ANNOTATION,
     FLOW_ANNOTATIONS,
     REQUEST_ANNOTATION,
     FirmwareNode,
@@ -257,6 +258,7 @@ class FirmwareController:
             status=dict(status.get("firmwareUpgrade") or {}),
             rollout_phase=(status.get("upgradeStatus") or {}).get("phase"),
             hook_failures=hook_failures,
+            done=annotations.get(DONE_ANNOTATION),
         )
 
     # -- worker -----------------------------------------------------------------------------
@@ -345,8 +347,8 @@ class FirmwareController:
                 if uncordon:
                     restore["spec"] = {"unschedulable": False}
                 self._patch_node(node, restore)
-            case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt):
-                self._apply_spec(policy, virt)
+            case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
+                self._apply_spec(policy, virt, done)
             case RecordEvent():
                 self._record_event(action, co)
             case _:
@@ -359,7 +361,7 @@ class FirmwareController:
             return  # the node left; the planner reports it
         self._on_node("MODIFIED", obj)
 
-    def _apply_spec(self, policy: str, enable_virt: bool | None) -> None:
+    def _apply_spec(self, policy: str, enable_virt: bool | None, done: str | None) -> None:
         """Server-side apply under the controller's field manager (SPEC 4.6): the sync role sees
         these fields owned by ``gpu-rollout-controller`` and writes them back to Git."""
         body: JSON = {
@@ -370,6 +372,8 @@ class FirmwareController:
         }
         if enable_virt is not None:
             body["spec"]["driver"]["fwEnableVirt"] = enable_virt
+        if done is not None:
+            body["metadata"]["annotations"] = {DONE_ANNOTATION: done}
         obj = self.api.apply(cluster_operator_path(self.cluster_operator), body,
                              field_manager=CONTROLLER_FIELD_MANAGER, force=True)
         self._on_cluster_operator("MODIFIED", obj)

@@ -19,6 +19,9 @@ FLOW_ANNOTATION = "gpu.metax-tech.com/firmware-flow"
 BOOT_ID_ANNOTATION = "gpu.metax-tech.com/firmware-boot-id"
 VBIOS_BEFORE_ANNOTATION = "gpu.metax-tech.com/firmware-vbios-before"
 FLOW_ANNOTATIONS = (FLOW_ANNOTATION, BOOT_ID_ANNOTATION, VBIOS_BEFORE_ANNOTATION)
+#: on the ClusterOperator, applied with the final ``Never``: ``<flow id>:<phase>``, so a flow
+#: whose last status writes were lost is never run again
+DONE_ANNOTATION = "gpu.metax-tech.com/firmware-done"
 
 PHASES = ("Idle", "Preflight", "Refused", "Cordoning", "Upgrading", "AwaitingReboot",
           "Verifying", "Finishing", "Completed", "Failed")
@@ -58,6 +61,7 @@ _LABEL_CONFIG_KEYS = {
 class StageTimeouts:
     """Seconds per stage; 0 means wait forever."""
 
+    workloads: float = 0.0  # all nodes cordoned -> no GPU workload left (0: wait forever)
     upgrade: float = 1800.0  # PreferCloud applied -> the node's NodeNeedReboot event
     manual_reboot: float = 0.0  # awaiting a person's reboot
     reboot: float = 900.0  # reboot started -> Ready with a new boot ID
@@ -66,6 +70,7 @@ class StageTimeouts:
 
 
 _TIMEOUT_CONFIG_KEYS = {
+    "workloads": "workloads",
     "upgrade": "upgrade",
     "manualReboot": "manual_reboot",
     "reboot": "reboot",
@@ -166,6 +171,9 @@ class FirmwareNode:
     vfio_gpus: int = 0
     #: the newest NodeNeedReboot Event's time for this node (epoch seconds), if any
     need_reboot_at: float | None = None
+    #: running or pending pods that use a GPU (``namespace/name``): the seed requires an idle
+    #: cluster before the firmware is upgraded
+    workloads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +191,8 @@ class FirmwareSnapshot:
     rollout_phase: str | None = None
     #: reboot hook runs that failed, by reboot token: what went wrong
     hook_failures: Mapping[str, str] = field(default_factory=dict)
+    #: the ClusterOperator's ``firmware-done`` annotation
+    done: str | None = None
 
 
 def format_time(epoch: float) -> str:

@@ -9,6 +9,8 @@ nothing more.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,8 +77,17 @@ class _Pass:
         return False
 
 
-def flow_id(started: float) -> str:
-    return f"fw-{int(started)}"
+def flow_id(request: Mapping[str, Any]) -> str:
+    """A flow is named after its request, so a controller that acted but died before its status
+    write recognises, when it starts the same request again, the nodes it already prepared."""
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+    return f"fw-{digest[:10]}"
+
+
+def _flow_of(node: FirmwareNode) -> tuple[str, float] | None:
+    """``(flow id, start epoch)`` from the node's flow annotation (``<flow>.<start epoch>``)."""
+    flow, _, started = node.annotations.get(FLOW_ANNOTATION, "").partition(".")
+    return (flow, float(started)) if flow and started.isdigit() else None
 
 
 def reboot_token(flow: str, node: str) -> str:
@@ -116,13 +127,25 @@ def _idle(p: _Pass) -> None:
                      "Never and make a request (docs/firmware.md)")
         return
     assert snap.request is not None
+    flow = flow_id(request)
+    done_flow, _, done_phase = (snap.done or "").partition(":")
+    if done_flow == flow:
+        # finished before, but the status writes that said so were lost
+        status.update({"phase": done_phase or "Completed", "request": request, "flow": flow,
+                       "sourceCommit": snap.request.source_commit,
+                       "message": f"this request already ran to {done_phase or 'its end'}; its "
+                                  "per-node details were lost with a status write"})
+        return
     refusals = preflight(snap.nodes.values(), enable_virt=snap.request.fw_enable_virt,
                          keys=p.settings.labels, rollout_phase=snap.rollout_phase)
-    started = format_time(p.now)
-    for key in ("appliedAt", "finishedAt", "ignoredRequest", "flow"):
+    # the same request started before (its status write lost): keep its start
+    earlier = [f[1] for n in snap.nodes.values() if (f := _flow_of(n)) and f[0] == flow]
+    started = format_time(min([*earlier, p.now]))
+    for key in ("appliedAt", "finishedAt", "ignoredRequest", "flow", "aborted"):
         status.pop(key, None)
     status.update({
         "request": request,
+        "flow": flow,
         "sourceCommit": snap.request.source_commit,
         "startedAt": started,
         "refusals": [r.to_json() for r in refusals],
@@ -140,12 +163,12 @@ def _idle(p: _Pass) -> None:
         # Never under our field manager: the sync writes it back, so Git does not keep saying
         # PreferCloud for an upgrade that will not run (SPEC 4.6)
         virt = snap.driver_spec.get("fwEnableVirt")
-        p.actions.append(ApplyFirmwareSpec("Never", virt if isinstance(virt, bool) else None))
+        p.actions.append(ApplyFirmwareSpec("Never", virt if isinstance(virt, bool) else None,
+                                           done=f"{flow}:Refused"))
         p.event("FirmwareUpgradeRefused", status["message"], warning=True)
         return
     status.update({
         "phase": "Cordoning",
-        "flow": flow_id(p.now),
         "nodes": {name: {"stage": "awaiting-upgrade", "since": started}
                   for name in sorted(snap.nodes)},
         "message": f"cordoning {len(snap.nodes)} GPU node(s)",
@@ -177,15 +200,20 @@ def _running(p: _Pass) -> None:
     status, snap = p.status, p.snap
     request = _request(status)
     _refuse_other_request(p, request)
+    done_flow, _, done_phase = (snap.done or "").partition(":")
+    if done_flow == status.get("flow") and done_phase and status["phase"] != "Finishing":
+        _ended_unrecorded(p, done_phase)
+        return
     phase = status["phase"]
     if phase == "Cordoning":
-        if not _cordon_all(p):
+        if _cordon_all(p) and _workloads_gone(p):
+            if _spec_differs(snap, "PreferCloud", request.fw_enable_virt):
+                p.actions.append(ApplyFirmwareSpec("PreferCloud", request.fw_enable_virt))
+                return  # once the spec is applied, the next pass moves on
+            status["appliedAt"] = format_time(p.now)
+            status["phase"] = phase = "Upgrading"
+        elif status["phase"] != "Finishing":  # still cordoning or waiting for workloads
             return
-        if _spec_differs(snap, "PreferCloud", request.fw_enable_virt):
-            p.actions.append(ApplyFirmwareSpec("PreferCloud", request.fw_enable_virt))
-            return  # once the spec is applied, the next pass moves on
-        status["appliedAt"] = format_time(p.now)
-        status["phase"] = phase = "Upgrading"
     if phase in _RUNNING:
         _cordon_all(p)
         _advance_nodes(p, request)
@@ -203,6 +231,23 @@ def _running(p: _Pass) -> None:
         status["message"] = _progress_message(p)
     if status["phase"] == "Finishing":
         _finish(p, request)
+
+
+def _ended_unrecorded(p: _Pass, phase: str) -> None:
+    """The flow's final Never (with its end) was applied and the nodes restored, but the status
+    write that followed was lost: record the end, touch nothing."""
+    status = p.status
+    for entry in status["nodes"].values():
+        if entry["stage"] not in TERMINAL_STAGES:
+            if phase == "Completed":  # written only once every node was verified
+                entry.clear()
+                entry["stage"] = "verified"
+            else:
+                entry["message"] = "final stage lost with a status write; check this node"
+    status["phase"] = phase
+    status["finishedAt"] = status.get("finishedAt") or format_time(p.now)
+    status["message"] = (status.get("aborted") or
+                         f"the flow ended {phase}; its last status write was lost")
 
 
 def _refuse_other_request(p: _Pass, running: FirmwareRequest) -> None:
@@ -260,13 +305,13 @@ def _cordon_all(p: _Pass) -> bool:
             if entry["stage"] not in TERMINAL_STAGES:
                 _fail(p, name, "left the cluster during the firmware upgrade")
             continue
-        prepared = node.annotations.get(FLOW_ANNOTATION) == flow
+        prepared = (_flow_of(node) or ("", 0.0))[0] == flow
         if prepared and node.unschedulable:
             continue
         annotations: list[tuple[str, str]] = []
         if not prepared:
             annotations = [
-                (FLOW_ANNOTATION, flow),
+                (FLOW_ANNOTATION, f"{flow}.{int(parse_time(p.status['startedAt']) or 0)}"),
                 (BOOT_ID_ANNOTATION, node.boot_id),
                 (VBIOS_BEFORE_ANNOTATION, node.labels.get(p.settings.labels.vbios_version, "")),
             ]
@@ -276,6 +321,42 @@ def _cordon_all(p: _Pass) -> bool:
         p.actions.append(CordonNode(name, tuple(annotations)))
         done = False
     return done
+
+
+def _workloads_gone(p: _Pass) -> bool:
+    """The seed: no workload may run while the firmware is upgraded. Cordoned nodes take no new
+    GPU pods; the flow waits for the running ones (named in the status) to finish, and fails
+    the nodes that still run one after ``timeouts.workloads``."""
+    nodes = p.status["nodes"]
+    busy = {name: p.snap.nodes[name].workloads for name in sorted(nodes)
+            if nodes[name]["stage"] not in TERMINAL_STAGES and name in p.snap.nodes
+            and p.snap.nodes[name].workloads}
+    for name, entry in nodes.items():
+        if entry["stage"] == "awaiting-upgrade":
+            if name in busy:
+                entry["message"] = ("waiting for GPU workload(s) to finish: "
+                                    f"{_names(list(busy[name]))}")
+            else:
+                entry.pop("message", None)
+    if not busy:
+        return True
+    timeout = p.settings.timeouts.workloads
+    if p.deadline(parse_time(p.status.get("startedAt")), timeout):
+        # fwUpgradePolicy is cluster-wide: nothing is flashed, every node is restored
+        reason = (f"GPU workload(s) still running after {format_duration(timeout)} on "
+                  f"{_names(list(busy))}")
+        for name, entry in nodes.items():
+            if entry["stage"] not in TERMINAL_STAGES:
+                pods = busy.get(name)
+                _set_stage(p, name, "failed", f"not upgraded: {reason}" if pods is None else
+                           f"GPU workload(s) still running: {_names(list(pods))}")
+        p.status["aborted"] = f"{reason}; nothing was upgraded"
+        p.status["phase"] = "Finishing"
+        return False
+    count = sum(len(v) for v in busy.values())
+    p.status["message"] = (f"all GPU nodes cordoned; waiting for {count} GPU workload(s) on "
+                           f"{len(busy)} node(s) to finish: {_names(list(busy))}")
+    return False
 
 
 def _set_stage(p: _Pass, name: str, stage: str, message: str | None = None, **extra: Any) -> None:
@@ -404,12 +485,15 @@ def _finish(p: _Pass, request: FirmwareRequest) -> None:
     """Every node verified or failed: Never, then restore the nodes (failed ones stay
     cordoned), then Completed or Failed."""
     status, snap = p.status, p.snap
-    if _spec_differs(snap, "Never", request.fw_enable_virt):
-        p.actions.append(ApplyFirmwareSpec("Never", request.fw_enable_virt))
     nodes = status["nodes"]
+    aborted = status.get("aborted")
+    failed = sorted(n for n, e in nodes.items() if e["stage"] == "failed")
+    done = f"{status.get('flow')}:{'Failed' if aborted or failed else 'Completed'}"
+    if _spec_differs(snap, "Never", request.fw_enable_virt) or snap.done != done:
+        p.actions.append(ApplyFirmwareSpec("Never", request.fw_enable_virt, done=done))
     for name in sorted(nodes):
         node = snap.nodes.get(name)
-        if node is None or nodes[name]["stage"] != "verified":
+        if node is None or (nodes[name]["stage"] != "verified" and not aborted):
             continue
         if any(k in node.annotations for k in (FLOW_ANNOTATION, CORDONED_BEFORE_ANNOTATION)):
             p.actions.append(RestoreNode(
@@ -417,9 +501,12 @@ def _finish(p: _Pass, request: FirmwareRequest) -> None:
     if p.actions and any(isinstance(a, ApplyFirmwareSpec | RestoreNode) for a in p.actions):
         status["message"] = "setting fwUpgradePolicy: Never and uncordoning verified nodes"
         return
-    failed = sorted(n for n, e in nodes.items() if e["stage"] == "failed")
     status["finishedAt"] = format_time(p.now)
-    if failed:
+    if aborted:
+        status["phase"] = "Failed"
+        status["message"] = f"{aborted}; every node is restored"
+        p.event("FirmwareUpgradeFailed", status["message"], warning=True)
+    elif failed:
         status["phase"] = "Failed"
         status["message"] = (f"{len(failed)} of {len(nodes)} node(s) failed and stay cordoned: "
                              f"{_names(failed)}; fwUpgradePolicy is Never")

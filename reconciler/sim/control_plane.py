@@ -100,6 +100,9 @@ class _Process:
     log_path: Path
     popen: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
+    supervised: bool = False
+    restarts: int = 0
+    supervisor: threading.Thread | None = None
 
 
 class ControlPlane:
@@ -128,6 +131,7 @@ class ControlPlane:
         self._pgids: set[int] = set()
         self._minted = 0
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -221,7 +225,7 @@ class ControlPlane:
             "--v=1",
         ])
         self._wait_apiserver()
-        self._launch("kube-controller-manager", [
+        self._launch("kube-controller-manager", supervised=True, args=[
             str(self.binaries.controller_manager),
             f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
             "--controllers=*,-nodelifecycle",
@@ -232,7 +236,7 @@ class ControlPlane:
             f"--root-ca-file={pki.ca.cert}",
             "--v=1",
         ])
-        self._launch("kube-scheduler", [
+        self._launch("kube-scheduler", supervised=True, args=[
             str(self.binaries.scheduler),
             f"--kubeconfig={self.workdir / 'scheduler.kubeconfig'}",
             "--kube-api-qps=1000", "--kube-api-burst=2000",
@@ -243,22 +247,54 @@ class ControlPlane:
         self._wait_http_ok("kube-controller-manager", f"http://127.0.0.1:{kcm_port}/healthz")
         self._wait_http_ok("kube-scheduler", f"http://127.0.0.1:{scheduler_port}/healthz")
 
-    def _launch(self, name: str, args: list[str]) -> None:
-        log_path = self.workdir / "logs" / f"{name}.log"
-        log = open(log_path, "ab")  # noqa: SIM115 - closed in _terminate
+    def _launch(self, name: str, args: list[str], *, supervised: bool = False) -> None:
+        process = _Process(name, args, self.workdir / "logs" / f"{name}.log",
+                           supervised=supervised)
+        process.log = open(process.log_path, "ab")  # noqa: SIM115 - closed in _terminate_all
         main_thread = threading.current_thread() is threading.main_thread()
-        popen = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent if main_thread else None,
+        with self._lock:
+            self._spawn(process, die_with_parent=main_thread)
+            self._processes.append(process)
+        if supervised:
+            process.supervisor = threading.Thread(
+                target=self._supervise, args=(process,), name=f"supervise {name}", daemon=True)
+            process.supervisor.start()
+
+    def _spawn(self, process: _Process, *, die_with_parent: bool) -> None:
+        process.popen = subprocess.Popen(
+            process.args, stdin=subprocess.DEVNULL, stdout=process.log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent if die_with_parent else None,
         )
-        self._pgids.add(popen.pid)
-        self._processes.append(_Process(name, args, log_path, popen, log))
+        self._pgids.add(process.popen.pid)
+
+    def _supervise(self, process: _Process) -> None:
+        """Restarts a controller-manager or scheduler that exits, as a kubelet restarts static
+        pods: both exit when the API server goes away while they start (e.g. during
+        ``restart_apiserver()``). The thread lives exactly as long as the process it watches,
+        so the child may die with it (PR_SET_PDEATHSIG)."""
+        while True:
+            popen = process.popen
+            assert popen is not None
+            code = popen.wait()
+            if self._stopping.wait(1.0):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                process.restarts += 1
+                assert process.log is not None
+                process.log.write(f"\n[control plane] {process.name} exited with {code}; "
+                                  f"restart {process.restarts}\n".encode())
+                process.log.flush()
+                self._spawn(process, die_with_parent=True)
 
     # -- readiness --------------------------------------------------------------------------
 
     def _deadline_check(self, deadline: float, what: str) -> None:
         for process in self._processes:
             assert process.popen is not None
+            if process.supervised and process.restarts < 5:
+                continue  # restarted by its supervisor
             if process.popen.poll() is not None:
                 text = process.log_path.read_text(errors="replace")
                 if "address already in use" in text:
@@ -301,6 +337,8 @@ class ControlPlane:
     # -- stopping ---------------------------------------------------------------------------
 
     def _terminate_all(self) -> None:
+        with self._lock:
+            self._stopping.set()  # under the lock: no supervisor spawns after this
         for process in reversed(self._processes):
             popen = process.popen
             if popen is not None and popen.poll() is None:
@@ -320,9 +358,12 @@ class ControlPlane:
             # Anything else left in the group (there should be nothing) goes too.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(popen.pid, signal.SIGKILL)
+            if process.supervisor is not None:
+                process.supervisor.join(5)
             if process.log is not None:
                 process.log.close()
         self._processes.clear()
+        self._stopping.clear()
 
     def stop(self) -> None:
         """Stops every process; removes the work directory unless something failed."""
@@ -354,6 +395,11 @@ class ControlPlane:
             if pgid in self._pgids and state != "Z":
                 leaked.append(int(entry.name))
         return leaked
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        """How often the supervisor restarted each component."""
+        return {p.name: p.restarts for p in self._processes}
 
     @property
     def pids(self) -> dict[str, int]:

@@ -157,6 +157,7 @@ class ClusterSync:
         self._baseline: dict[str, Any] | None = None
         self._restored = False
         self._pending_write_backs: dict[str, tuple[FieldPath, Any]] = {}
+        self._landed_early: list[tuple[FieldPath, Any]] = []
         self._last_body: dict[str, Any] | None = None
         self._last_drift_repair = 0.0
         self._retry_at: float | None = None
@@ -243,6 +244,8 @@ class ClusterSync:
             for edit in change.edits:
                 if self._baseline is not None:
                     self._baseline = record_write_back(self._baseline, edit.field, edit.value)
+                else:  # landed before the baseline was restored after a start
+                    self._landed_early.append((tuple(edit.field), edit.value))
             self._pending_write_backs.pop(change.change_id, None)
 
     def _on_skipped(self, skipped: Skipped) -> None:
@@ -346,24 +349,35 @@ class ClusterSync:
         baseline = self._object_at(commit)
         if baseline is None:
             return
-        head = self.repo.mirror.head(self.branch)
-        if head is not None:
-            for info in reversed(self.repo.mirror.commits_between(commit, head, limit=500)):
-                if not info.is_own or not info.subject.startswith("policy("):
-                    continue
-                parent = self.repo.mirror.resolve(f"{info.sha}^")
-                before = self._object_at(parent) if parent else None
-                after = self._object_at(info.sha)
-                if before is None or after is None:
-                    continue
-                for path in CONTROLLER_FIELDS:
-                    value = read_field(after, path)
-                    if not same_value(path, read_field(before, path), value):
-                        baseline = record_write_back(baseline, path, value)
         with self._cond:
+            baseline = self._replay_write_backs(baseline, commit)
+            for path, value in self._landed_early:
+                baseline = record_write_back(baseline, path, value)
+            self._landed_early.clear()
             self._baseline = baseline
         self.applied_commit = commit
         log.info("%s: the cluster runs %s (restored baseline)", self.cluster, commit[:12])
+
+    def _replay_write_backs(self, baseline: dict[str, Any], since: str) -> dict[str, Any]:
+        """``baseline`` plus the fields our own write-back commits after ``since`` set (call
+        with ``_cond`` held: a write-back landing meanwhile is then either in the branch head
+        read here or recorded by ``_on_landed`` afterwards, never lost)."""
+        head = self.repo.mirror.head(self.branch)
+        if head is None or head == since:
+            return baseline
+        for info in reversed(self.repo.mirror.commits_between(since, head, limit=500)):
+            if not info.is_own or not info.subject.startswith("policy("):
+                continue
+            parent = self.repo.mirror.resolve(f"{info.sha}^")
+            before = self._object_at(parent) if parent else None
+            after = self._object_at(info.sha)
+            if before is None or after is None:
+                continue
+            for path in CONTROLLER_FIELDS:
+                value = read_field(after, path)
+                if not same_value(path, read_field(before, path), value):
+                    baseline = record_write_back(baseline, path, value)
+        return baseline
 
     def _object_at(self, commit: str) -> dict[str, Any] | None:
         try:
@@ -404,7 +418,7 @@ class ClusterSync:
                 self.handled_commit = sha
                 return
             path, data, obj = self._policy_file(files)
-            self._apply(source, path, data, obj, live, seen_at)
+            self._apply(source, path, data, obj, live, seen_at, head=sha)
         except SyncRejected as rejected:
             self._reject(source, rejected, live)
         self.handled_commit = sha
@@ -467,7 +481,8 @@ class ClusterSync:
         raise SyncRejected(findings[0].message, findings)
 
     def _apply(self, sha: str, path: str, data: bytes, obj: dict[str, Any], live: JSON | None,
-               seen_at: float) -> None:
+               seen_at: float, *, head: str) -> None:
+        """Validate and apply ``obj`` (read at ``head``); ``sha`` is the person's commit."""
         with self._cond:
             baseline = copy.deepcopy(self._baseline)
         changed = (controller_changed_fields((live or {}).get("metadata", {}).get(
@@ -509,7 +524,7 @@ class ClusterSync:
         elapsed = time.monotonic() - seen_at
         with self._cond:
             self._live = applied
-            self._baseline = copy.deepcopy(obj)
+            self._baseline = self._replay_write_backs(copy.deepcopy(obj), head)
         self._last_body = body
         self.applied_commit = sha
         self.rejection = None
@@ -660,9 +675,10 @@ class ClusterSync:
                  .get("upgradeSteps") or [])
         index = inner.get("currentStepIndex")
         state = inner.get("currentStepState")
-        self.metrics.set_rollout_step(
-            self.cluster, index if isinstance(index, int) else 0,
-            str(state) if state else "", steps=len(steps) if isinstance(steps, list) else 0)
+        if state:
+            self.metrics.set_rollout_step(
+                self.cluster, index if isinstance(index, int) else 0, str(state),
+                steps=len(steps) if isinstance(steps, list) else 0)
         total = int(inner.get("totalUpgradeReplicas") or 0)
         ready = int(inner.get("totalUpgradeReadyReplicas") or 0)
         counts = dict.fromkeys(NODE_STATES, 0)

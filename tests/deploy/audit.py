@@ -35,14 +35,14 @@ class AuditedControlPlane(ControlPlane):
     def audit_log(self) -> Path:
         return self.workdir / "logs" / "audit.log"
 
-    def _launch(self, name: str, args: list[str]) -> None:
+    def _launch(self, name: str, args: list[str], **options: Any) -> None:
         if name == "kube-apiserver" and not any(a.startswith("--audit-") for a in args):
             policy = self.workdir / "audit-policy.yaml"
             policy.write_text(AUDIT_POLICY)
             args = [*args, f"--audit-policy-file={policy}",
                     f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
                     "--audit-log-mode=blocking"]
-        super()._launch(name, args)
+        super()._launch(name, args, **options)
 
 
 @dataclass(frozen=True, order=True)

@@ -96,6 +96,14 @@ def _denied(entries: list[AuditEntry]) -> list[str]:
     return sorted({f"{e.permission} ({e.uri})" for e in entries if e.code == 403})
 
 
+def _progress(kube: KubeApi, plane: AuditedControlPlane, username: str,
+              log_path: Path) -> dict[str, Any]:
+    """What a wait shows when it times out: the status, the denials so far, the log's tail."""
+    return {"status": _inner(kube),
+            "denied": _denied(audit_entries(plane.audit_log, username)),
+            "log": log_path.read_text()[-1500:]}
+
+
 def _assert_clean_log(log_path: Path, code: int | None) -> None:
     text = log_path.read_text()
     assert code == 0, text[-3000:]
@@ -126,12 +134,12 @@ def test_the_rollout_controller_alone_is_never_denied(
                 "payload": {"version": NEW}, "upgradePolicy": GATED_POLICY}}})
             wait_for(lambda: _co(kube)["spec"]["driver"]["upgradePolicy"].get("pause") is True,
                      timeout=60, what="pause: true at the gate",
-                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+                     observe=lambda: _progress(kube, audited_plane, username, log_path))
             # controller-only mode: a person releases the gate the seed's way
             kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
                        {"spec": {"driver": {"upgradePolicy": {"pause": False}}}})
             wait_for(lambda: _completed(kube), timeout=90, what="the rollout Completed",
-                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+                     observe=lambda: _progress(kube, audited_plane, username, log_path))
             assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
             os.killpg(process.pid, signal.SIGTERM)
             code = process.wait(30)
@@ -192,25 +200,29 @@ def test_merge_to_upgrade_with_exactly_the_deployed_roles(
             wait_for(lambda: _co(kube)["spec"]["driver"]["upgradePolicy"].get("enableRollout")
                      is True and bool(_inner(kube)["phase"]), timeout=60,
                      what="the repository's policy applied",
-                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+                     observe=lambda: _progress(kube, audited_plane, username, log_path))
             person.edit_policy(policy, [FieldEdit(("spec", "driver", "payload", "version"), NEW)],
                                f"rbac-lab: driver {NEW}")
             person.push()
 
-            def pause_in_git() -> bool:
+            def at_gate_in_git() -> bool:
                 text = remote.show(f"main:{policy}") or ""
                 data = YAML(typ="safe").load(text) or {}
-                return data["spec"]["driver"]["upgradePolicy"].get("pause") is True
+                upgrade = (_co(kube).get("status") or {}).get("upgradeStatus") or {}
+                gate = any(c.get("type") == "ManualGate" and c.get("status") == "True"
+                           for c in upgrade.get("condition") or [])
+                return gate and data["spec"]["driver"]["upgradePolicy"].get("pause") is True
 
-            wait_for(pause_in_git, timeout=90, what="the gate's pause: true written back to Git",
-                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+            wait_for(at_gate_in_git, timeout=90,
+                     what="the gate reached and its pause: true written back to Git",
+                     observe=lambda: _progress(kube, audited_plane, username, log_path))
             person.pull()
             person.edit_policy(policy,
                                [FieldEdit(("spec", "driver", "upgradePolicy", "pause"), False)],
                                "rbac-lab: release the gate")
             person.push()
             wait_for(lambda: _completed(kube), timeout=90, what="the rollout Completed",
-                     observe=lambda: (_inner(kube), log_path.read_text()[-2000:]))
+                     observe=lambda: _progress(kube, audited_plane, username, log_path))
             assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
 
             def completed_in_git() -> bool:

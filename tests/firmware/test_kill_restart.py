@@ -30,16 +30,27 @@ from tests.firmware.helpers import (
 pytestmark = pytest.mark.cluster
 
 
-def _spawn(kubeconfig: Path, config: Path) -> subprocess.Popen[bytes]:
+ENTRIES = {
+    # the orchestrator alone
+    "standalone": ["-m", "reconciler.firmware", "--config", "{config}"],
+    # the daemon's controller role (rollout controller and firmware orchestrator)
+    "reconciler-run": ["-m", "reconciler.cli.main", "run", "--role", "controller",
+                       "--repo-config", "{config}"],
+}
+
+
+def _spawn(entry: str, kubeconfig: Path, config: Path) -> subprocess.Popen[bytes]:
     log = open(config.parent / "firmware.log", "ab")  # noqa: SIM115 - lives with the child
+    args = [a.format(config=config) for a in ENTRIES[entry]]
     return subprocess.Popen(
-        [sys.executable, "-m", "reconciler.firmware", "--kubeconfig", str(kubeconfig),
-         "--config", str(config), "--log-level", "warning"],
-        stdout=log, stderr=log, start_new_session=True)
+        [sys.executable, *args, "--kubeconfig", str(kubeconfig), "--log-level", "warning"],
+        stdout=log, stderr=log, start_new_session=True,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)})  # for the reboot hook
 
 
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
 def test_sigkill_mid_flow_resumes(
-    kube: KubeApi, control_plane: ControlPlane, fleet_factory: Any, tmp_path: Path
+    kube: KubeApi, control_plane: ControlPlane, fleet_factory: Any, tmp_path: Path, entry: str
 ) -> None:
     fleet = fleet_factory(nodes=10, firmware_seconds=(0.3, 3.0), reboot_seconds=(1.0, 3.0))
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 10, timeout=60, what="10 Ready pods")
@@ -50,7 +61,7 @@ def test_sigkill_mid_flow_resumes(
                       "    maxConcurrent: 2\n")
     observer = NodeObserver(kube).start()
     rng = random.Random(8)
-    process = _spawn(control_plane.kubeconfig, config)
+    process = _spawn(entry, control_plane.kubeconfig, config)
     kills = 0
     phases_killed_in: set[str] = set()
     try:
@@ -67,7 +78,7 @@ def test_sigkill_mid_flow_resumes(
             process.wait(10)
             kills += 1
             phases_killed_in.add(phase)
-            process = _spawn(control_plane.kubeconfig, config)
+            process = _spawn(entry, control_plane.kubeconfig, config)
         wait_for(lambda: firmware_status(kube).get("phase") in ("Completed", "Failed"),
                  timeout=max(1.0, deadline - time.monotonic()), what="the end of the flow",
                  observe=lambda: firmware_status(kube))

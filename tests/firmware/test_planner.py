@@ -49,8 +49,9 @@ def test_refusal_touches_nothing_and_names_each_node() -> None:
     assert [(r["node"], r["rule"]) for r in world.status["refusals"]] == [
         ("node-0002", "vfio-pci"), ("node-0003", "virtual-machine")]
     # nothing touched; Never applied under the controller's field manager for the write-back
+    flow = world.status["flow"]
     assert [a for a in world.actions if not isinstance(a, RecordEvent)] == [
-        ApplyFirmwareSpec("Never", None)]
+        ApplyFirmwareSpec("Never", None, done=f"{flow}:Refused")]
     assert world.events[0].type == "Warning" and "node-0002" in world.events[0].message
     assert not any(n.unschedulable for n in world.nodes.values())
     assert world.driver["fwUpgradePolicy"] == "Never"
@@ -125,7 +126,7 @@ def test_full_flow_with_manual_reboots() -> None:
                for n in world.nodes.values())
     never = [a for a in world.actions if isinstance(a, ApplyFirmwareSpec)][-1]
     first_restore = next(a for a in world.actions if isinstance(a, RestoreNode))
-    assert never == ApplyFirmwareSpec("Never", False)
+    assert never == ApplyFirmwareSpec("Never", False, done=f"{world.status['flow']}:Completed")
     assert world.actions.index(never) < world.actions.index(first_restore)
     assert world.events[-1].reason == "FirmwareUpgradeCompleted"
     # done: the same request never runs again
@@ -340,3 +341,25 @@ def test_bad_request_and_unrequested_prefer_cloud_are_reported_once() -> None:
     assert world.status["phase"] == "Idle"
     assert not any(n.unschedulable for n in world.nodes.values())
     assert len(world.events) == 1
+
+
+def test_a_flow_whose_status_writes_were_all_lost_is_not_run_again() -> None:
+    """The controller acted on every pass and died before every status write: the final
+    Never carries the flow's end, so the request is recognised as done."""
+    world = World.of(2)
+    world.request = REQUEST
+    for _ in range(3):
+        world.step(lose_status=True)
+    world.report()
+    world.step(lose_status=True)
+    for name in world.nodes:
+        world.reboot(name)
+    for _ in range(3):
+        world.step(lose_status=True)
+    assert world.done.endswith(":Completed") and world.driver["fwUpgradePolicy"] == "Never"
+    assert not any(n.unschedulable for n in world.nodes.values())
+    before = len(world.actions)
+    world.settle()
+    assert world.status["phase"] == "Completed"
+    assert "already ran to Completed" in world.status["message"]
+    assert [a for a in world.actions[before:] if not isinstance(a, RecordEvent)] == []

@@ -157,3 +157,14 @@ def test_snapshot_section_fits_the_status_snapshot_schema() -> None:
                 "firmware": section}
     result = validate_document(json.dumps(snapshot), "status/lab.yaml", kind="status-snapshot")
     assert result.ok, result.findings
+
+
+def test_simulator_reboot_hook_usage_errors() -> None:
+    hook = [sys.executable, "-m", "reconciler.firmware.annotate_reboot"]
+    no_args = subprocess.run(hook, capture_output=True, text=True, timeout=60, check=False)
+    assert no_args.returncode == 2 and "usage:" in no_args.stderr
+    env = {"PATH": "/usr/bin:/bin"}
+    no_token = subprocess.run([*hook, "node-0001"], capture_output=True, text=True, timeout=60,
+                              check=False, env=env)
+    assert no_token.returncode == 2
+    assert "FIRMWARE_REBOOT_TOKEN and KUBECONFIG must be set" in no_token.stderr

@@ -59,6 +59,7 @@ class World:
     events: list[RecordEvent] = field(default_factory=list)
     hooks: list[RunRebootHook] = field(default_factory=list)
     hook_failures: dict[str, str] = field(default_factory=dict)
+    done: str | None = None
     writes: int = 0
 
     @classmethod
@@ -75,7 +76,7 @@ class World:
             nodes={n: node.view() for n, node in self.nodes.items()},
             driver_spec=dict(self.driver), request=self.request, request_error=None,
             status=self.status, rollout_phase=self.rollout_phase,
-            hook_failures=dict(self.hook_failures))
+            hook_failures=dict(self.hook_failures), done=self.done)
 
     def plan(self) -> Plan:
         return plan(self.snapshot(), self.now, self.settings)
@@ -112,7 +113,9 @@ class World:
                     del node.annotations[key]
                 if uncordon:
                     node.unschedulable = False
-            case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt):
+            case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
+                if done is not None:
+                    self.done = done
                 started = self.driver.get("fwUpgradePolicy") != "PreferCloud"
                 self.driver = {**self.driver, "fwUpgradePolicy": policy, "fwEnableVirt": virt}
                 if policy == "PreferCloud" and started:

@@ -5,6 +5,7 @@ RBAC-bound kubeconfig) and the manager's own lifecycle."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -188,4 +189,11 @@ def test_apiserver_restart_keeps_data_and_clients_recover() -> None:
                  observe=lambda: (sorted(names), watch.last_error))
         watch.stop()
         api.close()
+
+        # A controller-manager that dies is restarted, as a kubelet restarts a static pod.
+        old = plane.pids["kube-controller-manager"]
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: plane.restarts["kube-controller-manager"] >= 1
+                 and plane.pids["kube-controller-manager"] != old, timeout=20,
+                 what="kube-controller-manager restarted", observe=lambda: plane.restarts)
     assert plane.leaked_processes() == []

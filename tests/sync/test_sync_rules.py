@@ -139,7 +139,8 @@ def test_restart_and_remote_outage_mid_rollout_lose_nothing_and_duplicate_nothin
              what="the queued write-back pushed", observe=lambda: subjects(policy_remote))
     wait_for(lambda: (status_file(policy_remote) or {}).get("upgradeStatus", {}).get("status", {})
              .get("currentStepState") == "StepPaused", timeout=30, what="the gate in Git")
-    assert restarted.applied_commit == merge, "the baseline comes from the object's annotation"
+    # the baseline comes from the object's annotation
+    wait_for(lambda: restarted.applied_commit == merge, timeout=20, what="the baseline restored")
 
     # a person releases the gate; meanwhile Bob pushes while the reconciler writes status
     bob = Person(policy_remote.url, tmp_path / "bob", name="Bob Builder")
