@@ -215,9 +215,18 @@ def _serve(s: _Settings) -> int:
         shutdown.on_shutdown("ops server", ops.stop)
         log.info("ops endpoints on %s (/healthz /readyz /metrics)", ops.url)
 
-    sync = _start_sync(s, api, metrics, leader, shutdown) if s.runs_sync else None
-    controller = None
+    controller: Any = None
     firmware = None
+
+    def node_counts() -> dict[str, int]:
+        last = controller.last_plan if controller is not None else None
+        if last is None:
+            return {}
+        return {"in_flight": last.in_flight, "unavailable": last.unavailable}
+
+    sync = (_start_sync(s, api, metrics, leader, shutdown,
+                        node_counts if s.runs_controller else None)
+            if s.runs_sync else None)
     if s.runs_controller:
         from reconciler.controller.act import Target
         from reconciler.controller.loop import RolloutController
@@ -353,7 +362,7 @@ class _Leadership:
 
 
 def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadership,
-                shutdown: Any) -> Any:
+                shutdown: Any, node_counts: Callable[[], dict[str, int]] | None) -> Any:
     from reconciler.gitops.errors import GitOpsError
     from reconciler.sync.loop import ClusterSync
 
@@ -368,6 +377,7 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
             status_min_interval=s.status_min_interval, verifier=verifier,
             signature_mode=o["signature_mode"], signing=signing, metrics=metrics,
             is_leader=leader.is_leader, controller_field_manager=o["controller_field_manager"],
+            node_counts=node_counts,
         )
     except GitOpsError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -479,3 +489,9 @@ def _api(kubeconfig: str | None) -> KubeApi:
                 "no cluster: give --kubeconfig (or $KUBECONFIG), or run in a pod") from None
         return KubeApi.from_kubeconfig(path)
     return KubeApi(k8s_client.ApiClient())
+
+
+# every setting's environment variable shows in --help (docs/configuration.md has them all)
+for _param in run.params:
+    if isinstance(_param, click.Option) and _param.envvar:
+        _param.show_envvar = True

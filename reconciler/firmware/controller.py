@@ -14,11 +14,12 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.controller.observe import requests_gpu
 from reconciler.firmware.actions import (
     ApplyFirmwareSpec,
     CordonNode,
@@ -77,7 +78,8 @@ def _quantity(value: Any) -> int:
         return 0
 
 
-def node_view(node: Mapping[str, Any], need_reboot_at: float | None) -> FirmwareNode:
+def node_view(node: Mapping[str, Any], need_reboot_at: float | None,
+              workloads: Iterable[str] = ()) -> FirmwareNode:
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
@@ -91,6 +93,7 @@ def node_view(node: Mapping[str, Any], need_reboot_at: float | None) -> Firmware
         boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
         vfio_gpus=_quantity((status.get("allocatable") or {}).get(VFIO_GPU_RESOURCE)),
         need_reboot_at=need_reboot_at,
+        workloads=tuple(sorted(workloads)),
     )
 
 
@@ -150,6 +153,7 @@ class FirmwareController:
         self._reboot_events: dict[str, tuple[str, float]] = {}  # event key -> (node, when)
         self._co: JSON | None = None
         self._hook_failures: dict[str, str] = {}
+        self._workloads: dict[str, str] = {}  # GPU pod "ns/name" -> node
         self.watches = [
             ListWatch(api, "/api/v1/nodes", on_event=self._on_node,
                       query={"labelSelector": f"{GPU_NODE_LABEL}=true"}, name="fw-nodes"),
@@ -157,6 +161,8 @@ class FirmwareController:
                       query={"fieldSelector": f"reason={NODE_NEED_REBOOT_REASON},"
                                               "involvedObject.kind=Node"},
                       name="fw-events"),
+            ListWatch(api, "/api/v1/pods", on_event=self._on_pod,
+                      query={"fieldSelector": "spec.nodeName!="}, name="fw-pods"),
             ListWatch(api, cluster_operator_path(), on_event=self._on_cluster_operator,
                       query={"fieldSelector": f"metadata.name={cluster_operator}"},
                       name="fw-clusteroperator"),
@@ -220,6 +226,19 @@ class FirmwareController:
                     self._reboot_events[key] = (node, when)
             self._touch()
 
+    def _on_pod(self, event: str, obj: JSON) -> None:
+        """GPU workloads per node: the seed requires an idle cluster for the upgrade."""
+        key = object_key(obj)
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        busy = event != "DELETED" and bool(node) and requests_gpu(obj)
+        with self._wake:
+            if busy:
+                if self._workloads.get(key) != node:
+                    self._workloads[key] = node
+                    self._touch()
+            elif self._workloads.pop(key, None) is not None:
+                self._touch()
+
     def _on_cluster_operator(self, event: str, obj: JSON) -> None:
         with self._wake:
             if event == "DELETED":
@@ -238,7 +257,11 @@ class FirmwareController:
             latest: dict[str, float] = {}
             for node, when in self._reboot_events.values():
                 latest[node] = max(when, latest.get(node, when))
-            nodes = {name: node_view(obj, latest.get(name)) for name, obj in self._nodes.items()}
+            workloads: dict[str, list[str]] = {}
+            for pod, node in self._workloads.items():
+                workloads.setdefault(node, []).append(pod)
+            nodes = {name: node_view(obj, latest.get(name), workloads.get(name, ()))
+                     for name, obj in self._nodes.items()}
             hook_failures = dict(self._hook_failures)
         annotations = (co.get("metadata") or {}).get("annotations") or {}
         raw = annotations.get(REQUEST_ANNOTATION)
@@ -383,6 +406,7 @@ class FirmwareController:
         and wait: a hook that ran is recorded in the status written right after."""
         for hook in hooks:
             self._count(hook)
+        self.stats.hooks_run += len(hooks)
         self.stats.max_hooks_at_once = max(self.stats.max_hooks_at_once, len(hooks))
         with ThreadPoolExecutor(max_workers=len(hooks)) as pool:
             outcomes = list(pool.map(self._run_hook, hooks))
@@ -396,7 +420,6 @@ class FirmwareController:
         env = {**os.environ, **self.hook_env, "FIRMWARE_NODE": hook.node,
                "FIRMWARE_REBOOT_TOKEN": hook.token}
         timeout = self.settings.timeouts.hook or None
-        self.stats.hooks_run += 1
         try:
             done = subprocess.run(command, env=env, capture_output=True, text=True,
                                   timeout=timeout, check=False)

@@ -209,6 +209,9 @@ def _pause_reason(upgrade: Mapping[str, Any]) -> str:
             return "waiting for a person (manual gate)"
         if condition.get("type") == "BatchFailed":
             return f"failure fallback: {condition.get('message') or 'failures'}"
+    recheck = _mapping(upgrade.get("status")).get("recheckTime")
+    if recheck:
+        return f"pause timer until {recheck}"
     message = upgrade.get("message") or _mapping(upgrade.get("status")).get("message")
     return str(message) if message else "waiting"
 

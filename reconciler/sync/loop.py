@@ -114,8 +114,11 @@ class ClusterSync:
         metrics: Metrics | None = None,
         is_leader: Callable[[], bool] = lambda: True,
         controller_field_manager: str = CONTROLLER_FIELD_MANAGER,
+        node_counts: Callable[[], Mapping[str, int]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``node_counts``: node states only a controller in this process knows (in flight,
+        unavailable), for the ``gpu_reconciler_nodes`` metric."""
         self.api = api
         self.cluster = cluster
         self.name = cluster_operator
@@ -124,6 +127,7 @@ class ClusterSync:
         self.metrics = metrics
         self.is_leader = is_leader
         self.controller_manager = controller_field_manager
+        self.node_counts = node_counts
         self.clock = clock
         self.stats = SyncStats()
         self.repo = PolicyRepository(
@@ -684,6 +688,9 @@ class ClusterSync:
         counts = dict.fromkeys(NODE_STATES, 0)
         counts["upgraded"] = ready
         counts["pending"] = max(total - ready, 0)
+        if self.node_counts is not None:
+            counts.update(self.node_counts())
+            counts["pending"] = max(total - ready - counts.get("in_flight", 0), 0)
         self.metrics.set_nodes(self.cluster, counts)
         failures = int(inner.get("currentFailureRetry") or 0)
         if failures > self._failures_seen:

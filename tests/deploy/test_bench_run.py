@@ -46,6 +46,21 @@ simulate 100000 nodes: wall time (s)           < 60 s        41.20     0.69
 simulate 100000 nodes: peak RSS (MiB)        < 1024 MiB     1100.00     1.07  FAIL
 """
 
+# bench/simulate: a right-justified goal whose inner space falls just before the header word
+RIGHT_JUSTIFIED_INNER_SPACE = """\
+figure                                                 goal     measured    ratio
+wall, 10000 nodes (s)                                     -         0.33     0.01
+simulated duration, 10000 nodes (s)                  = 1680         1680     1.00
+"""
+
+# bench/cluster: left-justified, a measured cell holding two spaces
+LEFT_JUSTIFIED_WIDE_CELL = """\
+figure                                               goal   measured                        ratio
+cold build of the 3 binaries                         300 s  248.0 s  (/var/cache/build)     0.83
+control plane boot (median of 2)                     4 s    8.5 s                           2.11
+load average at the end: 10.9 on 2 cores
+"""
+
 
 def test_tables_of_every_layout_the_benchmarks_print() -> None:
     bench = _module()
@@ -62,6 +77,15 @@ def test_tables_of_every_layout_the_benchmarks_print() -> None:
     rows = bench.parse_table("simulate", SINGLE_SPACED_WITH_MARKER)
     assert rows[1].ratio == "1.07 FAIL" and rows[1].goal == "< 1024 MiB"
     assert bench.parse_table("x", "no table here\n") == []
+    rows = bench.parse_table("simulate", RIGHT_JUSTIFIED_INNER_SPACE)
+    assert [(r.figure, r.goal) for r in rows] == [("wall, 10000 nodes (s)", "-"),
+                                                  ("simulated duration, 10000 nodes (s)",
+                                                   "= 1680")]
+    rows = bench.parse_table("cluster", LEFT_JUSTIFIED_WIDE_CELL)
+    assert [(r.figure, r.goal, r.measured, r.ratio) for r in rows] == [
+        ("cold build of the 3 binaries", "300 s", "248.0 s  (/var/cache/build)", "0.83"),
+        ("control plane boot (median of 2)", "4 s", "8.5 s", "2.11"),
+    ]
 
 
 def test_every_executable_in_bench_is_a_benchmark_but_run_itself() -> None:

@@ -244,3 +244,41 @@ def test_refusal_touches_no_node(
     assert co["spec"]["driver"]["fwUpgradePolicy"] == "Never"
     assert any(m["manager"] == "gpu-rollout-controller" and "f:fwUpgradePolicy"
                in str(m.get("fieldsV1")) for m in co["metadata"]["managedFields"])
+
+
+def test_waits_for_running_gpu_workloads(
+    kube: KubeApi, fleet_factory: Any, controllers: list[FirmwareController]
+) -> None:
+    fleet = ready_fleet(fleet_factory, nodes=3, firmware_seconds=0.3, reboot_seconds=0.5)
+    job = fleet.add_workload("node-0002")
+    start_controller(kube, controllers, FirmwareSettings())
+    request_firmware(kube, source_commit="busy01")
+    wait_for(lambda: "waiting for 1 GPU workload(s)" in str(firmware_status(kube).get("message")),
+             timeout=30, what="the wait for the job", observe=lambda: firmware_status(kube))
+    assert firmware_status(kube)["nodes"]["node-0002"]["message"] == (
+        f"waiting for GPU workload(s) to finish: gpu-workloads/{job}")
+    assert all(n["spec"].get("unschedulable") for n in gpu_nodes(kube).values())
+    time.sleep(1.0)
+    assert cluster_operator(kube)["spec"]["driver"]["fwUpgradePolicy"] == "Never"
+    kube.delete(resource_path("v1", "pods", job, namespace="gpu-workloads"),
+                grace_period_seconds=0)
+    wait_for(lambda: phase_is(kube, "AwaitingReboot"), timeout=30, what="AwaitingReboot",
+             observe=lambda: firmware_status(kube))
+    assert cluster_operator(kube)["spec"]["driver"]["fwUpgradePolicy"] == "PreferCloud"
+
+
+def test_failing_reboot_hook_fails_the_node_with_its_error(
+    kube: KubeApi, fleet_factory: Any, controllers: list[FirmwareController]
+) -> None:
+    ready_fleet(fleet_factory, nodes=2, firmware_seconds=0.3)
+    broken = (sys.executable, "-c", "import sys; sys.exit('no BMC answers for ' + sys.argv[1])")
+    start_controller(kube, controllers, FirmwareSettings(
+        reboot_mode="hook", reboot_command=broken, max_concurrent_reboots=2))
+    request_firmware(kube, source_commit="hook01")
+    wait_for(lambda: phase_is(kube, "Failed"), timeout=30, what="Failed",
+             observe=lambda: firmware_status(kube))
+    nodes = firmware_status(kube)["nodes"]
+    for name in ("node-0001", "node-0002"):
+        assert nodes[name]["stage"] == "failed"
+        assert nodes[name]["message"] == (
+            f"reboot hook failed: {sys.executable} exited with 1: no BMC answers for {name}")

@@ -18,7 +18,7 @@ from reconciler.firmware.model import (
     FirmwareSettings,
     StageTimeouts,
 )
-from reconciler.firmware.planner import plan
+from reconciler.firmware.planner import flow_id, plan
 from tests.firmware.world import VBIOS, World
 
 REQUEST = FirmwareRequest("PreferCloud", False, "abc123")
@@ -356,10 +356,54 @@ def test_a_flow_whose_status_writes_were_all_lost_is_not_run_again() -> None:
         world.reboot(name)
     for _ in range(3):
         world.step(lose_status=True)
-    assert world.done.endswith(":Completed") and world.driver["fwUpgradePolicy"] == "Never"
+    assert world.done == f"{flow_id(REQUEST.to_json())}:Completed"
+    assert world.driver["fwUpgradePolicy"] == "Never"
     assert not any(n.unschedulable for n in world.nodes.values())
     before = len(world.actions)
     world.settle()
     assert world.status["phase"] == "Completed"
     assert "already ran to Completed" in world.status["message"]
     assert [a for a in world.actions[before:] if not isinstance(a, RecordEvent)] == []
+
+
+def test_waits_for_gpu_workloads_before_prefer_cloud() -> None:
+    world = World.of(3)
+    world.nodes["node-0002"].workloads = ("jobs/train-1", "jobs/train-2")
+    world.request = REQUEST
+    world.settle()
+    # cordoned (no new work), but PreferCloud waits for the running jobs (the seed: no
+    # workload may run during the upgrade)
+    assert all(n.unschedulable for n in world.nodes.values())
+    assert world.driver["fwUpgradePolicy"] == "Never"
+    assert world.status["phase"] == "Cordoning"
+    assert world.status["message"] == ("all GPU nodes cordoned; waiting for 2 GPU workload(s) "
+                                       "on 1 node(s) to finish: node-0002")
+    assert world.status["nodes"]["node-0002"]["message"] == (
+        "waiting for GPU workload(s) to finish: jobs/train-1, jobs/train-2")
+    world.advance(3600)  # no timeout by default
+    world.settle()
+    assert world.status["phase"] == "Cordoning"
+    world.nodes["node-0002"].workloads = ()
+    world.settle()
+    assert world.status["phase"] == "Upgrading"
+    assert "message" not in world.status["nodes"]["node-0002"]
+
+
+def test_workload_timeout_ends_the_flow_before_anything_is_flashed() -> None:
+    world = World.of(3, settings=FirmwareSettings(timeouts=StageTimeouts(workloads=600)))
+    world.nodes["node-0003"].unschedulable = True
+    world.nodes["node-0001"].workloads = ("jobs/train-1",)
+    world.request = REQUEST
+    world.settle()
+    assert world.plan().requeue_at == world.now + 600
+    world.advance(600)
+    world.settle()
+    assert world.status["phase"] == "Failed"
+    assert world.status["message"] == ("GPU workload(s) still running after 10m on node-0001; "
+                                       "nothing was upgraded; every node is restored")
+    assert world.status["nodes"]["node-0001"]["message"] == (
+        "GPU workload(s) still running: jobs/train-1")
+    assert not [a for a in world.actions if isinstance(a, ApplyFirmwareSpec)
+                and a.fw_upgrade_policy == "PreferCloud"]
+    assert [n.unschedulable for n in world.nodes.values()] == [False, False, True]
+    assert all(not n.annotations for n in world.nodes.values())

@@ -39,10 +39,12 @@ class WorldNode:
     pending: str | None = None
     no_report: bool = False
     wrong_version: bool = False
+    workloads: tuple[str, ...] = ()
 
     def view(self) -> FirmwareNode:
         return FirmwareNode(self.name, self.ready, self.unschedulable, dict(self.labels),
-                            dict(self.annotations), self.boot_id, 0, self.need_reboot_at)
+                            dict(self.annotations), self.boot_id, 0, self.need_reboot_at,
+                            self.workloads)
 
 
 @dataclass

@@ -26,13 +26,20 @@ def _rollback_policy(version: str) -> str:
             .replace("fallback: pause", "fallback: rollback"))
 
 
-def test_a_rollback_restores_the_version_in_git_and_a_new_commit_is_applied(
-    kube: KubeApi, fleet_factory: Callable[..., Fleet], controller: RolloutController,
-    policy_remote: Remote, alice: Person, make_sync: SyncFactory,
-) -> None:
+@pytest.fixture
+def faulty_fleet(fleet_factory: Callable[..., Fleet]) -> Fleet:
+    """Four nodes; node-0001 cannot pull the new driver."""
     fleet = fleet_factory(nodes=4, payload=PAYLOAD, install_seconds=0.2,
                           faults=[Fault("node-0001", FaultKind.IMAGE_PULL, NEW)])
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60, what="4 Ready pods")
+    return fleet
+
+
+def test_a_rollback_restores_the_version_in_git_and_a_new_commit_is_applied(
+    kube: KubeApi, faulty_fleet: Fleet, controller: RolloutController,
+    policy_remote: Remote, alice: Person, make_sync: SyncFactory,
+) -> None:
+    fleet = faulty_fleet
     sync = make_sync(policy_remote.url)
     wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
              what="the seed applied")

@@ -1,0 +1,74 @@
+"""The firmware orchestrator alone, until SIGTERM or Ctrl-C (``python -m reconciler.firmware``;
+the click command ``firmware`` is ready for the ``reconciler`` command map).
+
+    python -m reconciler.firmware --kubeconfig FILE [--config reconciler.yaml]
+                                  [--cluster-operator cluster-operator] [--log-level info]
+
+Exit 0 on a clean stop, 2 on bad usage or a bad config file (the message says where).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from reconciler.firmware.model import FirmwareSettings, SettingsError
+
+
+def load_settings(path: str | None) -> FirmwareSettings:
+    """The ``firmware`` section of a repository config file, validated; defaults without one."""
+    if path is None:
+        return FirmwareSettings()
+    from reconciler.policy.validation import validate_repo_config
+
+    data = Path(path).read_bytes()
+    result = validate_repo_config(data, path)
+    if not result.ok:
+        raise SettingsError("\n".join(
+            f"{f.file}:{f.line}:{f.column}: {f.message}" for f in result.errors))
+    obj = result.obj if isinstance(result.obj, dict) else {}
+    return FirmwareSettings.from_config(obj.get("firmware"))
+
+
+@click.command("firmware")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="Kubeconfig of the orchestrator's identity (also given to reboot hooks as "
+                   "$KUBECONFIG).")
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Repository config (reconciler.yaml) whose firmware section to use.")
+@click.option("--cluster-operator", "cluster_operator", default="cluster-operator",
+              show_default=True)
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def firmware(kubeconfig: str, config: str | None, cluster_operator: str, log_level: str) -> None:
+    """Run the firmware upgrade orchestrator (docs/firmware.md)."""
+    logging.basicConfig(level=getattr(logging, log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings(config)
+    except SettingsError as exc:
+        raise click.UsageError(f"bad firmware settings: {exc}") from exc
+    from reconciler.firmware.controller import FirmwareController
+    from reconciler.kube.api import KubeApi
+
+    api = KubeApi.from_kubeconfig(kubeconfig)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    controller = FirmwareController(api, cluster_operator=cluster_operator, settings=settings,
+                                    hook_env={"KUBECONFIG": kubeconfig})
+    controller.start()
+    print(f"firmware orchestrator running for {cluster_operator}", file=sys.stderr, flush=True)
+    stop.wait()
+    controller.stop()
+    api.close()
