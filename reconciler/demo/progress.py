@@ -121,8 +121,8 @@ def _node_cell(node: NodeView, new: str) -> Text:
 
 
 def render(snapshot: Snapshot, *, new: str, old: str, narration: Sequence[str],
-           note: str) -> RenderableType:
-    """The live screen."""
+           note: str, height: int = 60) -> RenderableType:
+    """The live screen; the git log panel, last, gets the lines a small terminal has left."""
     total = len(snapshot.nodes)
     head = Text()
     head.append("lab-10 ", style="bold")
@@ -154,14 +154,15 @@ def render(snapshot: Snapshot, *, new: str, old: str, narration: Sequence[str],
     for row in range(0, len(cells), columns):
         grid.add_row(*cells[row:row + columns])
 
-    log = Text("\n".join(snapshot.git_log[:8]) or "(empty)")
-    story = Text("\n".join(narration[-6:]))
+    story = Text("\n".join(narration[-4:]))
+    used = 7 + 6 + len(targets) + 4 + 2 + (len(cells) + columns - 1) // columns + 2 + 2
+    log = Text("\n".join(snapshot.git_log[:max(2, min(8, height - used))]) or "(empty)")
     return Group(
         Panel(head, title="reconciler demo", subtitle=note),
+        Panel(story, title="what is happening"),
         batches,
         Panel(grid, title="GPU nodes (+ new driver, ~ upgrading, x failed)"),
         Panel(log, title="git log (remote main, newest first)"),
-        Panel(story, title="what is happening"),
     )
 
 

@@ -118,7 +118,7 @@ class Demo:
             return
         if self.live is not None:
             self.live.update(render(self.last, new=NEW, old=OLD, narration=self.narration,
-                                    note=self.note))
+                                    note=self.note, height=self.console.size.height))
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -80,3 +80,17 @@ def test_changes_are_one_line_each() -> None:
     assert "node node-0001: driver 2.33.0.9-amd64 Ready" in lines
     assert "git: b reconciler: pause" in lines
     assert changes(after, after, new="2.33.0.9") == []
+
+
+def test_a_small_terminal_gets_a_shorter_git_log_not_a_shorter_story() -> None:
+    log = [f"c{i:06d} Alice: commit {i}" for i in range(12)]
+    snap = snapshot_from(_co("Progressing", 1, "StepUpgrade"), _nodes(0), log)
+    console = Console(record=True, width=120)
+    console.print(render(snap, new="2.33.0.9", old="2.32.0.6", narration=["one", "two"],
+                         note="n", height=24))
+    small = console.export_text()
+    assert "c000000" in small and "c000001" in small and "c000002" not in small
+    assert "one" in small and "two" in small
+    console.print(render(snap, new="2.33.0.9", old="2.32.0.6", narration=["one"], note="n"))
+    tall = console.export_text()
+    assert "c000007" in tall and "c000008" not in tall

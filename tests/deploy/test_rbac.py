@@ -9,6 +9,7 @@ and object name under the identity that made it, which is what RBAC decides on.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -258,3 +259,29 @@ def test_grants_cover_by_namespace_and_name() -> None:
     cluster_wide = Grant("", "pods", "", "list", frozenset())
     assert cluster_wide.covers(Permission("", "pods", "", "list"))
     assert cluster_wide.covers(Permission("", "pods", "metax-operator", "list"))
+
+
+DAEMON_CODE = ("controller", "sync", "firmware", "ops", "gitops", "trust", "cli/run.py")
+
+
+def test_every_resource_the_daemon_code_names_is_in_the_roles() -> None:
+    """A static cross-check for code paths a rollout does not take: every resource the daemon's
+    modules address (resource_path, /api/v1/... watches, the ClusterOperator, Leases) has a
+    rule in deploy/rbac.yaml."""
+    root = Path(__file__).resolve().parents[2] / "reconciler"
+    files = [p for name in DAEMON_CODE for p in
+             ((root / name).rglob("*.py") if (root / name).is_dir() else [root / name])]
+    named: set[str] = set()
+    for path in files:
+        text = path.read_text()
+        named.update(re.findall(r'resource_path\(\s*"[^"]+",\s*"([a-z]+)"', text))
+        named.update(re.findall(r'"/api/v1/([a-z]+)"', text))
+        if "cluster_operator_path(" in text:
+            named.add("clusteroperators")
+        if re.search(r'subresource="status"|cluster_operator_path\([^)]*subresource', text):
+            named.add("clusteroperators/status")
+        if "_namespaced_lease" in text:
+            named.add("leases")
+    assert {"nodes", "pods", "events", "clusteroperators", "leases"} <= named, named
+    granted = {g.resource for g in grants(load_documents(DEPLOY / "rbac.yaml"))}
+    assert named - granted == set(), f"named in the code, missing from rbac.yaml: {named - granted}"
