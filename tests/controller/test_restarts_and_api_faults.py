@@ -21,6 +21,7 @@ from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import ControlPlane
+from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.controller.helpers import (
     InvariantObserver,
@@ -104,6 +105,7 @@ def test_sigterm_stops_cleanly(kube: KubeApi, control_plane: ControlPlane, fleet
 
 
 def _controller(kube: KubeApi) -> RolloutController:
+    install_crd(kube)
     ctl = RolloutController(kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
                             settings=PlannerSettings(ready_timeout=30)).start()
     assert ctl.wait_synced(30)
