@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
+from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import (
     API_VERSION,
     CONTROLLER_FIELD_MANAGER,
@@ -38,8 +38,6 @@ from reconciler.rollout.actions import (
 
 log = logging.getLogger(__name__)
 
-#: Events of a cluster-scoped object live in this namespace (as kubectl describe expects).
-EVENT_NAMESPACE = "default"
 COMPONENT = "gpu-rollout-controller"
 
 
@@ -182,33 +180,9 @@ class ActionExecutor:
         self.on_object("clusteroperator", obj)
 
     def _record_event(self, action: RecordEvent, cluster_operator: Mapping[str, Any]) -> None:
-        meta = cluster_operator.get("metadata") or {}
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        message = action.message if action.node is None else f"{action.message}"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{self.target.cluster_operator}.{uuid.uuid4().hex[:16]}",
-                "namespace": EVENT_NAMESPACE,
-                "labels": {"app.kubernetes.io/component": COMPONENT},
-            },
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "name": self.target.cluster_operator,
-                "uid": meta.get("uid"),
-            },
-            "reason": action.reason,
-            "message": message[:1024],
-            "type": action.type,
-            "source": {"component": COMPONENT},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": COMPONENT,
-        }
-        try:
-            self.api.create(resource_path("v1", "events", namespace=EVENT_NAMESPACE), event)
-        except Exception as exc:  # an event is information, never a reason to stop a rollout
-            log.warning("could not record event %s: %s", action.reason, exc)
+        co = dict(cluster_operator)
+        co.setdefault("metadata", {}).setdefault("name", self.target.cluster_operator)
+        record_event(self.api, cluster_operator_event(
+            co, reason=action.reason, message=action.message, type=action.type,
+            component=COMPONENT, now=self.clock(),
+        ))
