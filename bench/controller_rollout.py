@@ -74,6 +74,9 @@ class Observer:
     """Ready times of new driver pods and deletion times of old ones."""
 
     def __init__(self, api: KubeApi) -> None:
+        #: per new pod: first seen, bound to a node, Running, Ready (for where a wave's time goes)
+        self.stages: dict[str, dict[str, float]] = {}
+        self.deleted_on: dict[str, float] = {}  # node -> when its old pod was deleted
         self.ready_at: list[float] = []
         self.deleted_at: list[float] = []
         self._seen_ready: set[str] = set()
@@ -86,9 +89,20 @@ class Observer:
             return
         view = driver_pod_view(obj)
         now = time.time()
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        stages = self.stages.setdefault(view.name, {"seen": now})
+        if node:
+            stages.setdefault("bound", now)
+            stages.setdefault("node", node)  # type: ignore[arg-type]
+        if (obj.get("status") or {}).get("phase") == "Running":
+            stages.setdefault("running", now)
+        if view.ready:
+            stages.setdefault("ready", now)
         if view.deleting and view.name not in self._seen_deleted:
             self._seen_deleted.add(view.name)
             self.deleted_at.append(now)
+            if node:
+                self.deleted_on[node] = now
         elif view.ready and not view.deleting and view.name not in self._seen_ready:
             self._seen_ready.add(view.name)
             self.ready_at.append(now)
@@ -163,6 +177,20 @@ def main() -> int:
             if earlier and deleted - earlier[-1] < 5:
                 latencies.append(deleted - earlier[-1])
         minimum = theoretical_minimum(args.nodes, args.install_seconds)
+        segments: dict[str, list[float]] = {"deleted->created": [], "created->bound": [],
+                                            "bound->running": [],
+                                            "running->ready minus install": []}
+        for stages in observer.stages.values():
+            node = stages.get("node")
+            deleted = observer.deleted_on.get(str(node)) if node else None
+            if deleted is None or stages["seen"] < deleted or "ready" not in stages:
+                continue
+            segments["deleted->created"].append(stages["seen"] - deleted)
+            segments["created->bound"].append(stages.get("bound", stages["seen"]) - stages["seen"])
+            if "running" in stages:
+                segments["bound->running"].append(stages["running"] - stages.get("bound", 0))
+                segments["running->ready minus install"].append(
+                    stages["ready"] - stages["running"] - args.install_seconds)
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         result = {
             "nodes": args.nodes,
@@ -177,7 +205,14 @@ def main() -> int:
             "api_requests": requests,
             "api_requests_per_node": round(requests / args.nodes, 2),
             "planner_passes": controller.stats.passes,
+            "pod_stages_p50_p99_ms": {
+                k: [round(percentile(v, 0.5) * 1000), round(percentile(v, 0.99) * 1000)]
+                for k, v in segments.items()},
             "status_writes": controller.stats.status_writes,
+            "controller_pass_p50_p99_ms": {
+                name: [round(percentile([p[i] for p in controller.stats.pass_seconds], q) * 1000, 1)
+                       for q in (0.5, 0.99)]
+                for i, name in enumerate(("plan", "act", "status_write"))},
         }
         if args.json:
             print(json.dumps(result))

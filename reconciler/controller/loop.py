@@ -59,7 +59,8 @@ class ControllerStats:
     conflicts: int = 0
     errors: int = 0
     max_in_flight: int = 0
-    plan_seconds: list[float] = field(default_factory=list)
+    #: the last 1,000 passes: (planning, acting, status write) seconds, for benchmarks
+    pass_seconds: list[tuple[float, float, float]] = field(default_factory=list)
 
 
 class RolloutController:
@@ -316,15 +317,18 @@ class RolloutController:
         snap, co = observed
         started = time.perf_counter()
         result = plan(snap, self.clock(), self.settings)
-        self.stats.plan_seconds.append(time.perf_counter() - started)
-        del self.stats.plan_seconds[:-1000]
+        planned = time.perf_counter()
         self.stats.passes += 1
         self.last_plan = result
         if not self._execute(result.actions, co):
             return self.clock() + 0.5
+        acted = time.perf_counter()
         self.stats.max_in_flight = max(self.stats.max_in_flight, result.in_flight)
         if result.changed:
             self._write_status(result.status)
+        self.stats.pass_seconds.append(
+            (planned - started, acted - planned, time.perf_counter() - acted))
+        del self.stats.pass_seconds[:-1000]
         if result.actions or result.again:
             # our own writes changed the world, or the planner moved to a state it wants to
             # look at again (a new step recorded before its nodes start): plan again at once
