@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "simulate": "simulate:simulate",
     "dev-cluster": "dev_cluster:dev_cluster",
     "run": "run:run",
+    "firmware": "firmware:firmware",
     "status": "status:status",
     "demo": "demo:demo",
 }

@@ -245,7 +245,9 @@ def _serve(s: _Settings) -> int:
 
         firmware = FirmwareController(api, cluster_operator=o["cluster_operator"],
                                       settings=_firmware_settings(o, sync),
-                                      is_leader=leader.is_leader)
+                                      is_leader=leader.is_leader,
+                                      hook_env=({"KUBECONFIG": os.path.abspath(o["kubeconfig"])}
+                                                if o["kubeconfig"] else None))
         firmware.start()
         shutdown.on_shutdown("firmware orchestrator", firmware.stop)
 

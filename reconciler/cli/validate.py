@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from reconciler.firmware.preflight import firmware_preflight_rule
 from reconciler.policy.document import parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
@@ -39,6 +40,8 @@ class Job:
     previous: Mapping[str, Any] | None = None
     phase: str | None = None
     firmware_phase: str | None = None
+    #: the cluster's last status snapshot (facts for the firmware preflight), if known
+    snapshot: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -244,7 +247,7 @@ def plan_jobs(repo: Repository, files: Sequence[Path], against: str | None) -> l
                 snapshot = snapshots[cluster]
             phase, fw_phase = _phases(snapshot)
             previous = live_spec(state.previous_object(path), snapshot)
-            job = Job(path, job.shown, kind, cluster, previous, phase, fw_phase)
+            job = Job(path, job.shown, kind, cluster, previous, phase, fw_phase, snapshot)
         jobs.append(job)
     return jobs
 
@@ -259,9 +262,10 @@ def run_job(job: Job) -> ValidationResult:
             job.shown, 1, 1, "", "unreadable-file", "error",
             f"cannot read the file: {exc.strerror or exc}",
         )])
+    extra_rules = [firmware_preflight_rule(job.snapshot)] if job.snapshot is not None else []
     return validate_document(
         data, job.shown, previous=job.previous, phase=job.phase,
-        firmware_phase=job.firmware_phase, kind=job.kind,
+        firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
     )
 
 

@@ -23,6 +23,7 @@ from reconciler.controller.observe import (
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
+from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import (
     Action,
@@ -315,6 +316,14 @@ class RolloutController:
         if observed is None:
             return None
         snap, co = observed
+        firmware_phase = str(((co.get("status") or {}).get("firmwareUpgrade") or {}).get("phase")
+                             or "")
+        if firmware_phase not in FIRMWARE_IDLE_PHASES and snap.status.get("phase") not in (
+            "Progressing", "Terminating", "Disabling"
+        ):
+            # SPEC 5: a driver rollout never starts while a firmware upgrade runs; the firmware
+            # status changing wakes us again
+            return None
         started = time.perf_counter()
         result = plan(snap, self.clock(), self.settings)
         planned = time.perf_counter()

@@ -270,3 +270,25 @@ def test_seed_100_node_scenario_runs_to_completion(
     assert observer.violations == []
     assert observer.max_in_flight <= 20
     assert all(len(revs) == 1 for revs in observer.deletions.values())
+
+
+def test_no_rollout_starts_while_a_firmware_upgrade_runs(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+) -> None:
+    """SPEC 5: the rollout and a firmware upgrade never run at the same time."""
+    from reconciler.kube.objects import cluster_operator_path
+
+    fleet = fleet_factory(nodes=3)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60, what="3 Ready pods")
+    wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30, what="a first status")
+    status_path = cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status")
+    kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "AwaitingReboot"}}})
+    start_rollout(kube, NEW, _policy())
+    import time
+
+    time.sleep(3)
+    assert fleet.ready_driver_nodes(NEW) == []
+    assert upgrade_status(kube)["phase"] != "Progressing"
+    kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "Completed"}}})
+    _wait_state(kube, timeout=60, phase="Idling", currentStepState="Completed")
+    assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
