@@ -142,7 +142,7 @@ def main() -> int:
         observer.watch.start()
         observer.watch.wait_synced(120)
         ready_before = len(observer.ready_at)
-        api = KubeApi.from_kubeconfig(kubeconfig, pool_size=16)
+        api = KubeApi.from_kubeconfig(kubeconfig, pool_size=64)
         controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
                                        settings=PlannerSettings(ready_timeout=600)).start()
         controller.wait_synced(120)

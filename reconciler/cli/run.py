@@ -468,6 +468,11 @@ def _start_webhook(s: _Settings, sync: Any, metrics: Metrics, shutdown: Any) -> 
     log.info("webhook receiver on %s/webhook", server.url)
 
 
+#: connections to the API server: the watches hold some, the controllers' action workers (32)
+#: and the sync the rest
+API_POOL_SIZE = 64
+
+
 def _api(kubeconfig: str | None) -> KubeApi:
     """The given kubeconfig, else in-cluster config, else ~/.kube/config."""
     from kubernetes import client as k8s_client
@@ -479,7 +484,7 @@ def _api(kubeconfig: str | None) -> KubeApi:
         if not os.path.isfile(kubeconfig):
             raise click.BadParameter(f"{kubeconfig} does not exist", param_hint="--kubeconfig")
         try:
-            return KubeApi.from_kubeconfig(kubeconfig)
+            return KubeApi.from_kubeconfig(kubeconfig, pool_size=API_POOL_SIZE)
         except Exception as exc:  # the client raises several kinds for a bad file
             raise click.ClickException(f"cannot use kubeconfig {kubeconfig}: {exc}") from exc
     try:
@@ -489,8 +494,10 @@ def _api(kubeconfig: str | None) -> KubeApi:
         if not os.path.isfile(path):
             raise click.UsageError(
                 "no cluster: give --kubeconfig (or $KUBECONFIG), or run in a pod") from None
-        return KubeApi.from_kubeconfig(path)
-    return KubeApi(k8s_client.ApiClient())
+        return KubeApi.from_kubeconfig(path, pool_size=API_POOL_SIZE)
+    configuration = k8s_client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = API_POOL_SIZE
+    return KubeApi(k8s_client.ApiClient(configuration))
 
 
 # every setting's environment variable shows in --help (docs/configuration.md has them all)

@@ -77,7 +77,7 @@ class RolloutController:
         clock: Callable[[], float] = time.time,
         settle_seconds: float = 0.02,
         is_leader: Callable[[], bool] = lambda: True,
-        workers: int = 16,
+        workers: int = 32,
     ) -> None:
         self.api = api
         self.target = target
@@ -355,7 +355,10 @@ class RolloutController:
         def flush() -> None:
             if not batch:
                 return
-            groups = list(batch.values())
+            # nodes that get a pod deleted go first: a freed slot is refilled before the
+            # bookkeeping of nodes that just finished (their uncordon can wait a moment)
+            groups = sorted(batch.values(),
+                            key=lambda g: not any(isinstance(a, DeleteDriverPod) for a in g))
             batch.clear()
             if len(groups) == 1:
                 self.executor.execute_node_actions(groups[0], co)
