@@ -13,7 +13,6 @@ import os
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,12 +36,12 @@ from reconciler.firmware.model import (
     FirmwareRequest,
     FirmwareSettings,
     FirmwareSnapshot,
-    format_time,
     parse_time,
 )
 from reconciler.firmware.planner import Plan, plan
 from reconciler.firmware.request import RequestError, parse_request
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
@@ -57,7 +56,6 @@ from reconciler.kube.watch import ListWatch, object_key
 
 log = logging.getLogger(__name__)
 
-EVENT_NAMESPACE = "default"
 COMPONENT = "gpu-firmware-orchestrator"
 
 
@@ -434,29 +432,12 @@ class FirmwareController:
         return None
 
     def _record_event(self, action: RecordEvent, co: Mapping[str, Any]) -> None:
-        now = format_time(self.clock())
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{self.cluster_operator}.{uuid.uuid4().hex[:16]}",
-                         "namespace": EVENT_NAMESPACE,
-                         "labels": {"app.kubernetes.io/component": COMPONENT}},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND,
-                               "name": self.cluster_operator,
-                               "uid": (co.get("metadata") or {}).get("uid")},
-            "reason": action.reason,
-            "message": action.message[:1024],
-            "type": action.type,
-            "source": {"component": COMPONENT},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "reportingComponent": COMPONENT,
-        }
-        try:
-            self.api.create(resource_path("v1", "events", namespace=EVENT_NAMESPACE), event)
-        except Exception as exc:  # an event is information, never a reason to stop
-            log.warning("could not record event %s: %s", action.reason, exc)
+        meta = dict(co.get("metadata") or {})
+        meta["name"] = self.cluster_operator
+        record_event(self.api, cluster_operator_event(
+            {"metadata": meta}, reason=action.reason, message=action.message, type=action.type,
+            component=COMPONENT, now=self.clock(),
+        ))
 
     # -- status -----------------------------------------------------------------------------
 

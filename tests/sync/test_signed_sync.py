@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.events import EVENT_NAMESPACE
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
-from reconciler.sync.events import EVENT_NAMESPACE
 from reconciler.trust.signatures import (
     CommitVerifier,
     Method,

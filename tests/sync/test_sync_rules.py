@@ -14,10 +14,10 @@ import pytest
 
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.events import EVENT_NAMESPACE
 from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
-from reconciler.sync.events import EVENT_NAMESPACE
 from tests.sync.conftest import (
     NEW,
     PAYLOAD,
