@@ -4,12 +4,10 @@ and the status write through the status subresource with optimistic concurrency.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from reconciler.controller.act import ActionExecutor, Target
 from reconciler.controller.observe import (
@@ -20,6 +18,7 @@ from reconciler.controller.observe import (
     pick_driver_pod,
     requests_gpu,
 )
+from reconciler.controller.worker import WatchDrivenWorker, newer
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
@@ -39,19 +38,6 @@ from reconciler.rollout.planner import Plan, plan
 log = logging.getLogger(__name__)
 
 
-def _newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    """Whether ``new`` is at least as recent as ``old``. resourceVersions are etcd revisions
-    here; comparing them keeps a late watch event from overwriting the object the server
-    returned to our own write."""
-    if old is None:
-        return True
-    a = str((old.get("metadata") or {}).get("resourceVersion") or "")
-    b = str((new.get("metadata") or {}).get("resourceVersion") or "")
-    if a.isdigit() and b.isdigit():
-        return int(b) >= int(a)
-    return True
-
-
 @dataclass(slots=True)
 class ControllerStats:
     passes: int = 0
@@ -64,9 +50,12 @@ class ControllerStats:
     pass_seconds: list[tuple[float, float, float]] = field(default_factory=list)
 
 
-class RolloutController:
+class RolloutController(WatchDrivenWorker):
     """Drives one ClusterOperator's driver rollout. Thread-based: informers feed an index, a
     single worker plans and acts, so actions never race each other."""
+
+    role = "rollout-controller"
+    stats: ControllerStats
 
     def __init__(
         self,
@@ -79,19 +68,12 @@ class RolloutController:
         is_leader: Callable[[], bool] = lambda: True,
         workers: int = 32,
     ) -> None:
+        super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
         self.api = api
         self.target = target
         self.settings = settings or PlannerSettings()
-        self.clock = clock
-        self.settle_seconds = settle_seconds
-        self.is_leader = is_leader
         self.stats = ControllerStats()
         self.last_plan: Plan | None = None
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._dirty = True
-        self._stop = threading.Event()
-        self._worker: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout-act")
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-events")
         # index, kept by the informers' handlers and by our own writes
@@ -124,40 +106,15 @@ class RolloutController:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> RolloutController:
-        for watch in self.watches:
-            watch.start()
-        self._worker = threading.Thread(target=self._run, name="rollout-controller", daemon=True)
-        self._worker.start()
+        self._start_worker()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        with self._wake:
-            self._wake.notify_all()
-        for watch in self.watches:
-            watch.stop()
-        if self._worker is not None:
-            self._worker.join(10)
+        self._stop_worker(10)
         self._pool.shutdown(wait=True)
         self._events.shutdown(wait=True)
 
-    def synced(self) -> bool:
-        return all(w.wait_synced(0) for w in self.watches)
-
-    def wait_synced(self, timeout: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
-
-    def kick(self) -> None:
-        with self._wake:
-            self._dirty = True
-            self._wake.notify()
-
     # -- index ------------------------------------------------------------------------------
-
-    def _touch(self) -> None:
-        self._dirty = True
-        self._wake.notify()
 
     def _on_node(self, event: str, obj: JSON) -> None:
         name = str(obj["metadata"]["name"])
@@ -165,7 +122,7 @@ class RolloutController:
             if event == "DELETED":
                 self._nodes.pop(name, None)
                 self._node_views.pop(name, None)
-            elif _newer(self._nodes.get(name), obj):
+            elif newer(self._nodes.get(name), obj):
                 self._nodes[name] = obj
                 self._refresh_node(name)
             self._touch()
@@ -182,7 +139,7 @@ class RolloutController:
     def _on_pod(self, event: str, obj: JSON) -> None:
         key = object_key(obj)
         with self._wake:
-            if event != "DELETED" and not _newer(self._pods.get(key), obj):
+            if event != "DELETED" and not newer(self._pods.get(key), obj):
                 return
             old_home = self._pod_home.pop(key, None)
             self._pods.pop(key, None)
@@ -217,7 +174,7 @@ class RolloutController:
         with self._wake:
             if event == "DELETED":
                 self._daemonset = None
-            elif _newer(self._daemonset, obj):
+            elif newer(self._daemonset, obj):
                 self._daemonset = obj
             self._touch()
 
@@ -234,7 +191,7 @@ class RolloutController:
         with self._wake:
             if event == "DELETED":
                 self._cluster_operator = None
-            elif _newer(self._cluster_operator, obj):
+            elif newer(self._cluster_operator, obj):
                 self._cluster_operator = obj
             self._touch()
 
@@ -273,42 +230,6 @@ class RolloutController:
             return snap, co
 
     # -- worker -----------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        requeue_at: float | None = None
-        backoff = 0.2
-        while not self._stop.is_set():
-            with self._wake:
-                while not self._dirty and not self._stop.is_set():
-                    timeout = None if requeue_at is None else max(0.0, requeue_at - self.clock())
-                    if timeout is not None and timeout <= 0:
-                        break
-                    self._wake.wait(timeout if timeout is not None else 5.0)
-                self._dirty = False
-            if self._stop.is_set():
-                break
-            if not self.synced() or not self.is_leader():
-                requeue_at = self.clock() + 0.5
-                continue
-            if self.settle_seconds:
-                self._stop.wait(self.settle_seconds)  # gather a burst of events into one pass
-            try:
-                requeue_at = self.reconcile_once()
-                backoff = 0.2
-            except Conflict:
-                self.stats.conflicts += 1
-                self._refetch_cluster_operator()
-                requeue_at = self.clock()
-            except KubeError as exc:
-                self.stats.errors += 1
-                log.warning("rollout pass failed: %s; retrying in %.1f s", exc, backoff)
-                requeue_at = self.clock() + backoff
-                backoff = min(backoff * 2, 10.0)
-            except Exception:
-                self.stats.errors += 1
-                log.exception("rollout pass failed; retrying in %.1f s", backoff)
-                requeue_at = self.clock() + backoff
-                backoff = min(backoff * 2, 10.0)
 
     def reconcile_once(self) -> float | None:
         """One observe-plan-act pass; returns when to plan again if nothing happens."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.controller.observe import requests_gpu
+from reconciler.controller.worker import WatchDrivenWorker, newer
 from reconciler.firmware.actions import (
     ApplyFirmwareSpec,
     CordonNode,
@@ -57,16 +57,6 @@ from reconciler.kube.watch import ListWatch, object_key
 log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-firmware-orchestrator"
-
-
-def _newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
-    """Whether ``new`` is at least as recent as ``old`` (resourceVersions are etcd revisions
-    here), so a late watch event never overwrites what our own write returned."""
-    if old is None:
-        return True
-    a = str((old.get("metadata") or {}).get("resourceVersion") or "")
-    b = str((new.get("metadata") or {}).get("resourceVersion") or "")
-    return int(b) >= int(a) if a.isdigit() and b.isdigit() else True
 
 
 def _quantity(value: Any) -> int:
@@ -118,9 +108,12 @@ class FirmwareStats:
     action_counts: dict[str, int] = field(default_factory=dict)
 
 
-class FirmwareController:
+class FirmwareController(WatchDrivenWorker):
     """Drives the firmware upgrade of one ClusterOperator. Informers feed an index; a single
     worker plans and acts, so actions never race each other."""
+
+    role = "firmware-controller"
+    stats: FirmwareStats
 
     def __init__(
         self,
@@ -133,20 +126,13 @@ class FirmwareController:
         is_leader: Callable[[], bool] = lambda: True,
         hook_env: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
         self.api = api
         self.cluster_operator = cluster_operator
         self.settings = settings or FirmwareSettings()
-        self.clock = clock
-        self.settle_seconds = settle_seconds
-        self.is_leader = is_leader
         self.hook_env = dict(hook_env or {})
         self.stats = FirmwareStats()
         self.last_plan: Plan | None = None
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._dirty = True
-        self._stop = threading.Event()
-        self._worker: threading.Thread | None = None
         self._nodes: dict[str, JSON] = {}
         self._reboot_events: dict[str, tuple[str, float]] = {}  # event key -> (node, when)
         self._co: JSON | None = None
@@ -169,46 +155,20 @@ class FirmwareController:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> FirmwareController:
-        for watch in self.watches:
-            watch.start()
-        self._worker = threading.Thread(target=self._run, name="firmware-controller",
-                                        daemon=True)
-        self._worker.start()
+        self._start_worker()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        with self._wake:
-            self._wake.notify_all()
-        for watch in self.watches:
-            watch.stop()
-        if self._worker is not None:
-            self._worker.join(30)
-
-    def synced(self) -> bool:
-        return all(w.wait_synced(0) for w in self.watches)
-
-    def wait_synced(self, timeout: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
-
-    def kick(self) -> None:
-        with self._wake:
-            self._dirty = True
-            self._wake.notify()
+        self._stop_worker(30)
 
     # -- index ------------------------------------------------------------------------------
-
-    def _touch(self) -> None:
-        self._dirty = True
-        self._wake.notify()
 
     def _on_node(self, event: str, obj: JSON) -> None:
         name = str(obj["metadata"]["name"])
         with self._wake:
             if event == "DELETED":
                 self._nodes.pop(name, None)
-            elif _newer(self._nodes.get(name), obj):
+            elif newer(self._nodes.get(name), obj):
                 self._nodes[name] = obj
             self._touch()
 
@@ -241,7 +201,7 @@ class FirmwareController:
         with self._wake:
             if event == "DELETED":
                 self._co = None
-            elif _newer(self._co, obj):
+            elif newer(self._co, obj):
                 self._co = obj
             self._touch()
 
@@ -283,42 +243,6 @@ class FirmwareController:
         )
 
     # -- worker -----------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        requeue_at: float | None = None
-        backoff = 0.2
-        while not self._stop.is_set():
-            with self._wake:
-                while not self._dirty and not self._stop.is_set():
-                    timeout = None if requeue_at is None else requeue_at - self.clock()
-                    if timeout is not None and timeout <= 0:
-                        break
-                    self._wake.wait(min(timeout, 5.0) if timeout is not None else 5.0)
-                self._dirty = False
-            if self._stop.is_set():
-                break
-            if not self.synced() or not self.is_leader():
-                requeue_at = self.clock() + 0.5
-                continue
-            if self.settle_seconds:
-                self._stop.wait(self.settle_seconds)
-            try:
-                requeue_at = self.reconcile_once()
-                backoff = 0.2
-            except Conflict:
-                self.stats.conflicts += 1
-                self._refetch_cluster_operator()
-                requeue_at = self.clock()
-            except KubeError as exc:
-                self.stats.errors += 1
-                log.warning("firmware pass failed: %s; retrying in %.1f s", exc, backoff)
-                requeue_at = self.clock() + backoff
-                backoff = min(backoff * 2, 10.0)
-            except Exception:
-                self.stats.errors += 1
-                log.exception("firmware pass failed; retrying in %.1f s", backoff)
-                requeue_at = self.clock() + backoff
-                backoff = min(backoff * 2, 10.0)
 
     def reconcile_once(self) -> float | None:
         """One observe-plan-act pass; returns when to plan again if nothing happens."""

@@ -1,0 +1,136 @@
+"""What the rollout controller and the firmware orchestrator share: list+watch caches that mark
+the world dirty, and one worker thread that runs observe-plan-act passes, so actions never race
+each other. A pass returns when to look again; conflicts re-read the ClusterOperator, API errors
+back off."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from reconciler.kube.api import Conflict, KubeError
+from reconciler.kube.watch import ListWatch
+
+log = logging.getLogger(__name__)
+
+
+def newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` is at least as recent as ``old``. resourceVersions are etcd revisions
+    here; comparing them keeps a late watch event from overwriting the object the server
+    returned to our own write."""
+    if old is None:
+        return True
+    a = str((old.get("metadata") or {}).get("resourceVersion") or "")
+    b = str((new.get("metadata") or {}).get("resourceVersion") or "")
+    return int(b) >= int(a) if a.isdigit() and b.isdigit() else True
+
+
+class PassStats(Protocol):
+    conflicts: int
+    errors: int
+
+
+class WatchDrivenWorker:
+    """Subclasses fill ``watches`` and ``stats`` and implement ``reconcile_once`` and
+    ``_refetch_cluster_operator``; their informer handlers call ``_touch`` under ``_wake``."""
+
+    #: thread name and log prefix
+    role = "worker"
+    watches: list[ListWatch]
+    stats: PassStats
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float],
+        settle_seconds: float,
+        is_leader: Callable[[], bool],
+    ) -> None:
+        self.clock = clock
+        self.settle_seconds = settle_seconds
+        self.is_leader = is_leader
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._dirty = True
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    def reconcile_once(self) -> float | None:
+        raise NotImplementedError
+
+    def _refetch_cluster_operator(self) -> None:
+        raise NotImplementedError
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        for watch in self.watches:
+            watch.start()
+        self._worker = threading.Thread(target=self._run, name=self.role, daemon=True)
+        self._worker.start()
+
+    def _stop_worker(self, timeout: float) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for watch in self.watches:
+            watch.stop()
+        if self._worker is not None:
+            self._worker.join(timeout)
+
+    def synced(self) -> bool:
+        return all(w.wait_synced(0) for w in self.watches)
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
+
+    def kick(self) -> None:
+        with self._wake:
+            self._touch()
+
+    def _touch(self) -> None:
+        """Marks the world changed; the caller holds ``_wake``."""
+        self._dirty = True
+        self._wake.notify()
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        requeue_at: float | None = None
+        backoff = 0.2
+        while not self._stop.is_set():
+            with self._wake:
+                while not self._dirty and not self._stop.is_set():
+                    timeout = None if requeue_at is None else requeue_at - self.clock()
+                    if timeout is not None and timeout <= 0:
+                        break
+                    self._wake.wait(min(timeout, 5.0) if timeout is not None else 5.0)
+                self._dirty = False
+            if self._stop.is_set():
+                break
+            if not self.synced() or not self.is_leader():
+                requeue_at = self.clock() + 0.5
+                continue
+            if self.settle_seconds:
+                self._stop.wait(self.settle_seconds)  # gather a burst of events into one pass
+            try:
+                requeue_at = self.reconcile_once()
+                backoff = 0.2
+            except Conflict:
+                self.stats.conflicts += 1
+                self._refetch_cluster_operator()
+                requeue_at = self.clock()
+            except KubeError as exc:
+                self.stats.errors += 1
+                log.warning("%s pass failed: %s; retrying in %.1f s", self.role, exc, backoff)
+                requeue_at = self.clock() + backoff
+                backoff = min(backoff * 2, 10.0)
+            except Exception:
+                self.stats.errors += 1
+                log.exception("%s pass failed; retrying in %.1f s", self.role, backoff)
+                requeue_at = self.clock() + backoff
+                backoff = min(backoff * 2, 10.0)
