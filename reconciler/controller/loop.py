@@ -19,7 +19,7 @@ from reconciler.controller.observe import (
     requests_gpu,
 )
 from reconciler.controller.worker import WatchDrivenWorker, newer
-from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
@@ -308,37 +308,10 @@ class RolloutController(WatchDrivenWorker):
         self.executor.execute_node_actions(actions, co)
 
     def _write_status(self, upgrade_status: JSON) -> None:
-        with self._lock:
-            co = self._cluster_operator
-        if co is None:
-            return
-        status = dict(co.get("status") or {})
-        status["upgradeStatus"] = upgrade_status
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion",
-             "value": co["metadata"]["resourceVersion"]},
-            {"op": "add", "path": "/status", "value": status},
-        ]
-        try:
-            obj = self.api.patch(
-                cluster_operator_path(self.target.cluster_operator, subresource="status"),
-                patch,
-                patch_type="json",
-            )
-        except KubeError as exc:
-            # a failed "test" op answers 422 (Invalid): someone wrote in between
-            if exc.status in (409, 422):
-                raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
-            raise
-        self.stats.status_writes += 1
-        self._on_cluster_operator("MODIFIED", obj)
+        self._write_status_section("upgradeStatus", upgrade_status)
 
-    def _refetch_cluster_operator(self) -> None:
-        try:
-            obj = self.api.get(cluster_operator_path(self.target.cluster_operator))
-        except NotFound:
-            return
-        except KubeError as exc:
-            log.warning("could not refetch the ClusterOperator: %s", exc)
-            return
-        self._on_cluster_operator("MODIFIED", obj)
+    def _cluster_operator_name(self) -> str:
+        return self.target.cluster_operator
+
+    def _cached_cluster_operator(self) -> JSON | None:
+        return self._cluster_operator

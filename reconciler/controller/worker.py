@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from reconciler.kube.api import Conflict, KubeError
+from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ def newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
 class PassStats(Protocol):
     conflicts: int
     errors: int
+    status_writes: int
 
 
 class WatchDrivenWorker:
@@ -39,6 +41,7 @@ class WatchDrivenWorker:
 
     #: thread name and log prefix
     role = "worker"
+    api: KubeApi
     watches: list[ListWatch]
     stats: PassStats
 
@@ -61,8 +64,51 @@ class WatchDrivenWorker:
     def reconcile_once(self) -> float | None:
         raise NotImplementedError
 
-    def _refetch_cluster_operator(self) -> None:
+    def _cluster_operator_name(self) -> str:
         raise NotImplementedError
+
+    def _cached_cluster_operator(self) -> JSON | None:
+        raise NotImplementedError
+
+    def _on_cluster_operator(self, event: str, obj: JSON) -> None:
+        raise NotImplementedError
+
+    # -- the ClusterOperator's status -------------------------------------------------------
+
+    def _write_status_section(self, key: str, value: JSON) -> None:
+        """Replaces ``status.<key>`` through the status subresource, only if nobody wrote the
+        object since we read it (a JSON patch "test" of the resourceVersion)."""
+        with self._lock:
+            co = self._cached_cluster_operator()
+        if co is None:
+            return
+        status = dict(co.get("status") or {})
+        status[key] = value
+        patch = [
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": co["metadata"]["resourceVersion"]},
+            {"op": "add", "path": "/status", "value": status},
+        ]
+        try:
+            obj = self.api.patch(
+                cluster_operator_path(self._cluster_operator_name(), subresource="status"),
+                patch, patch_type="json")
+        except KubeError as exc:
+            if exc.status in (409, 422):  # a failed "test": someone wrote in between
+                raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
+            raise
+        self.stats.status_writes += 1
+        self._on_cluster_operator("MODIFIED", obj)
+
+    def _refetch_cluster_operator(self) -> None:
+        try:
+            obj = self.api.get(cluster_operator_path(self._cluster_operator_name()))
+        except NotFound:
+            return
+        except KubeError as exc:
+            log.warning("could not refetch the ClusterOperator: %s", exc)
+            return
+        self._on_cluster_operator("MODIFIED", obj)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from reconciler.firmware.model import (
 )
 from reconciler.firmware.planner import Plan, plan
 from reconciler.firmware.request import RequestError, parse_request
-from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import (
     API_VERSION,
@@ -366,34 +366,10 @@ class FirmwareController(WatchDrivenWorker):
     # -- status -----------------------------------------------------------------------------
 
     def _write_status(self, firmware: JSON) -> None:
-        with self._lock:
-            co = self._co
-        if co is None:
-            return
-        status = dict(co.get("status") or {})
-        status["firmwareUpgrade"] = firmware
-        patch = [
-            {"op": "test", "path": "/metadata/resourceVersion",
-             "value": co["metadata"]["resourceVersion"]},
-            {"op": "add", "path": "/status", "value": status},
-        ]
-        try:
-            obj = self.api.patch(
-                cluster_operator_path(self.cluster_operator, subresource="status"), patch,
-                patch_type="json")
-        except KubeError as exc:
-            if exc.status in (409, 422):  # a failed "test": someone wrote in between
-                raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
-            raise
-        self.stats.status_writes += 1
-        self._on_cluster_operator("MODIFIED", obj)
+        self._write_status_section("firmwareUpgrade", firmware)
 
-    def _refetch_cluster_operator(self) -> None:
-        try:
-            obj = self.api.get(cluster_operator_path(self.cluster_operator))
-        except NotFound:
-            return
-        except KubeError as exc:
-            log.warning("could not refetch the ClusterOperator: %s", exc)
-            return
-        self._on_cluster_operator("MODIFIED", obj)
+    def _cluster_operator_name(self) -> str:
+        return self.cluster_operator
+
+    def _cached_cluster_operator(self) -> JSON | None:
+        return self._co
