@@ -66,7 +66,7 @@ def _completed(kube: KubeApi) -> bool:
 def test_sigkill_at_random_moments_keeps_the_invariants(
     kube: KubeApi, control_plane: ControlPlane, fleet_factory: Any, version: str
 ) -> None:
-    fleet = fleet_factory(nodes=16, install_seconds=(0.3, 1.2))
+    fleet = fleet_factory(nodes=16, install_seconds=(0.8, 2.0))  # long enough for >= 10 kills
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 16, timeout=60, what="16 Ready pods")
     rng = random.Random(version)
     observer = InvariantObserver(kube, max_parallel=2, max_unavailable=0).start()
