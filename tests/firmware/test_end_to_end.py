@@ -49,8 +49,9 @@ def test_merged_prefer_cloud_runs_the_flow_and_never_comes_back_to_git(
     fleet = fleet_factory(nodes=10, payload=PAYLOAD, install_seconds=0.2, firmware_seconds=0.5,
                           reboot_seconds=(0.5, 1.5))
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 10, timeout=60, what="10 Ready pods")
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(policy_remote.url)
-    wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
+    wait_for(lambda: source_commit(kube) == seed, timeout=30,
              what="the seed applied")
     orchestrator = FirmwareController(kube, settings=FirmwareSettings(
         reboot_mode="hook", reboot_command=(sys.executable, "-m",

@@ -116,6 +116,7 @@ def test_operator_mode_mirrors_a_separate_controller_and_survives_a_sigkill(
     kube: KubeApi, control_plane: ControlPlane, fleet10: Fleet, policy_remote: Remote,
     alice: Person, tmp_path: Path,
 ) -> None:
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     kubeconfig = str(control_plane.kubeconfig)
     vendor = Daemon(["--role", "controller", "--kubeconfig", kubeconfig, "--ready-timeout",
                      "30s"], workdir=tmp_path, name="vendor-operator")
@@ -127,7 +128,7 @@ def test_operator_mode_mirrors_a_separate_controller_and_survives_a_sigkill(
         wait_port_ready(vendor)
         wait_port_ready(sync)
         assert "rollout controller started" not in sync.log(), "operator mode runs no controller"
-        wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
+        wait_for(lambda: source_commit(kube) == seed, timeout=30,
                  what="the seed applied")
         merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
         wait_for(lambda: step_state(kube) == ("Progressing", 1, "StepPaused"), timeout=60,

@@ -40,8 +40,9 @@ def test_prefer_cloud_becomes_a_request_and_never_is_written_back(
     make_sync: SyncFactory,
 ) -> None:
     fleet_factory(nodes=2, payload=PAYLOAD, install_seconds=0.2)
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(policy_remote.url)
-    wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
+    wait_for(lambda: source_commit(kube) == seed, timeout=30,
              what="the seed applied")
     merge = alice.commit_and_push("Upgrade the firmware",
                                   {POLICY_PATH: _with_firmware(policy(), "PreferCloud")})
@@ -74,9 +75,9 @@ def test_prefer_cloud_becomes_a_request_and_never_is_written_back(
 
     # an unrelated commit meanwhile does not re-request nor apply anything firmware-related
     alice.pull()
-    alice.commit_and_push("Notes", {"README.md": "firmware in progress\n"})
+    notes = alice.commit_and_push("Notes", {"README.md": "firmware in progress\n"})
     sync.trigger()
-    wait_for(lambda: sync.handled_commit == policy_remote.head(), timeout=20,
+    wait_for(lambda: sync.handled_source == notes, timeout=20,
              what="the unrelated commit")
     assert driver(kube)["fwUpgradePolicy"] == "PreferCloud"
 

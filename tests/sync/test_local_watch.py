@@ -31,8 +31,9 @@ def test_a_local_commit_is_applied_through_the_watch(
     (work / POLICY_PATH).write_text(policy(enable=False))
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "seed")
+    seed = git(work, "rev-parse", "HEAD")  # status snapshots are committed on top of it
     sync = make_sync(str(work), fetch_interval=3600.0)
-    wait_for(lambda: source_commit(kube) == git(work, "rev-parse", "HEAD"), timeout=30,
+    wait_for(lambda: source_commit(kube) == seed, timeout=30,
              what="the seed applied")
 
     (work / POLICY_PATH).write_text(policy(NEW, enable=False))

@@ -41,8 +41,8 @@ def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
     kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
     alice: Person, make_sync: SyncFactory, control_plane: ControlPlane, tmp_path: Path,
 ) -> None:
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(policy_remote.url)
-    seed = policy_remote.head()
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed commit applied",
              observe=lambda: source_commit(kube))
 
@@ -93,9 +93,9 @@ def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
 
     # an unrelated commit (still saying nothing about pause) releases nothing
     alice.pull()
-    alice.commit_and_push("Document the canary", {"README.md": "prod-a policy\n"})
+    notes = alice.commit_and_push("Document the canary", {"README.md": "prod-a policy\n"})
     sync.trigger()
-    wait_for(lambda: sync.handled_commit == policy_remote.head() or False, timeout=20,
+    wait_for(lambda: sync.handled_source == notes, timeout=20,
              what="the unrelated commit handled")
     assert step_state(kube) == ("Progressing", 1, "StepPaused")
     assert driver(kube)["upgradePolicy"]["pause"] is True

@@ -37,6 +37,7 @@ def test_two_replicas_one_acts_and_the_rollout_survives_killing_the_leader(
     args = ["--repo", policy_remote.url, "--cluster", CLUSTER, "--kubeconfig",
             str(control_plane.kubeconfig), "--fetch-interval", "300ms", "--leader-elect",
             "--leader-elect-namespace", "metax-operator", "--ready-timeout", "30s", *LEASE]
+    seed = policy_remote.head()  # before the leader pushes status snapshots
     replicas = [Daemon(args, workdir=tmp_path, name=f"replica-{n}") for n in "ab"]
     observer = InvariantObserver(kube, max_parallel=5).start()
     try:
@@ -45,7 +46,7 @@ def test_two_replicas_one_acts_and_the_rollout_survives_killing_the_leader(
         leader = wait_for(lambda: next((r for r in replicas if _leading(r)), None), timeout=20,
                           what="a leader")
         standby = next(r for r in replicas if r is not leader)
-        wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
+        wait_for(lambda: source_commit(kube) == seed, timeout=30,
                  what="the seed applied")
         merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}",
                                       {POLICY_PATH: policy(NEW, first_pause="0")})

@@ -40,8 +40,9 @@ def test_a_rollback_restores_the_version_in_git_and_a_new_commit_is_applied(
     policy_remote: Remote, alice: Person, make_sync: SyncFactory,
 ) -> None:
     fleet = faulty_fleet
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(policy_remote.url)
-    wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
+    wait_for(lambda: source_commit(kube) == seed, timeout=30,
              what="the seed applied")
     alice.commit_and_push("Roll back on failure", {POLICY_PATH: _rollback_policy(OLD)})
     sync.trigger()
@@ -61,9 +62,9 @@ def test_a_rollback_restores_the_version_in_git_and_a_new_commit_is_applied(
 
     # an unrelated commit does not re-request the failed version ...
     alice.pull()
-    alice.commit_and_push("Notes", {"README.md": "rolled back\n"})
+    notes = alice.commit_and_push("Notes", {"README.md": "rolled back\n"})
     sync.trigger()
-    wait_for(lambda: sync.handled_commit == policy_remote.head(), timeout=20,
+    wait_for(lambda: sync.handled_source == notes, timeout=20,
              what="the unrelated commit")
     assert driver(kube)["payload"]["version"] == OLD
     # ... a person's commit asking for a version is applied

@@ -55,8 +55,8 @@ def test_an_invalid_commit_changes_nothing_and_git_says_why(
     kube: KubeApi, small_fleet: Fleet, policy_remote: Remote, alice: Person,
     make_sync: SyncFactory, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(policy_remote.url)
-    seed = policy_remote.head()
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
     before = cluster_operator(kube)
 
@@ -119,8 +119,9 @@ def test_restart_and_remote_outage_mid_rollout_lose_nothing_and_duplicate_nothin
     alice: Person, make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
     state = tmp_path / "sync-state"
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(policy_remote.url, state_dir=state)
-    wait_for(lambda: source_commit(kube) == policy_remote.head(), timeout=30,
+    wait_for(lambda: source_commit(kube) == seed, timeout=30,
              what="the seed applied")
     merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
     sync.trigger()
