@@ -342,7 +342,7 @@ def _ready_timeout(s: _Settings, sync: Any) -> float:
     from reconciler.policy.repo_config import RepoConfig
 
     try:
-        return RepoConfig.from_obj(_repo_config(s.options, sync)).ready_timeout_s
+        return RepoConfig.from_obj(_repo_config(s.options, sync)).ready_timeout
     except (ValueError, AttributeError, TypeError) as exc:
         log.warning("reconciler.yaml rollout.readyTimeout unusable (%s); using 10m", exc)
     return 600.0

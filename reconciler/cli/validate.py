@@ -176,7 +176,7 @@ class GitState:
     def snapshot(self, cluster: str) -> Mapping[str, Any] | None:
         """The cluster's last status snapshot: on the status branch when one is configured (the
         remote-tracking one next to the ref first), else at the ref; else the working tree's."""
-        path = self.repo.root / self.repo.config.snapshot_path(cluster)
+        path = self.repo.root / self.repo.config.status_file(cluster)
         refs: list[str | None] = [None]
         branch = self.repo.config.status_branch
         if branch:

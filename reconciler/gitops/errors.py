@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from reconciler.policy.repo_config import RepoConfigError as InvalidRepoConfig
+
 
 class GitOpsError(Exception):
     """Base class: a Git operation of the reconciler failed."""
@@ -20,8 +22,9 @@ class PushDeclined(GitOpsError):
     not a race; retry later and make it visible."""
 
 
-class RepoConfigError(GitOpsError):
-    """``reconciler.yaml`` is unreadable or has a wrong type; the message names the key."""
+class RepoConfigError(GitOpsError, InvalidRepoConfig):
+    """``reconciler.yaml`` at a commit is unreadable or has a wrong type; the message names the
+    key. The policy package's error, raised again at the Git seam (``gitops.reader``)."""
 
 
 class StatusNotFound(GitOpsError):

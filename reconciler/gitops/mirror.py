@@ -182,27 +182,12 @@ class Mirror:
     def read_file(self, commit: str, path: str) -> bytes | None:
         """The file's bytes at ``commit``, None when the path is not a file there."""
         with self._read_lock:
-            try:
-                item = self._repo.commit(commit).tree / path
-            except KeyError:
-                return None
-            if item.type != "blob":
-                return None
-            data: bytes = item.data_stream.read()
-            return data
+            return read_blob(self._repo, commit, path)
 
     def list_dir(self, commit: str, directory: str) -> list[str]:
         """Names of the entries of ``directory`` at ``commit`` (``[]`` if absent), sorted."""
         with self._read_lock:
-            tree = self._repo.commit(commit).tree
-            if directory.strip("/"):
-                try:
-                    tree = tree / directory.strip("/")
-                except KeyError:
-                    return []
-            if tree.type != "tree":
-                return []
-            return sorted(item.name for item in tree)
+            return list_tree(self._repo, commit, directory)
 
     def is_dir(self, commit: str, directory: str) -> bool:
         with self._read_lock:
@@ -299,6 +284,32 @@ class Mirror:
         if status != 0:
             raise GitOpsError(f"git failed: {_last_line(stderr)}")
         return stdout
+
+
+def read_blob(repo: git.Repo, commit: str, path: str) -> bytes | None:
+    """The file's bytes at ``commit`` of ``repo``, None when the path is not a file there."""
+    try:
+        item = repo.commit(commit).tree / path
+    except KeyError:
+        return None
+    if item.type != "blob":
+        return None
+    data: bytes = item.data_stream.read()
+    return data
+
+
+def list_tree(repo: git.Repo, commit: str, directory: str) -> list[str]:
+    """Names of the entries of ``directory`` at ``commit`` of ``repo`` (``[]`` if absent),
+    sorted; ``""`` is the root."""
+    tree = repo.commit(commit).tree
+    if directory.strip("/"):
+        try:
+            tree = tree / directory.strip("/")
+        except KeyError:
+            return []
+    if tree.type != "tree":
+        return []
+    return sorted(item.name for item in tree)
 
 
 def _last_line(text: str) -> str:

@@ -9,10 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.gitops.commits import CommitInfo
-from reconciler.gitops.config import CONFIG_FILE, RepoConfig
+from reconciler.gitops.errors import RepoConfigError
 from reconciler.gitops.mirror import Mirror
+from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
+from reconciler.policy.repo_config import RepoConfigError as InvalidRepoConfig
 
 POLICY_SUFFIXES = (".yaml", ".yml")
+
+
+def parse_config(data: bytes | None) -> RepoConfig:
+    """``reconciler.yaml``'s bytes at a commit (None: absent, the defaults); a bad file raises
+    the Git side's ``RepoConfigError`` (a ``GitOpsError``) naming the key."""
+    try:
+        return RepoConfig.from_yaml(data)
+    except InvalidRepoConfig as exc:
+        raise RepoConfigError(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +38,7 @@ class CommitReader:
 
     def config(self, commit: str) -> RepoConfig:
         """``reconciler.yaml`` at the commit, defaults when absent (raises RepoConfigError)."""
-        return RepoConfig.from_yaml(self.mirror.read_file(commit, CONFIG_FILE))
+        return parse_config(self.mirror.read_file(commit, CONFIG_FILE))
 
     def clusters(self, commit: str, config: RepoConfig | None = None) -> list[str]:
         """Names of the cluster folders at the commit (``clusters/<name>/``), sorted."""

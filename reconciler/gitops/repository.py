@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reconciler.gitops.commits import Identity
-from reconciler.gitops.config import CONFIG_FILE, RepoConfig
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.gitops.mirror import Mirror, default_state_dir, is_local_path
@@ -23,6 +22,7 @@ from reconciler.gitops.source import CommitSource, NewCommit
 from reconciler.gitops.spec_writeback import SpecWriteBack
 from reconciler.gitops.status_policy import WriterTiming
 from reconciler.gitops.status_writer import StatusWriter
+from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
 
 log = logging.getLogger(__name__)
 

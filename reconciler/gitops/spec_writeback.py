@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 
 from reconciler.gitops.commits import ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
-from reconciler.gitops.config import RepoConfig
 from reconciler.gitops.edits import (
     ANY,
     FW_UPGRADE_POLICY_FIELD,
@@ -21,6 +20,7 @@ from reconciler.gitops.edits import (
     FieldEdit,
 )
 from reconciler.gitops.publisher import PendingChange, Publisher
+from reconciler.policy.repo_config import RepoConfig
 
 
 class SpecWriteBack:

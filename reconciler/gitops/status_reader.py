@@ -13,10 +13,17 @@ from typing import Any
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from reconciler.gitops.config import CONFIG_FILE, RepoConfig
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import GitOpsError, StatusNotFound
-from reconciler.gitops.mirror import Mirror, default_state_dir, is_local_path
+from reconciler.gitops.mirror import (
+    Mirror,
+    default_state_dir,
+    is_local_path,
+    list_tree,
+    read_blob,
+)
+from reconciler.gitops.reader import parse_config
+from reconciler.policy.repo_config import CONFIG_FILE
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +48,7 @@ def read_status_snapshots(
     policy_head = reader.head(branch)
     if policy_head is None:
         raise StatusNotFound(f"{repo} has no branch {branch!r}")
-    config = RepoConfig.from_yaml(reader.read(policy_head, CONFIG_FILE))
+    config = parse_config(reader.read(policy_head, CONFIG_FILE))
     status_branch = config.status_branch or branch
     head = reader.head(status_branch)
     if head is None:
@@ -90,21 +97,10 @@ class _LocalReader:
         return None
 
     def read(self, commit: str, path: str) -> bytes | None:
-        try:
-            item = self.repo.commit(commit).tree / path
-        except KeyError:
-            return None
-        if item.type != "blob":
-            return None
-        data: bytes = item.data_stream.read()
-        return data
+        return read_blob(self.repo, commit, path)
 
     def list_dir(self, commit: str, directory: str) -> list[str]:
-        try:
-            tree = self.repo.commit(commit).tree / directory
-        except KeyError:
-            return []
-        return sorted(item.name for item in tree) if tree.type == "tree" else []
+        return list_tree(self.repo, commit, directory)
 
 
 class _MirrorReader:

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.gitops import status_policy
-from reconciler.gitops.config import RepoConfig
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.gitops.publisher import PendingChange, Publisher
 from reconciler.gitops.status_policy import WriterState, WriterTiming
+from reconciler.policy.repo_config import RepoConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,13 @@
 """The policy repository's own settings (``reconciler.yaml`` at its root) with their defaults.
 
-Validated by ``schemas/repo-config.schema.json``; this module gives typed access for the code
-that needs the values (validation's file discovery, the sync daemon).
+One set of values, two ways in:
+
+- ``RepoConfig.from_obj``: a file that validation (``schemas/repo-config.schema.json``) already
+  accepted, for validation's file discovery and the controllers' settings;
+- ``RepoConfig.from_yaml`` / ``from_mapping``: the file as a commit holds it, unchecked, for the
+  Git side. Only the keys the Git side uses are checked, and a wrong one raises
+  ``RepoConfigError`` naming the key, so a daemon never dies on a traceback for a typo in the
+  config file (the Git side raises it again as ``reconciler.gitops.errors.RepoConfigError``).
 """
 
 from __future__ import annotations
@@ -11,9 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
 CONFIG_FILE = "reconciler.yaml"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class RepoConfigError(ValueError):
+    """``reconciler.yaml`` is unreadable or has a wrong type; the message names the key."""
 
 
 def parse_duration(text: str) -> float:
@@ -24,17 +37,48 @@ def parse_duration(text: str) -> float:
     return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
+def parse_duration_setting(raw: object, *, key: str) -> float:
+    """Seconds from an unchecked setting: ``"30s"``, ``"500ms"``, ``"10m"``, ``"1h30m"`` (the
+    schema's format) or a plain number of seconds. Raises RepoConfigError naming ``key``."""
+    if isinstance(raw, bool):
+        raise RepoConfigError(f"{key}: expected a duration like '30s', got boolean {raw!r}")
+    if isinstance(raw, int | float):
+        seconds = float(raw)
+    elif isinstance(raw, str):
+        try:
+            seconds = parse_duration(raw.strip())
+        except ValueError:
+            raise RepoConfigError(
+                f"{key}: expected a duration like '30s', '500ms' or '1h30m', got {raw!r}"
+            ) from None
+    else:
+        raise RepoConfigError(f"{key}: expected a duration like '30s', got {raw!r}")
+    if seconds < 0:
+        raise RepoConfigError(f"{key}: a duration cannot be negative, got {raw!r}")
+    return seconds
+
+
 @dataclass(frozen=True, slots=True)
 class RepoConfig:
     clusters_dir: str = "clusters"
     status_path: str = "status"
     #: branch for status commits; None means the policy branch itself
     status_branch: str | None = None
-    fetch_interval_s: float = 30.0
-    status_min_interval_s: float = 5.0
-    ready_timeout_s: float = 600.0
-    #: the whole validated file, for sections other modules interpret (firmware, signatures, ...)
-    raw: Mapping[str, Any] = field(default_factory=dict)
+    #: seconds
+    fetch_interval: float = 30.0
+    status_min_interval: float = 5.0
+    ready_timeout: float = 600.0
+    #: the whole file, for sections other modules interpret (firmware, signatures, ...); not
+    #: part of equality: two configs are equal when their settings are
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def status_file(self, cluster: str) -> str:
+        """The cluster's status snapshot, relative to the repository root."""
+        return f"{self.status_path}/{cluster}.yaml"
+
+    def cluster_dir(self, cluster: str) -> str:
+        """The cluster's policy folder, relative to the repository root."""
+        return f"{self.clusters_dir}/{cluster}"
 
     @classmethod
     def from_obj(cls, obj: Mapping[str, Any] | None) -> RepoConfig:
@@ -47,11 +91,80 @@ class RepoConfig:
             clusters_dir=str(obj.get("clustersDir", "clusters")).strip("/"),
             status_path=str(status.get("path", "status")).strip("/"),
             status_branch=status.get("branch"),
-            fetch_interval_s=parse_duration(sync.get("fetchInterval", "30s")),
-            status_min_interval_s=parse_duration(sync.get("statusMinInterval", "5s")),
-            ready_timeout_s=parse_duration(rollout.get("readyTimeout", "10m")),
+            fetch_interval=parse_duration(sync.get("fetchInterval", "30s")),
+            status_min_interval=parse_duration(sync.get("statusMinInterval", "5s")),
+            ready_timeout=parse_duration(rollout.get("readyTimeout", "10m")),
             raw=dict(obj),
         )
 
-    def snapshot_path(self, cluster: str) -> str:
-        return f"{self.status_path}/{cluster}.yaml"
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> RepoConfig:
+        """Build from an unchecked mapping (None means all defaults); raises RepoConfigError.
+
+        ``rollout.readyTimeout`` is the controllers' setting, not the Git side's: an unusable
+        value keeps the default here instead of failing the commit (the controller warns)."""
+        raw = raw or {}
+        if not isinstance(raw, Mapping):
+            raise RepoConfigError(f"{CONFIG_FILE}: expected a mapping at the top level")
+        status = _section(raw, "status")
+        sync = _section(raw, "sync")
+        defaults = cls()
+        return cls(
+            clusters_dir=_path(raw.get("clustersDir", defaults.clusters_dir), key="clustersDir"),
+            status_path=_path(status.get("path", defaults.status_path), key="status.path"),
+            status_branch=_optional_str(status.get("branch"), key="status.branch"),
+            fetch_interval=parse_duration_setting(
+                sync.get("fetchInterval", defaults.fetch_interval), key="sync.fetchInterval"
+            ),
+            status_min_interval=parse_duration_setting(
+                sync.get("statusMinInterval", defaults.status_min_interval),
+                key="sync.statusMinInterval",
+            ),
+            ready_timeout=_ready_timeout_or_default(raw.get("rollout"), defaults.ready_timeout),
+            raw=dict(raw),
+        )
+
+    @classmethod
+    def from_yaml(cls, text: bytes | str | None) -> RepoConfig:
+        """Parse the file's text (YAML 1.2); None or empty text gives the defaults."""
+        if not text:
+            return cls()
+        try:
+            data = YAML(typ="safe").load(text)
+        except YAMLError as exc:
+            raise RepoConfigError(f"{CONFIG_FILE}: not valid YAML: {exc}") from exc
+        return cls.from_mapping(data)
+
+
+def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RepoConfigError(f"{key}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _optional_str(value: object, *, key: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise RepoConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _path(value: object, *, key: str) -> str:
+    if not isinstance(value, str) or not value.strip("/"):
+        raise RepoConfigError(f"{key}: expected a non-empty relative path, got {value!r}")
+    if value.startswith("/") or ".." in value.split("/"):
+        raise RepoConfigError(f"{key}: must be a path inside the repository, got {value!r}")
+    return value.strip("/")
+
+
+def _ready_timeout_or_default(rollout: object, default: float) -> float:
+    if not isinstance(rollout, Mapping) or "readyTimeout" not in rollout:
+        return default
+    try:
+        return parse_duration_setting(rollout["readyTimeout"], key="rollout.readyTimeout")
+    except RepoConfigError:
+        return default

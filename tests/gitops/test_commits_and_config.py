@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from ruamel.yaml import YAML
 
 from reconciler.gitops.commits import (
     format_message,
@@ -8,8 +9,10 @@ from reconciler.gitops.commits import (
     own_trailers,
     parse_trailers,
 )
-from reconciler.gitops.config import RepoConfig, parse_duration
-from reconciler.gitops.errors import RepoConfigError
+from reconciler.gitops.errors import GitOpsError
+from reconciler.gitops.errors import RepoConfigError as GitRepoConfigError
+from reconciler.gitops.reader import parse_config
+from reconciler.policy.repo_config import RepoConfig, RepoConfigError, parse_duration_setting
 
 
 def test_message_round_trips_its_trailers() -> None:
@@ -65,7 +68,7 @@ def test_config_values_are_read() -> None:
     [("30s", 30.0), ("500ms", 0.5), ("2m", 120.0), ("1h30m", 5400.0), (7, 7.0), (0.5, 0.5)],
 )
 def test_durations(raw: object, seconds: float) -> None:
-    assert parse_duration(raw, key="k") == seconds
+    assert parse_duration_setting(raw, key="k") == seconds
 
 
 @pytest.mark.parametrize(
@@ -82,3 +85,22 @@ def test_durations(raw: object, seconds: float) -> None:
 def test_config_errors_name_the_key(text: str, message: str) -> None:
     with pytest.raises(RepoConfigError, match=message.replace("[", r"\[")):
         RepoConfig.from_yaml(text)
+
+
+def test_the_git_side_raises_a_gitops_error_naming_the_key() -> None:
+    with pytest.raises(GitRepoConfigError, match=r"sync\.fetchInterval: expected a") as info:
+        parse_config(b"sync: {fetchInterval: soon}\n")
+    assert isinstance(info.value, GitOpsError) and isinstance(info.value, RepoConfigError)
+    assert parse_config(None) == RepoConfig()
+
+
+def test_both_ways_in_give_the_same_settings() -> None:
+    text = ("clustersDir: fleet\nstatus: {path: state, branch: reconciler-status}\n"
+            "sync: {fetchInterval: 1m, statusMinInterval: 500ms}\nrollout: {readyTimeout: 5m}\n"
+            "firmware: {reboot: {mode: manual}}\n")
+    obj = YAML(typ="safe").load(text)
+    parsed = RepoConfig.from_yaml(text)
+    assert parsed == RepoConfig.from_obj(obj)
+    assert parsed.ready_timeout == 300.0 and parsed.raw == obj
+    # the controllers' setting never fails the Git side: an unusable value keeps the default
+    assert RepoConfig.from_yaml("rollout: {readyTimeout: 10 minutes}").ready_timeout == 600.0

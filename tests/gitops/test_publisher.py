@@ -11,11 +11,11 @@ import pytest
 from ruamel.yaml import YAML
 
 from reconciler.gitops.commits import Identity, parse_trailers
-from reconciler.gitops.config import RepoConfig
 from reconciler.gitops.errors import PushRejected
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import PendingChange, Publisher
 from reconciler.gitops.spec_writeback import SpecWriteBack
+from reconciler.policy.repo_config import RepoConfig
 from tests.gitops.conftest import POLICY, GitDaemon, Person, Remote, git
 
 POLICY_PATH = "clusters/prod-a/cluster-operator.yaml"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.gitops.config import RepoConfig
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import Publisher
 from reconciler.gitops.reader import CommitReader
 from reconciler.gitops.source import CommitSource, NewCommit
 from reconciler.gitops.spec_writeback import SpecWriteBack
+from reconciler.policy.repo_config import RepoConfig
 from tests.gitops.conftest import POLICY, GitDaemon, Person, Remote, git
 
 

@@ -9,12 +9,12 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from reconciler.gitops.commits import parse_trailers
-from reconciler.gitops.config import RepoConfig
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import Publisher
 from reconciler.gitops.status_policy import WriterTiming
 from reconciler.gitops.status_reader import read_status_snapshots, status_from_git
 from reconciler.gitops.status_writer import StatusWriter
+from reconciler.policy.repo_config import RepoConfig
 from tests.gitops.conftest import GitDaemon, Person, Remote, git
 
 

@@ -74,7 +74,7 @@ def test_example_config_and_snapshots_are_valid() -> None:
     parsed = RepoConfig.from_obj(config.obj)
     assert (parsed.clusters_dir, parsed.status_path, parsed.status_branch) == (
         "clusters", "status", None)
-    assert parsed.snapshot_path("lab-10") == "status/lab-10.yaml"
+    assert parsed.status_file("lab-10") == "status/lab-10.yaml"
     for snapshot in sorted((EXAMPLES / "status").glob("*.yaml")):
         result = validate_status_snapshot(snapshot.read_bytes(), snapshot.name)
         assert result.ok, result.findings
