@@ -94,7 +94,7 @@ def decide_ownership(
             reason="the controller changed it and no new commit changed it since"
             + ("; Git is behind" if differs else ""),
         ))
-        _set(spec, field, cluster_value)
+        set_field(spec, field, cluster_value)
     return OwnershipPlan(tuple(decisions), spec)
 
 
@@ -103,11 +103,13 @@ def record_write_back(
 ) -> dict[str, Any]:
     """The baseline after our write-back of ``field = value`` landed in Git."""
     result = copy.deepcopy(dict(last_applied))
-    _set(result, tuple(field), value)
+    set_field(result, tuple(field), value)
     return result
 
 
-def _set(obj: dict[str, Any], field: FieldPath, value: Any) -> None:
+def set_field(obj: dict[str, Any], field: FieldPath, value: Any) -> None:
+    """Set ``field`` of ``obj`` to ``value`` in place, making the mappings on the way plain
+    dicts (created where missing); ``MISSING`` removes the field instead."""
     node = obj
     for name in field[:-1]:
         child = node.get(name)

@@ -17,7 +17,7 @@ from typing import Any
 from reconciler.firmware.model import REQUEST_ANNOTATION
 from reconciler.firmware.request import firmware_request_annotation
 from reconciler.gitops.edits import MISSING, read_field
-from reconciler.gitops.ownership import FieldPath
+from reconciler.gitops.ownership import FieldPath, set_field
 from reconciler.kube.objects import API_VERSION, KIND
 
 SOURCE_COMMIT_ANNOTATION = "gpu.metax-tech.com/source-commit"
@@ -86,14 +86,11 @@ def apply_body(
     if FW_POLICY_FIELD not in kept_set and read_field(body, FW_POLICY_FIELD) == PREFER_CLOUD:
         live_policy = read_field(live, FW_POLICY_FIELD) if live is not None else MISSING
         if live_policy != PREFER_CLOUD:
-            _set(body, FW_POLICY_FIELD, "Never" if live_policy is MISSING else live_policy)
+            set_field(body, FW_POLICY_FIELD, "Never" if live_policy is MISSING else live_policy)
             # fwEnableVirt goes with the request too; the cluster keeps its value meanwhile
             live_virt = read_field(live, FW_VIRT_FIELD) if live is not None else MISSING
             if read_field(body, FW_VIRT_FIELD) is not MISSING:
-                if live_virt is MISSING:
-                    _remove(body, FW_VIRT_FIELD)
-                else:
-                    _set(body, FW_VIRT_FIELD, live_virt)
+                set_field(body, FW_VIRT_FIELD, live_virt)  # MISSING: left out
             pending = _mapping(_mapping(live.get("metadata") if live else None)
                                .get("annotations")).get(FIRMWARE_REQUEST_ANNOTATION)
             request = firmware_request or pending
@@ -128,17 +125,6 @@ def drifted(body: Mapping[str, Any], live: Mapping[str, Any], *,
         walk(_mapping(meta.get(section)), _mapping(live_meta.get(section)),
              ("metadata", section))
     return found
-
-
-def _set(obj: dict[str, Any], field: FieldPath, value: Any) -> None:
-    node = obj
-    for name in field[:-1]:
-        child = node.get(name)
-        if not isinstance(child, dict):
-            child = {}
-            node[name] = child
-        node = child
-    node[field[-1]] = value
 
 
 def _remove(obj: dict[str, Any], field: FieldPath) -> None:

@@ -12,6 +12,7 @@ from reconciler.gitops.ownership import (
     controller_changed_fields,
     decide_ownership,
     record_write_back,
+    set_field,
 )
 
 PAUSE = ("spec", "driver", "upgradePolicy", "pause")
@@ -110,3 +111,11 @@ def test_controller_fields_from_managed_fields() -> None:
     assert controller_changed_fields(managed) == {PAUSE, VERSION}
     assert controller_changed_fields(managed, manager="someone") == set()
     assert FW in CONTROLLER_FIELDS
+
+
+def test_set_field_makes_the_way_and_missing_removes() -> None:
+    target: dict[str, Any] = {"spec": {"driver": "not a mapping"}}
+    set_field(target, PAUSE, True)
+    assert target == {"spec": {"driver": {"upgradePolicy": {"pause": True}}}}
+    set_field(target, PAUSE, MISSING)
+    assert target == {"spec": {"driver": {"upgradePolicy": {}}}}
