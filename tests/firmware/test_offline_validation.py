@@ -4,8 +4,6 @@ status snapshot, whose ``firmware`` section the orchestrator's status gives."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,36 +18,8 @@ from reconciler.kube.api import KubeApi
 from reconciler.policy.validation import validate_document
 from reconciler.sim.waiting import wait_for
 from tests.firmware.helpers import cluster_operator, firmware_status, request_firmware
-
-POLICY = """\
-apiVersion: gpu.metax-tech.com/v1alpha1
-kind: ClusterOperator
-metadata:
-  name: cluster-operator
-spec:
-  driver:
-    payload: {payload}
-    fwUpgradePolicy: {policy}
-    fwEnableVirt: {virt}
-    upgradePolicy:
-      enableRollout: false
-"""
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args], cwd=cwd,
-        capture_output=True, text=True, check=True).stdout
-
-
-def validate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    code = "from reconciler.cli.main import main; main()"
-    return subprocess.run([sys.executable, "-c", code, "validate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
-PAYLOAD = json.dumps({"name": "driver-image", "registry": "registry.example.com/metax",
-                      "version": "2.33.0.9"})
+from tests.policy.commands import git, validate
+from tests.policy.texts import FIRMWARE_PAYLOAD, firmware_policy
 
 
 def make_repo(root: Path, snapshot: dict[str, Any], *, policy: str, virt: str,
@@ -58,7 +28,7 @@ def make_repo(root: Path, snapshot: dict[str, Any], *, policy: str, virt: str,
     (root / "status").mkdir()
     (root / "reconciler.yaml").write_text("firmware:\n  reboot:\n    mode: manual\n")
     (root / "clusters/lab/cluster-operator.yaml").write_text(
-        POLICY.format(policy=policy, virt=virt, payload=payload))
+        firmware_policy(policy, virt, payload=payload))
     (root / "status/lab.yaml").write_text(json.dumps(snapshot, indent=2))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
@@ -92,7 +62,7 @@ def test_pr_changing_firmware_parameters_mid_upgrade_is_rejected(
                      payload=payload)
     assert validate(repo, "--against", "main").returncode == 0, "the snapshot itself is valid"
     path = repo / "clusters/lab/cluster-operator.yaml"
-    path.write_text(POLICY.format(policy="PreferCloud", virt="true", payload=payload))
+    path.write_text(firmware_policy("PreferCloud", "true", payload=payload))
     result = validate(repo, "--against", "main", "--format", "json")
     assert result.returncode == 1, result.stdout + result.stderr
     (finding,) = json.loads(result.stdout)
@@ -100,7 +70,7 @@ def test_pr_changing_firmware_parameters_mid_upgrade_is_rejected(
     assert finding["pointer"] == "/spec/driver/fwEnableVirt"
     assert "phase AwaitingReboot" in finding["message"]
     # and turning it off by hand mid-upgrade is refused too
-    path.write_text(POLICY.format(policy="Never", virt="false", payload=payload))
+    path.write_text(firmware_policy("Never", "false", payload=payload))
     result = validate(repo, "--against", "main", "--format", "json")
     assert [f["rule"] for f in json.loads(result.stdout)] == ["firmware-locked-field"]
 
@@ -136,10 +106,10 @@ def test_preflight_runs_offline_from_the_snapshot(
     nodes: list[FirmwareNode], rollout: str, virt: str, rules: list[str]
 ) -> None:
     rule = firmware_preflight_rule(snapshot_with(nodes, rollout))
-    previous = {"spec": {"driver": {"payload": json.loads(PAYLOAD), "fwUpgradePolicy": "Never",
+    previous = {"spec": {"driver": {"payload": dict(FIRMWARE_PAYLOAD), "fwUpgradePolicy": "Never",
                                     "fwEnableVirt": False,
                                     "upgradePolicy": {"enableRollout": False}}}}
-    text = POLICY.format(policy="PreferCloud", virt=virt, payload=PAYLOAD)
+    text = firmware_policy("PreferCloud", virt)
     result = validate_document(text, "clusters/lab/cluster-operator.yaml", previous=previous,
                                phase=rollout, firmware_phase="Idle", extra_rules=[rule])
     assert [f.rule for f in result.errors] == rules

@@ -4,44 +4,15 @@ checks the repository config's ``firmware`` section (SPEC 5, 6; docs/firmware.md
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from reconciler.firmware.model import FirmwareNode, NodeLabelKeys
 from reconciler.firmware.preflight import published_facts
+from tests.policy.commands import git, validate
+from tests.policy.texts import FIRMWARE_PAYLOAD as PAYLOAD
+from tests.policy.texts import firmware_policy as policy
 
 KEYS = NodeLabelKeys()
-PAYLOAD = {"name": "driver-image", "registry": "registry.example.com/metax",
-           "version": "2.33.0.9"}
-
-
-def policy(fw: str, virt: str = "false") -> str:
-    return f"""\
-apiVersion: gpu.metax-tech.com/v1alpha1
-kind: ClusterOperator
-metadata:
-  name: cluster-operator
-spec:
-  driver:
-    payload: {json.dumps(PAYLOAD)}
-    fwUpgradePolicy: {fw}   # Never or PreferCloud
-    fwEnableVirt: {virt}
-    upgradePolicy:
-      enableRollout: false
-"""
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args], cwd=cwd,
-        capture_output=True, text=True, check=True).stdout
-
-
-def validate(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    code = "from reconciler.cli.main import main; main()"
-    return subprocess.run([sys.executable, "-c", code, "validate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def repo_with(root: Path, nodes: list[FirmwareNode], config: str = "") -> Path:

@@ -10,22 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.policy.commands import git
+from tests.policy.commands import validate as run
 from tests.policy.texts import EXAMPLES, SEED_10, replace_line
 
 RECONCILER = [sys.executable, "-m", "reconciler.cli.main"]
 LAB = "clusters/lab-10/cluster-operator.yaml"
-
-
-def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    code = "from reconciler.cli.main import main; main()"
-    return subprocess.run([sys.executable, "-c", code, "validate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args], cwd=cwd,
-        capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""Shared policy texts: the vendor manual's scenarios, line numbers fixed for exact assertions."""
+"""Shared policy texts: the vendor manual's scenarios and the firmware tests' policy, line
+numbers fixed for exact assertions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,6 +105,29 @@ spec:
   labelgen: {}
   vfioManager: {}
   dataExporter: {}
+"""
+
+#: The driver payload of the firmware tests' policy files and status snapshots.
+FIRMWARE_PAYLOAD = {"name": "driver-image", "registry": "registry.example.com/metax",
+                    "version": "2.33.0.9"}
+
+
+def firmware_policy(fw_upgrade_policy: str, virt: str = "false", *,
+                    payload: str = json.dumps(FIRMWARE_PAYLOAD)) -> str:
+    """A policy without grey release for the firmware rules (``payload``: one line of JSON).
+    Line 8 is ``fwUpgradePolicy``, where the firmware findings point."""
+    return f"""\
+apiVersion: gpu.metax-tech.com/v1alpha1
+kind: ClusterOperator
+metadata:
+  name: cluster-operator
+spec:
+  driver:
+    payload: {payload}
+    fwUpgradePolicy: {fw_upgrade_policy}   # Never or PreferCloud
+    fwEnableVirt: {virt}
+    upgradePolicy:
+      enableRollout: false
 """
 
 
