@@ -1,12 +1,23 @@
 """The rollout controller: list+watch caches, one planning pass per burst of events, actions,
-and the status write through the status subresource with optimistic concurrency."""
+and the status write through the status subresource with optimistic concurrency.
+
+Passes are pipelined: a pass hands its per-node requests to a pool and its status to a writer
+thread, and the next pass plans while they are in flight. What those requests will have written
+(a node's annotations and cordon, a pod being deleted, the new status) is laid over the caches
+until the server's answer replaces it, so a pass never sees a node it already started as free:
+in-flight counts stay exact, erring only towards counting a node whose request failed for a
+moment longer. Cluster-wide actions (the DaemonSet template, the policy's pause, the payload)
+wait for every request in flight first, as they did in a plan's order."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass, field
 
 from reconciler.controller.act import ActionExecutor, Target
@@ -18,8 +29,8 @@ from reconciler.controller.observe import (
     pick_driver_pod,
     requests_gpu,
 )
-from reconciler.controller.worker import WatchDrivenWorker, newer
-from reconciler.kube.api import JSON, KubeApi, resource_path
+from reconciler.controller.worker import WatchDrivenWorker, newer, same_version
+from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
@@ -46,8 +57,55 @@ class ControllerStats:
     conflicts: int = 0
     errors: int = 0
     max_in_flight: int = 0
-    #: the last 1,000 passes: (planning, acting, status write) seconds, for benchmarks
+    #: the last 1,000 passes: (planning, handing out actions, handing out status) seconds
     pass_seconds: list[tuple[float, float, float]] = field(default_factory=list)
+    #: the last 5,000 nodes' requests: seconds from handing them out to their landing
+    request_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIntent:
+    """What one node's requests in flight will have written once they land."""
+
+    annotations: Mapping[str, str | None]
+    unschedulable: bool | None
+    deleting: frozenset[str]
+
+    @classmethod
+    def of(cls, actions: Sequence[Action]) -> NodeIntent:
+        annotations: dict[str, str | None] = {}
+        unschedulable: bool | None = None
+        deleting: set[str] = set()
+        for action in actions:
+            if isinstance(action, AnnotateNode):
+                annotations.update(action.annotations)
+            elif isinstance(action, (Cordon, Uncordon)):
+                unschedulable = isinstance(action, Cordon)
+            elif isinstance(action, DeleteDriverPod):
+                deleting.add(action.pod)
+        return cls(annotations, unschedulable, frozenset(deleting))
+
+
+def with_intents(node: JSON, pods: Mapping[str, DriverPod],
+                 intents: Sequence[NodeIntent]) -> tuple[JSON, dict[str, DriverPod]]:
+    """The node and its driver pods as they will be once ``intents`` have landed."""
+    meta = dict(node.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    spec = dict(node.get("spec") or {})
+    deleting: set[str] = set()
+    for intent in intents:
+        for key, value in intent.annotations.items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        if intent.unschedulable is not None:
+            spec["unschedulable"] = intent.unschedulable
+        deleting |= intent.deleting
+    meta["annotations"] = annotations
+    views = {name: dataclasses.replace(pod, deleting=True) if name in deleting else pod
+             for name, pod in pods.items()}
+    return {**node, "metadata": meta, "spec": spec}, views
 
 
 class RolloutController(WatchDrivenWorker):
@@ -64,7 +122,7 @@ class RolloutController(WatchDrivenWorker):
         *,
         settings: PlannerSettings | None = None,
         clock: Callable[[], float] = time.time,
-        settle_seconds: float = 0.02,
+        settle_seconds: float = 0.005,
         is_leader: Callable[[], bool] = lambda: True,
         workers: int = 32,
     ) -> None:
@@ -86,6 +144,20 @@ class RolloutController(WatchDrivenWorker):
         self._daemonset: JSON | None = None
         self._revisions: dict[str, JSON] = {}
         self._cluster_operator: JSON | None = None
+        # requests in flight: node -> what they will have written; their futures
+        self._intents: dict[str, list[NodeIntent]] = {}
+        self._in_flight: set[Future[None]] = set()
+        self._failure_backoff: dict[str, float] = {}
+        # the newest status planned and not yet written (None: the cache's is the newest), and
+        # the written status that plan descends from (a conflict keeps the plan only if the
+        # server still has that one: nobody else wrote the status meanwhile)
+        self._planned_status: JSON | None = None
+        self._status_base: JSON | None = None
+        # the requests handed out up to the pass that planned it: a status is written only
+        # after they landed, and not at all if one failed (the planner's contract)
+        self._planned_after: frozenset[Future[None]] = frozenset()
+        self._status_ready = threading.Condition(self._lock)
+        self._status_writer: threading.Thread | None = None
         self.executor = ActionExecutor(api, target, on_object=self._own_write, clock=clock)
         ns = target.namespace
         self.watches = [
@@ -107,39 +179,57 @@ class RolloutController(WatchDrivenWorker):
 
     def start(self) -> RolloutController:
         self._start_worker()
+        self._status_writer = threading.Thread(target=self._write_statuses,
+                                               name=f"{self.role}-status", daemon=True)
+        self._status_writer.start()
         return self
 
     def stop(self) -> None:
         self._stop_worker(10)
         self._pool.shutdown(wait=True)
+        with self._status_ready:
+            self._status_ready.notify_all()
+        if self._status_writer is not None:
+            self._status_writer.join(10)
         self._events.shutdown(wait=True)
 
     # -- index ------------------------------------------------------------------------------
 
-    def _on_node(self, event: str, obj: JSON) -> None:
+    # Handlers: ``touch=False`` for the objects our own writes returned (the plan that made them
+    # already counted them); a watch event with the resourceVersion we hold is their echo.
+
+    def _on_node(self, event: str, obj: JSON, *, touch: bool = True) -> None:
         name = str(obj["metadata"]["name"])
         with self._wake:
             if event == "DELETED":
                 self._nodes.pop(name, None)
                 self._node_views.pop(name, None)
-            elif newer(self._nodes.get(name), obj):
+            elif same_version(self._nodes.get(name), obj) or not newer(
+                    self._nodes.get(name), obj):
+                return
+            else:
                 self._nodes[name] = obj
                 self._refresh_node(name)
-            self._touch()
+            if touch:
+                self._touch()
 
     def _refresh_node(self, name: str) -> None:
         node = self._nodes.get(name)
         if node is None:
             return
         pods = self._driver_pods.get(name, {})
+        intents = self._intents.get(name)
+        if intents:
+            node, pods = with_intents(node, pods, intents)
         self._node_views[name] = node_view(
             node, pick_driver_pod(pods.values()), self._workloads.get(name, ())
         )
 
-    def _on_pod(self, event: str, obj: JSON) -> None:
+    def _on_pod(self, event: str, obj: JSON, *, touch: bool = True) -> None:
         key = object_key(obj)
         with self._wake:
-            if event != "DELETED" and not newer(self._pods.get(key), obj):
+            if event != "DELETED" and (same_version(self._pods.get(key), obj)
+                                       or not newer(self._pods.get(key), obj)):
                 return
             old_home = self._pod_home.pop(key, None)
             self._pods.pop(key, None)
@@ -168,15 +258,19 @@ class RolloutController(WatchDrivenWorker):
                 return  # a pod of no interest
             for n in touched:
                 self._refresh_node(n)
-            self._touch()
+            if touch:
+                self._touch()
 
-    def _on_daemonset(self, event: str, obj: JSON) -> None:
+    def _on_daemonset(self, event: str, obj: JSON, *, touch: bool = True) -> None:
         with self._wake:
             if event == "DELETED":
                 self._daemonset = None
-            elif newer(self._daemonset, obj):
+            elif same_version(self._daemonset, obj) or not newer(self._daemonset, obj):
+                return
+            else:
                 self._daemonset = obj
-            self._touch()
+            if touch:
+                self._touch()
 
     def _on_revision(self, event: str, obj: JSON) -> None:
         name = str(obj["metadata"]["name"])
@@ -187,13 +281,17 @@ class RolloutController(WatchDrivenWorker):
                 self._revisions[name] = obj
             self._touch()
 
-    def _on_cluster_operator(self, event: str, obj: JSON) -> None:
+    def _on_cluster_operator(self, event: str, obj: JSON, *, touch: bool = True) -> None:
         with self._wake:
             if event == "DELETED":
                 self._cluster_operator = None
-            elif newer(self._cluster_operator, obj):
+            elif same_version(self._cluster_operator, obj) or not newer(
+                    self._cluster_operator, obj):
+                return
+            else:
                 self._cluster_operator = obj
-            self._touch()
+            if touch:
+                self._touch()
 
     def _own_write(self, kind: str, obj: JSON) -> None:
         """Objects the server returned to our writes go into the index at once."""
@@ -204,7 +302,10 @@ class RolloutController(WatchDrivenWorker):
             "clusteroperator": self._on_cluster_operator,
         }.get(kind)
         if handler is not None:
-            handler("MODIFIED", obj)
+            handler("MODIFIED", obj, touch=False)
+
+    def _index_own_write(self, cluster_operator: JSON) -> None:
+        self._on_cluster_operator("MODIFIED", cluster_operator, touch=False)
 
     # -- snapshot ---------------------------------------------------------------------------
 
@@ -220,12 +321,15 @@ class RolloutController(WatchDrivenWorker):
                 return None
             driver = (co.get("spec") or {}).get("driver") or {}
             policy = UpgradePolicy.from_spec(driver.get("upgradePolicy"))
+            if self._planned_status is None:
+                self._status_base = (co.get("status") or {}).get("upgradeStatus")
             snap = RolloutSnapshot(
                 nodes=dict(self._node_views),
                 daemonset=view,
                 payload=dict(driver.get("payload") or {}),
                 policy=policy,
-                status=dict((co.get("status") or {}).get("upgradeStatus") or {}),
+                status=dict(self._planned_status if self._planned_status is not None
+                            else (co.get("status") or {}).get("upgradeStatus") or {}),
             )
             return snap, co
 
@@ -255,7 +359,15 @@ class RolloutController(WatchDrivenWorker):
         acted = time.perf_counter()
         self.stats.max_in_flight = max(self.stats.max_in_flight, result.in_flight)
         if result.changed:
-            self._write_status(result.status)
+            with self._status_ready:
+                self._planned_status = result.status
+                self._planned_after = frozenset(self._in_flight)
+                self._status_ready.notify_all()
+                if result.again:
+                    # a new step goes on record before any of its nodes starts
+                    while (self._planned_status is result.status and not self._stop.is_set()
+                           and self.is_leader()):
+                        self._status_ready.wait(0.5)
         self.stats.pass_seconds.append(
             (planned - started, acted - planned, time.perf_counter() - acted))
         del self.stats.pass_seconds[:-1000]
@@ -266,29 +378,25 @@ class RolloutController(WatchDrivenWorker):
         return result.requeue_at
 
     def _execute(self, actions: Sequence[Action], co: JSON) -> bool:
-        """Carries out a plan's actions in order, except that runs of per-node actions go out in
-        parallel across nodes (in order within each node): a wave of 400 nodes is 400 x 3 requests
-        and must not wait for each other. Cluster-wide actions are barriers. Events go to their
-        own thread: they are information and must not delay the rollout. False when leadership
-        was lost."""
+        """Hands out a plan's actions in order. Runs of per-node actions go to the pool, in
+        order within each node and in parallel across nodes (a wave of 400 nodes is 400 x 3
+        requests), without waiting: their intents are in the index at once. A cluster-wide
+        action first waits for every request in flight. Events go to their own thread: they are
+        information and must not delay the rollout. False when leadership was lost."""
         batch: dict[str, list[Action]] = {}
 
         def flush() -> None:
-            if not batch:
-                return
-            # nodes that get a pod deleted go first: a freed slot is refilled before the
-            # bookkeeping of nodes that just finished (their uncordon can wait a moment)
-            groups = sorted(batch.values(),
-                            key=lambda g: not any(isinstance(a, DeleteDriverPod) for a in g))
+            # nodes that get a pod deleted go first, and the bookkeeping of nodes that just
+            # finished (their uncordon can wait a moment) only once those landed: a freed slot
+            # is refilled without the API server also serving the bookkeeping
+            starts = [(n, g) for n, g in batch.items()
+                      if any(isinstance(a, DeleteDriverPod) for a in g)]
+            rest = [(n, g) for n, g in batch.items()
+                    if not any(isinstance(a, DeleteDriverPod) for a in g)]
             batch.clear()
-            if len(groups) == 1:
-                self.executor.execute_node_actions(groups[0], co)
-                return
-            futures = [self._pool.submit(self._execute_node, group, co) for group in groups]
-            errors = [f.exception() for f in futures]
-            for error in errors:
-                if error is not None:
-                    raise error
+            started = [self._dispatch(node, group, co) for node, group in starts]
+            for node, group in rest:
+                self._dispatch(node, group, co, after=started)
 
         for action in actions:
             if not self.is_leader():
@@ -300,12 +408,158 @@ class RolloutController(WatchDrivenWorker):
                 batch.setdefault(action.node, []).append(action)
             else:
                 flush()
+                self._drain()
                 self.executor.execute(action, co)
         flush()
         return True
 
-    def _execute_node(self, actions: list[Action], co: JSON) -> None:
-        self.executor.execute_node_actions(actions, co)
+    def _dispatch(self, node: str, group: list[Action], co: JSON, *,
+                  after: Sequence[Future[None]] = ()) -> Future[None]:
+        """Hands one node's actions to the pool (after the requests ``after`` landed); its
+        intent is in the index before this returns."""
+        intent = NodeIntent.of(group)
+        with self._wake:
+            self._intents.setdefault(node, []).append(intent)
+            self._refresh_node(node)
+        handed_out = time.perf_counter()
+
+        def run() -> None:
+            wait_for_futures(after)
+            self.executor.execute_node_actions(group, co)
+
+        future = self._pool.submit(run)
+        with self._wake:
+            self._in_flight.add(future)
+        future.add_done_callback(lambda done: self._landed(node, intent, done, handed_out))
+        return future
+
+    def _landed(self, node: str, intent: NodeIntent, done: Future[None],
+                handed_out: float) -> None:
+        """A node's requests finished: the server's objects are in the index (``_own_write``),
+        so the intent goes. After a failure it stays a little longer, so the next pass does not
+        retry that node in a tight loop; then the node is planned from what the server has."""
+        error = done.exception()
+        with self._lock:
+            self.stats.request_seconds.append(time.perf_counter() - handed_out)
+            del self.stats.request_seconds[:-5000]
+        if error is None:
+            with self._lock:
+                self._failure_backoff.pop(node, None)
+            self._forget(node, intent, done, replan=False)
+            return
+        self.stats.errors += 1
+        with self._lock:
+            backoff = min(self._failure_backoff.get(node, 0.1) * 2, 10.0)
+            self._failure_backoff[node] = backoff
+        if isinstance(error, KubeError):
+            log.warning("%s: node %s: %s; planned again in %.1f s", self.role, node, error,
+                        backoff)
+        else:
+            log.error("%s: node %s: %r; planned again in %.1f s", self.role, node, error, backoff)
+        timer = threading.Timer(backoff, self._forget, (node, intent, done))
+        timer.daemon = True
+        timer.start()
+
+    def _forget(self, node: str, intent: NodeIntent, done: Future[None], *,
+                replan: bool = True) -> None:
+        """Drops a landed intent. After success the index already holds what it said, so
+        nothing needs planning again; after a failure the node is planned from the server's
+        objects."""
+        with self._wake:
+            self._in_flight.discard(done)
+            intents = self._intents.get(node, [])
+            if intent in intents:
+                intents.remove(intent)
+            if not intents:
+                self._intents.pop(node, None)
+            self._refresh_node(node)
+            if replan:
+                self._touch()
+            self._wake.notify_all()  # _drain waits on the same condition
+
+    def _drain(self) -> None:
+        """Waits until no per-node request is in flight (before a cluster-wide action)."""
+        with self._wake:
+            while self._in_flight and not self._stop.is_set():
+                self._wake.wait(0.5)
+
+    # -- the status writer ------------------------------------------------------------------
+
+    def _write_statuses(self) -> None:
+        """Writes the newest planned status, one write at a time, once the requests handed out
+        before it landed: passes that follow each other quickly coalesce into one write. A
+        status whose requests failed is not written (the next plan repairs). A conflict
+        re-reads the object; the planned status is kept only if nobody else wrote the status
+        meanwhile."""
+        backoff = 0.2
+        while True:
+            with self._status_ready:
+                while self._planned_status is None and not self._stop.is_set():
+                    self._status_ready.wait(1.0)
+                status, after = self._planned_status, self._planned_after
+                if status is None:
+                    return  # stopping, nothing left to write
+            if not self.is_leader():
+                if self._stop.wait(0.5):
+                    return
+                continue
+            wait_for_futures(after)
+            if any(f.exception() is not None for f in after):
+                with self._status_ready:
+                    if self._planned_status is status:
+                        self._planned_status = None
+                        self._status_ready.notify_all()
+                        self._touch()
+                continue
+            try:
+                self._write_status(status)
+                backoff = 0.2
+            except Conflict:
+                self.stats.conflicts += 1
+                if self._stop.is_set():
+                    return  # the next leader plans from what the server has
+                self._after_conflict()
+                continue
+            except KubeError as exc:
+                self.stats.errors += 1
+                log.warning("%s status write failed: %s; retrying in %.1f s", self.role, exc,
+                            backoff)
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 10.0)
+                continue
+            except Exception:
+                self.stats.errors += 1
+                log.exception("%s status write failed", self.role)
+                if self._stop.wait(backoff):
+                    return
+                continue
+            with self._status_ready:
+                self._status_base = status
+                if self._planned_status is status:
+                    self._planned_status = None
+                    self._status_ready.notify_all()  # a pass may wait for this one
+                stopping = self._stop.is_set() and self._planned_status is None
+            if stopping:
+                return
+
+    def _after_conflict(self) -> None:
+        try:
+            fresh = self.api.get(cluster_operator_path(self.target.cluster_operator))
+        except NotFound:
+            fresh = None
+        except KubeError as exc:
+            log.warning("could not refetch the ClusterOperator: %s", exc)
+            self._stop.wait(0.2)
+            return
+        if fresh is not None:
+            self._on_cluster_operator("MODIFIED", fresh)
+        with self._wake:
+            theirs = ((fresh or {}).get("status") or {}).get("upgradeStatus")
+            if fresh is None or theirs != self._status_base:
+                self._planned_status = None  # someone else wrote it: plan from theirs
+                self._status_ready.notify_all()
+            self._touch()
 
     def _write_status(self, upgrade_status: JSON) -> None:
         self._write_status_section("upgradeStatus", upgrade_status)

@@ -29,6 +29,15 @@ def newer(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return int(b) >= int(a) if a.isdigit() and b.isdigit() else True
 
 
+def same_version(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` is the object we already have (the watch's echo of our own write):
+    nothing new to plan from."""
+    if old is None:
+        return False
+    a = (old.get("metadata") or {}).get("resourceVersion")
+    return bool(a) and a == (new.get("metadata") or {}).get("resourceVersion")
+
+
 class PassStats(Protocol):
     conflicts: int
     errors: int
@@ -98,7 +107,11 @@ class WatchDrivenWorker:
                 raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
             raise
         self.stats.status_writes += 1
-        self._on_cluster_operator("MODIFIED", obj)
+        self._index_own_write(obj)
+
+    def _index_own_write(self, cluster_operator: JSON) -> None:
+        """The object the server returned to our status write goes into the cache."""
+        self._on_cluster_operator("MODIFIED", cluster_operator)
 
     def _refetch_cluster_operator(self) -> None:
         try:

@@ -79,8 +79,8 @@ class SpecWriteBack:
         return self._submit(
             cluster,
             subject=f"policy({cluster}): set fwUpgradePolicy: Never: {reason}",
-            body="The firmware orchestrator finished and set fwUpgradePolicy back to Never in the "
-            "cluster, so a later merge does not start another firmware upgrade.",
+            body=f"The firmware orchestrator set fwUpgradePolicy back to Never in the cluster "
+            f"({reason}), so a later merge does not start another firmware upgrade.",
             edits=(FieldEdit(FW_UPGRADE_POLICY_FIELD, "Never", expected),),
             step=None,
             source_commit=source_commit,

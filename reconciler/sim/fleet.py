@@ -887,7 +887,10 @@ class Fleet:
 
     def _call(self, method: str, path: str, body: Any = None, *, content_type: str | None = None,
               ok_missing: bool = False, retry_conflict: bool = False) -> JSON:
-        for attempt in range(6):
+        # about 9 s of retries: a kubelet outlives an API server restart (a boot takes ~4 s,
+        # longer on a loaded machine)
+        attempts = 10
+        for attempt in range(attempts):
             try:
                 self.requests += 1
                 result = self.api.request(method, path, body=body, content_type=content_type)
@@ -897,12 +900,12 @@ class Fleet:
                     return {}
                 raise
             except Conflict:
-                if not retry_conflict or attempt == 5:
+                if not retry_conflict or attempt == attempts - 1:
                     raise
             except KubeError as exc:
-                if exc.status not in (0, 429, 500, 502, 503, 504) or attempt == 5:
+                if exc.status not in (0, 429, 500, 502, 503, 504) or attempt == attempts - 1:
                     raise
-                time.sleep(0.2 * (attempt + 1))
+                time.sleep(min(0.2 * (attempt + 1), 2.0))
         raise AssertionError("unreachable")
 
     def _ensure_namespace(self, name: str) -> None:

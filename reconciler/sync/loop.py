@@ -29,7 +29,7 @@ from ruamel.yaml.error import YAMLError
 
 from reconciler.firmware.status_view import firmware_snapshot
 from reconciler.gitops.commits import Identity
-from reconciler.gitops.edits import MISSING, read_field, same_value
+from reconciler.gitops.edits import read_field, same_value
 from reconciler.gitops.errors import GitOpsError, RepoConfigError
 from reconciler.gitops.ownership import (
     CONTROLLER_FIELDS,
@@ -37,6 +37,7 @@ from reconciler.gitops.ownership import (
     controller_changed_fields,
     decide_ownership,
     record_write_back,
+    set_field,
 )
 from reconciler.gitops.publisher import PendingChange, Skipped
 from reconciler.gitops.repository import PolicyRepository
@@ -169,7 +170,8 @@ class ClusterSync:
         self._failing = False
         self._last_drift: list[str] = []
         self._failures_seen = 0
-        self._unexplained_pause_since: float | None = None
+        #: write-back path -> since when the cluster shows a value whose reason is not written yet
+        self._unexplained_since: dict[FieldPath, float] = {}
         self._rollback_seen: str | None = None
         self._backoff = 0.2
         self.watch = ListWatch(
@@ -501,7 +503,7 @@ class ClusterSync:
             previous = what_stays(live, obj, owned)
             for decision in plan.decisions:
                 if decision.source == "cluster":
-                    _set(previous, decision.field, decision.git_value)
+                    set_field(previous, decision.field, decision.git_value)
         upgrade = ((live or {}).get("status") or {}).get("upgradeStatus") or {}
         firmware = ((live or {}).get("status") or {}).get("firmwareUpgrade") or {}
         result = validate_document(
@@ -629,17 +631,11 @@ class ClusterSync:
         if path == PAUSE:
             if cluster_value is not True:
                 return
-            reason = _pause_reason(upgrade)
+            # the controller sets pause before it writes the condition that says why
+            reason = self._reason_once_explained(PAUSE, _pause_reason(upgrade),
+                                                 "paused by the rollout controller")
             if reason is None:
-                # the controller sets pause before it writes the condition that says why;
-                # that status write is the next event (give it a moment before going generic)
-                first = self._unexplained_pause_since or time.monotonic()
-                self._unexplained_pause_since = first
-                if time.monotonic() - first < 2.0:
-                    self._recheck_at = time.monotonic() + 0.5
-                    return
-                reason = "paused by the rollout controller"
-            self._unexplained_pause_since = None
+                return
             change = spec.pause(self.cluster, reason=reason, step=step,
                                 source_commit=self.applied_commit)
         elif path == VERSION:
@@ -651,8 +647,15 @@ class ClusterSync:
         elif path == FW_POLICY:
             if cluster_value != "Never" or not isinstance(git_value, str):
                 return
-            change = spec.firmware_never(self.cluster, source_commit=self.applied_commit,
-                                         expected=git_value)
+            # the orchestrator sets Never before it writes the phase that says why
+            reason = self._reason_once_explained(
+                FW_POLICY, _firmware_never_reason((live.get("status") or {})
+                                                  .get("firmwareUpgrade") or {}),
+                "firmware upgrade ended")
+            if reason is None:
+                return
+            change = spec.firmware_never(self.cluster, reason=reason,
+                                         source_commit=self.applied_commit, expected=git_value)
         else:
             return
         with self._cond:
@@ -660,6 +663,20 @@ class ClusterSync:
         self.stats.write_backs += 1
         self.repo.policy_publisher.kick()
         log.info("%s: %s", self.cluster, change.subject)
+
+    def _reason_once_explained(self, path: FieldPath, reason: str | None,
+                               generic: str) -> str | None:
+        """``reason`` when known; None (look again shortly) while the status write that explains
+        the cluster's value may still be on its way; ``generic`` after 2 s without it."""
+        if reason is not None:
+            self._unexplained_since.pop(path, None)
+            return reason
+        first = self._unexplained_since.setdefault(path, time.monotonic())
+        if time.monotonic() - first < 2.0:
+            self._recheck_at = time.monotonic() + 0.5
+            return None
+        del self._unexplained_since[path]
+        return generic
 
     def _offer_status(self, live: JSON) -> None:
         status = live.get("status") or {}
@@ -751,6 +768,22 @@ def _rollback_reason(upgrade: Mapping[str, Any]) -> str:
     return "failure threshold reached" if phase == "Terminating" else "rolled back"
 
 
+def _firmware_never_reason(firmware: Mapping[str, Any]) -> str | None:
+    """Why the orchestrator set ``Never`` (None while its status does not say yet): the commit
+    subject must not say "finished" when the upgrade was refused or failed."""
+    phase = firmware.get("phase")
+    if phase == "Refused":
+        refusals = firmware.get("refusals") or []
+        first = refusals[0] if refusals and isinstance(refusals[0], Mapping) else {}
+        node = first.get("node")
+        detail = first.get("reason") or "see the status snapshot"
+        where = f" ({node})" if node and node != "*" else ""
+        return f"firmware upgrade refused{where}: {detail}"
+    if phase == "Failed":
+        return f"firmware upgrade failed: {firmware.get('message') or 'see the status snapshot'}"
+    return "firmware upgrade finished" if phase == "Completed" else None
+
+
 def _commit_kind(change: PendingChange) -> str:
     if change.kind == "status":
         return "status"
@@ -762,15 +795,3 @@ def _commit_kind(change: PendingChange) -> str:
     return "firmware"
 
 
-def _set(obj: dict[str, Any], path: FieldPath, value: Any) -> None:
-    node = obj
-    for name in path[:-1]:
-        child = node.get(name)
-        if not isinstance(child, dict):
-            child = {}
-            node[name] = child
-        node = child
-    if value is MISSING:
-        node.pop(path[-1], None)
-    else:
-        node[path[-1]] = value

@@ -86,6 +86,9 @@ def test_prefer_cloud_becomes_a_request_and_never_is_written_back(
                {"status": {"firmwareUpgrade": {"phase": "Completed", "nodes": None}}})
     wait_for(lambda: any("set fwUpgradePolicy: Never" in s for s in log_subjects(policy_remote)),
              timeout=20, what="the Never write-back", observe=lambda: log_subjects(policy_remote))
+    # the phase is written after Never: the subject still says why, from the phase
+    assert any(s.endswith("set fwUpgradePolicy: Never: firmware upgrade finished")
+               for s in log_subjects(policy_remote)), log_subjects(policy_remote)
     text = file_at_head(policy_remote, POLICY_PATH)
     assert re.search(r"fwUpgradePolicy: Never +# firmware: Never or PreferCloud", text), text
     assert driver(kube)["fwUpgradePolicy"] == "Never"
