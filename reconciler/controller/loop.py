@@ -122,7 +122,7 @@ class RolloutController(WatchDrivenWorker):
         *,
         settings: PlannerSettings | None = None,
         clock: Callable[[], float] = time.time,
-        settle_seconds: float = 0.005,
+        settle_seconds: float = 0.02,
         is_leader: Callable[[], bool] = lambda: True,
         workers: int = 32,
     ) -> None:
@@ -133,6 +133,11 @@ class RolloutController(WatchDrivenWorker):
         self.stats = ControllerStats()
         self.last_plan: Plan | None = None
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout-act")
+        # the bookkeeping of finished nodes (uncordon, annotations) on a few threads of its own:
+        # a freed slot's refill never queues behind it, and it does not crowd the API server
+        # while slots are being refilled
+        self._bookkeeping = ThreadPoolExecutor(max_workers=8,
+                                               thread_name_prefix="rollout-bookkeeping")
         self._events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-events")
         # index, kept by the informers' handlers and by our own writes
         self._nodes: dict[str, JSON] = {}
@@ -187,6 +192,7 @@ class RolloutController(WatchDrivenWorker):
     def stop(self) -> None:
         self._stop_worker(10)
         self._pool.shutdown(wait=True)
+        self._bookkeeping.shutdown(wait=True)
         with self._status_ready:
             self._status_ready.notify_all()
         if self._status_writer is not None:
@@ -386,17 +392,14 @@ class RolloutController(WatchDrivenWorker):
         batch: dict[str, list[Action]] = {}
 
         def flush() -> None:
-            # nodes that get a pod deleted go first, and the bookkeeping of nodes that just
-            # finished (their uncordon can wait a moment) only once those landed: a freed slot
-            # is refilled without the API server also serving the bookkeeping
-            starts = [(n, g) for n, g in batch.items()
-                      if any(isinstance(a, DeleteDriverPod) for a in g)]
-            rest = [(n, g) for n, g in batch.items()
-                    if not any(isinstance(a, DeleteDriverPod) for a in g)]
+            # nodes that get a pod deleted go first: a freed slot is refilled before the
+            # bookkeeping of nodes that just finished (their uncordon can wait a moment)
+            groups = sorted(batch.items(), key=lambda item: not any(
+                isinstance(a, DeleteDriverPod) for a in item[1]))
             batch.clear()
-            started = [self._dispatch(node, group, co) for node, group in starts]
-            for node, group in rest:
-                self._dispatch(node, group, co, after=started)
+            for node, group in groups:
+                self._dispatch(node, group, co, starts=any(
+                    isinstance(a, DeleteDriverPod) for a in group))
 
         for action in actions:
             if not self.is_leader():
@@ -413,25 +416,20 @@ class RolloutController(WatchDrivenWorker):
         flush()
         return True
 
-    def _dispatch(self, node: str, group: list[Action], co: JSON, *,
-                  after: Sequence[Future[None]] = ()) -> Future[None]:
-        """Hands one node's actions to the pool (after the requests ``after`` landed); its
-        intent is in the index before this returns."""
+    def _dispatch(self, node: str, group: list[Action], co: JSON, *, starts: bool) -> None:
+        """Hands one node's actions to the pool; its intent is in the index before this
+        returns."""
         intent = NodeIntent.of(group)
         with self._wake:
             self._intents.setdefault(node, []).append(intent)
             self._refresh_node(node)
         handed_out = time.perf_counter()
 
-        def run() -> None:
-            wait_for_futures(after)
-            self.executor.execute_node_actions(group, co)
-
-        future = self._pool.submit(run)
+        pool = self._pool if starts else self._bookkeeping
+        future = pool.submit(self.executor.execute_node_actions, group, co)
         with self._wake:
             self._in_flight.add(future)
         future.add_done_callback(lambda done: self._landed(node, intent, done, handed_out))
-        return future
 
     def _landed(self, node: str, intent: NodeIntent, done: Future[None],
                 handed_out: float) -> None:
