@@ -44,7 +44,10 @@ def test_a_local_commit_is_applied_through_the_watch(
     wait_for(lambda: source_commit(kube) == sha, timeout=10, what="the watched commit applied")
     assert driver(kube)["payload"]["version"] == NEW
     assert sync.repo.source.fetches < 10, "found by the watch, not by polling"
-    wait_for(lambda: (work / "status/prod-a.yaml").exists(), timeout=20,
-             what="the status snapshot in the working copy")
+    # the seed's snapshot may already be there: wait for one committed on top of this commit
+    wait_for(lambda: "status(prod-a)" in git(work, "log", "-1", "--format=%s"), timeout=20,
+             what="a status snapshot committed in the working copy after the person's commit",
+             observe=lambda: git(work, "log", "-3", "--format=%s"))
+    assert (work / "status/prod-a.yaml").exists()
+    git(work, "merge-base", "--is-ancestor", sha, "HEAD")  # fails unless on top of it
     assert git(work, "status", "--porcelain") == ""
-    assert "status(prod-a)" in git(work, "log", "-1", "--format=%s")
