@@ -30,7 +30,7 @@ from reconciler.controller.observe import (
     requests_gpu,
 )
 from reconciler.controller.worker import WatchDrivenWorker, newer, same_version
-from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
@@ -394,12 +394,11 @@ class RolloutController(WatchDrivenWorker):
         def flush() -> None:
             # nodes that get a pod deleted go first: a freed slot is refilled before the
             # bookkeeping of nodes that just finished (their uncordon can wait a moment)
-            groups = sorted(batch.items(), key=lambda item: not any(
-                isinstance(a, DeleteDriverPod) for a in item[1]))
+            groups = [(node, group, any(isinstance(a, DeleteDriverPod) for a in group))
+                      for node, group in batch.items()]
             batch.clear()
-            for node, group in groups:
-                self._dispatch(node, group, co, starts=any(
-                    isinstance(a, DeleteDriverPod) for a in group))
+            for node, group, starts in sorted(groups, key=lambda g: not g[2]):
+                self._dispatch(node, group, co, starts=starts)
 
         for action in actions:
             if not self.is_leader():
@@ -542,16 +541,7 @@ class RolloutController(WatchDrivenWorker):
                 return
 
     def _after_conflict(self) -> None:
-        try:
-            fresh = self.api.get(cluster_operator_path(self.target.cluster_operator))
-        except NotFound:
-            fresh = None
-        except KubeError as exc:
-            log.warning("could not refetch the ClusterOperator: %s", exc)
-            self._stop.wait(0.2)
-            return
-        if fresh is not None:
-            self._on_cluster_operator("MODIFIED", fresh)
+        fresh = self._refetch_cluster_operator()
         with self._wake:
             theirs = ((fresh or {}).get("status") or {}).get("upgradeStatus")
             if fresh is None or theirs != self._status_base:

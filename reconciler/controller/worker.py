@@ -113,15 +113,19 @@ class WatchDrivenWorker:
         """The object the server returned to our status write goes into the cache."""
         self._on_cluster_operator("MODIFIED", cluster_operator)
 
-    def _refetch_cluster_operator(self) -> None:
+    def _refetch_cluster_operator(self) -> JSON | None:
+        """Reads the ClusterOperator again into the cache; returns it (None: it is gone; the
+        cached one when the API server could not be asked)."""
         try:
             obj = self.api.get(cluster_operator_path(self._cluster_operator_name()))
         except NotFound:
-            return
+            return None
         except KubeError as exc:
             log.warning("could not refetch the ClusterOperator: %s", exc)
-            return
+            with self._lock:
+                return self._cached_cluster_operator()
         self._on_cluster_operator("MODIFIED", obj)
+        return obj
 
     # -- lifecycle --------------------------------------------------------------------------
 
