@@ -14,7 +14,12 @@ controller and its memory is not counted as the controller's). Reports:
   refills freed slots); the Ready that completes a step is paired with the next step's first
   deletion. Steps are told apart by the deletion order (a step starts only after the previous
   one completed) and their known batch sizes;
-- the controller's peak RSS and CPU time (this process) and its API requests per node.
+- the controller's peak RSS and CPU time (this process) and its API requests per node;
+- where the time goes: per refill (Ready seen by the observer -> by the controller -> handed
+  out -> node written -> pod deletion answered -> deletion seen), per new pod (old pod deleted
+  -> removed by the kubelet stand-in -> new pod created by the DaemonSet controller -> bound ->
+  Running -> Ready minus the install time), and the API server's own request latencies (its
+  histogram buckets' upper bounds, between a scrape before and after the rollout).
 
 Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20] [--json]
 """
@@ -35,11 +40,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.controller.act import Target
-from reconciler.controller.loop import RolloutController
+from reconciler.controller.loop import RolloutController, prefer_responsiveness
 from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
@@ -84,6 +90,7 @@ class Observer:
         #: per new pod: first seen, bound to a node, Running, Ready (for where a wave's time goes)
         self.stages: dict[str, dict[str, float]] = {}
         self.deleted_on: dict[str, float] = {}  # node -> when its old pod was deleted
+        self.removed_on: dict[str, float] = {}  # node -> when that pod left the API (kubelet)
         self.ready_at: list[tuple[float, str]] = []  # (when, node) per new pod turning Ready
         self.deleted_at: list[tuple[float, str]] = []  # (when, node) per old pod deleted
         self._seen_ready: set[str] = set()
@@ -91,7 +98,7 @@ class Observer:
         self.watch = ListWatch(api, resource_path("v1", "pods"), on_event=self._on_pod,
                                name="bench pods")
 
-    def _on_pod(self, event: str, obj: dict[str, object]) -> None:
+    def _on_pod(self, event: str, obj: dict[str, Any]) -> None:
         if not is_driver_pod(obj):
             return
         view = driver_pod_view(obj)
@@ -105,7 +112,9 @@ class Observer:
             stages.setdefault("running", now)
         if view.ready:
             stages.setdefault("ready", now)
-        if view.deleting and view.name not in self._seen_deleted:
+        if event == "DELETED" and node:
+            self.removed_on[node] = now
+        if (view.deleting or event == "DELETED") and view.name not in self._seen_deleted:
             self._seen_deleted.add(view.name)
             self.deleted_at.append((now, node))
             if node:
@@ -125,18 +134,21 @@ def observe(kubeconfig: str, conn: multiprocessing.connection.Connection) -> Non
     conn.recv()
     observer.watch.stop()
     conn.send({"stages": observer.stages, "deleted_on": observer.deleted_on,
+               "removed_on": observer.removed_on,
                "ready_at": observer.ready_at, "deleted_at": observer.deleted_at})
 
 
 def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[float, str]],
-                     nodes: int) -> tuple[list[float], list[float]]:
+                     nodes: int) -> tuple[list[float], list[float], list[tuple[float, str]]]:
     """(Ready -> the deletion it made room for, per refill; seconds each step took to send its
-    first wave's deletions), pairing as the module docstring says."""
+    first wave's deletions; per refill the Ready's time and the node whose pod was deleted),
+    pairing as the module docstring says."""
     policy = UpgradePolicy.from_spec(POLICY)
     ready_of = {node: when for when, node in readies}
     ordered = sorted(deletions)
     latencies: list[float] = []
     bursts: list[float] = []
+    refills: list[tuple[float, str]] = []
     previous_target, last_ready = 0, None
     for target in policy.step_targets(nodes):
         batch = ordered[previous_target:target]
@@ -146,12 +158,74 @@ def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[flo
         parallel = policy.batch_max_parallel(len(batch))
         if last_ready is not None:
             latencies.append(batch[0][0] - last_ready)
+            refills.append((last_ready, batch[0][1]))
         bursts.append(batch[min(parallel, len(batch)) - 1][0] - batch[0][0])
         step_readies = sorted(ready_of[node] for _, node in batch if node in ready_of)
-        for (deleted, _), ready in zip(batch[parallel:], step_readies, strict=False):
+        for (deleted, node), ready in zip(batch[parallel:], step_readies, strict=False):
             latencies.append(deleted - ready)
+            refills.append((ready, node))
         last_ready = step_readies[-1] if step_readies else None
-    return latencies, bursts
+    return latencies, bursts, refills
+
+
+def refill_breakdown(refills: list[tuple[float, str]], ready_nodes: dict[float, str],
+                     deleted_on: dict[str, float], ready_seen: dict[str, float],
+                     start_times: dict[str, tuple[float, float, float]]) -> dict[str, list[float]]:
+    """Where a refill's time goes: Ready seen by the observer -> by the controller -> handed out
+    (planned) -> node cordoned and annotated -> pod deletion answered -> deletion seen (observer).
+    """
+    parts: dict[str, list[float]] = {"ready->controller saw it": [],
+                                     "controller saw it->handed out": [],
+                                     "handed out->node written": [],
+                                     "node written->pod deleted": [],
+                                     "pod deleted->deletion seen": []}
+    for ready, node in refills:
+        times = start_times.get(node)
+        seen = deleted_on.get(node)
+        if times is None or seen is None or not times[1]:
+            continue
+        handed_out, written, deleted = times
+        saw = ready_seen.get(ready_nodes.get(ready, ""))
+        if saw is None:
+            continue
+        parts["ready->controller saw it"].append(saw - ready)
+        parts["controller saw it->handed out"].append(handed_out - saw)
+        parts["handed out->node written"].append(written - handed_out)
+        parts["node written->pod deleted"].append(deleted - written)
+        parts["pod deleted->deletion seen"].append(seen - deleted)
+    return parts
+
+
+#: apiserver request latency histograms reported (verb, resource, subresource)
+SERVER_REQUESTS = (("PATCH", "nodes", ""), ("DELETE", "pods", ""), ("POST", "pods", ""),
+                   ("PATCH", "pods", "status"), ("POST", "pods", "binding"))
+
+
+def server_histograms(api: KubeApi) -> dict[tuple[str, str, str], dict[float, float]]:
+    """The API server's own request-duration histograms (cumulative counts per upper bound)."""
+    text = api.request("GET", "/metrics").get("message", "")
+    found: dict[tuple[str, str, str], dict[float, float]] = {}
+    for line in str(text).splitlines():
+        if not line.startswith("apiserver_request_duration_seconds_bucket{"):
+            continue
+        labels_text, value = line[line.index("{") + 1:].rsplit("} ", 1)
+        labels = dict(part.split("=", 1) for part in labels_text.split(",") if "=" in part)
+        labels = {k: v.strip('"') for k, v in labels.items()}
+        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
+        if key in SERVER_REQUESTS:
+            bound = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
+            buckets = found.setdefault(key, {})
+            buckets[bound] = buckets.get(bound, 0.0) + float(value)
+    return found
+
+
+def histogram_quantiles(before: dict[float, float], after: dict[float, float],
+                        qs: tuple[float, ...] = (0.5, 0.99)) -> list[float]:
+    """Upper bucket bounds (ms) holding the quantiles of what happened between two scrapes."""
+    counts = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
+    total = counts[-1][1] if counts else 0.0
+    return [next((round(b * 1000) for b, c in counts if c >= q * total), -1) if total else -1
+            for q in qs]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -188,6 +262,7 @@ def main() -> int:
             target=observe, args=(kubeconfig, child_conn), daemon=True)
         watcher.start()
         ready_before = conn.recv()
+        prefer_responsiveness()  # as `reconciler run` does for the controller role
         api = KubeApi.from_kubeconfig(kubeconfig, pool_size=64)
         controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
                                        settings=PlannerSettings(ready_timeout=600)).start()
@@ -195,6 +270,7 @@ def main() -> int:
         while not (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status") or {}):
             time.sleep(0.1)
         requests_before = sum(api.request_counts.values())
+        server_before = server_histograms(api)
         cpu_before = os.times()
         started = time.time()
         api.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
@@ -215,18 +291,22 @@ def main() -> int:
         cpu_after = os.times()
         cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
         requests = sum(api.request_counts.values()) - requests_before
+        server_after = server_histograms(api)
         controller.stop()
         conn.send("stop")
         seen = conn.recv()
         watcher.join(30)
         observer = argparse.Namespace(
-            stages=seen["stages"], deleted_on=seen["deleted_on"],
+            stages=seen["stages"], deleted_on=seen["deleted_on"], removed_on=seen["removed_on"],
             ready_at=[tuple(r) for r in seen["ready_at"]],
             deleted_at=[tuple(d) for d in seen["deleted_at"]])
-        latencies, bursts = refill_latencies(observer.deleted_at, observer.ready_at[ready_before:],
-                                             args.nodes)
+        latencies, bursts, refills = refill_latencies(
+            observer.deleted_at, observer.ready_at[ready_before:], args.nodes)
+        breakdown = refill_breakdown(refills, dict(observer.ready_at), observer.deleted_on,
+                                     controller.stats.ready_seen, controller.stats.start_times)
         minimum = theoretical_minimum(args.nodes, args.install_seconds)
-        segments: dict[str, list[float]] = {"deleted->created": [], "created->bound": [],
+        segments: dict[str, list[float]] = {"deleted->removed": [], "removed->created": [],
+                                            "created->bound": [],
                                             "bound->running": [],
                                             "running->ready minus install": []}
         for stages in observer.stages.values():
@@ -234,7 +314,9 @@ def main() -> int:
             deleted = observer.deleted_on.get(str(node)) if node else None
             if deleted is None or stages["seen"] < deleted or "ready" not in stages:
                 continue
-            segments["deleted->created"].append(stages["seen"] - deleted)
+            removed = observer.removed_on.get(str(node), deleted)
+            segments["deleted->removed"].append(removed - deleted)
+            segments["removed->created"].append(stages["seen"] - removed)
             segments["created->bound"].append(stages.get("bound", stages["seen"]) - stages["seen"])
             if "running" in stages:
                 segments["bound->running"].append(stages["running"] - stages.get("bound", 0))
@@ -252,6 +334,9 @@ def main() -> int:
             "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
             "latency_samples": len(latencies),
             "step_first_wave_send_seconds": [round(b, 2) for b in bursts],
+            "refill_parts_p50_p99_ms": {
+                k: [round(percentile(v, 0.5) * 1000), round(percentile(v, 0.99) * 1000)]
+                for k, v in breakdown.items()},
             "controller_peak_rss_mib": round(rss_mib, 1),
             "controller_cpu_seconds": round(cpu, 1),
             "controller_cpu_share_of_rollout": round(cpu / wall, 3),
@@ -265,6 +350,10 @@ def main() -> int:
             "node_requests_p50_p99_ms": [
                 round(percentile(controller.stats.request_seconds, q) * 1000, 1)
                 for q in (0.5, 0.99)],
+            "apiserver_p50_p99_ms_bucket_bounds": {
+                " ".join(filter(None, key)): histogram_quantiles(server_before.get(key, {}),
+                                                                 buckets)
+                for key, buckets in server_after.items()},
             "controller_pass_p50_p99_ms": {
                 name: [round(percentile([p[i] for p in controller.stats.pass_seconds], q) * 1000, 1)
                        for q in (0.5, 0.99)]

@@ -229,9 +229,10 @@ def _serve(s: _Settings) -> int:
             if s.runs_sync else None)
     if s.runs_controller:
         from reconciler.controller.act import Target
-        from reconciler.controller.loop import RolloutController
+        from reconciler.controller.loop import RolloutController, prefer_responsiveness
         from reconciler.rollout.model import PlannerSettings
 
+        prefer_responsiveness()
         controller = RolloutController(
             api, Target(cluster_operator=o["cluster_operator"]),
             settings=PlannerSettings(ready_timeout=_ready_timeout(s, sync)),

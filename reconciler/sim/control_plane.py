@@ -228,7 +228,8 @@ class ControlPlane:
         self._launch("kube-controller-manager", supervised=True, args=[
             str(self.binaries.controller_manager),
             f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
-            "--controllers=*,-nodelifecycle",
+            "--controllers=daemonset,garbagecollector,namespace,podgc,serviceaccount,"
+            "clusterrole-aggregation,root-ca-cert-publisher",
             "--kube-api-qps=1000", "--kube-api-burst=2000",
             "--leader-elect=false", "--secure-port=0",
             "--address=127.0.0.1", f"--port={kcm_port}",
