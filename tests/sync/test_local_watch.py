@@ -35,6 +35,15 @@ def test_a_local_commit_is_applied_through_the_watch(
     sync = make_sync(str(work), fetch_interval=3600.0)
     wait_for(lambda: source_commit(kube) == seed, timeout=30,
              what="the seed applied")
+    # A snapshot is committed when the rollout's state changes, not for a new source commit
+    # alone; the seed's is the one this test can count on: it lands in the working copy's branch.
+    wait_for(lambda: "status(prod-a)" in git(work, "log", "-1", "--format=%s"), timeout=20,
+             what="the seed's status snapshot committed in the working copy",
+             observe=lambda: git(work, "log", "-3", "--format=%s"))
+    assert (work / "status/prod-a.yaml").exists()
+    snapshot_commit = git(work, "rev-parse", "HEAD")
+    git(work, "merge-base", "--is-ancestor", seed, snapshot_commit)  # on top of the seed
+    assert git(work, "status", "--porcelain") == ""
 
     (work / POLICY_PATH).write_text(policy(NEW, enable=False))
     time.sleep(1.0)
@@ -44,10 +53,4 @@ def test_a_local_commit_is_applied_through_the_watch(
     wait_for(lambda: source_commit(kube) == sha, timeout=10, what="the watched commit applied")
     assert driver(kube)["payload"]["version"] == NEW
     assert sync.repo.source.fetches < 10, "found by the watch, not by polling"
-    # the seed's snapshot may already be there: wait for one committed on top of this commit
-    wait_for(lambda: "status(prod-a)" in git(work, "log", "-1", "--format=%s"), timeout=20,
-             what="a status snapshot committed in the working copy after the person's commit",
-             observe=lambda: git(work, "log", "-3", "--format=%s"))
-    assert (work / "status/prod-a.yaml").exists()
-    git(work, "merge-base", "--is-ancestor", sha, "HEAD")  # fails unless on top of it
-    assert git(work, "status", "--porcelain") == ""
+    git(work, "merge-base", "--is-ancestor", snapshot_commit, "HEAD")

@@ -1,0 +1,85 @@
+"""A finished node's bookkeeping yields to pod deletions in flight, but never for long. Unit
+tests at our own seam: the controller is not started and its executor records calls."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s_client
+
+from reconciler.controller import loop
+from reconciler.controller.act import Target
+from reconciler.controller.loop import NodeIntent, RolloutController
+from reconciler.kube.api import KubeApi
+from reconciler.rollout.actions import Action, DeleteDriverPod, Uncordon
+
+
+class RecordingExecutor:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, list[Action]]] = []
+
+    def execute_node_actions(self, actions: list[Action], cluster_operator: Any) -> None:
+        self.calls.append((time.monotonic(), actions))
+
+
+@pytest.fixture
+def controller() -> RolloutController:
+    # never started: no watch runs and no request is sent
+    api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration()))
+    made = RolloutController(api, Target(cluster_operator="unused"))
+    made.executor = RecordingExecutor()  # type: ignore[assignment]
+    return made
+
+
+def _start_in_flight(controller: RolloutController, node: str) -> tuple[NodeIntent, Future[None]]:
+    """A pod deletion handed out and not answered yet, as ``_dispatch`` leaves it."""
+    intent = NodeIntent.of([DeleteDriverPod(node, f"driver-{node}")])
+    pending: Future[None] = Future()
+    with controller._wake:
+        controller._intents.setdefault(node, []).append(intent)
+        controller._in_flight.add(pending)
+        controller._starts_in_flight.add(pending)
+    return intent, pending
+
+
+def test_bookkeeping_waits_until_the_deletions_in_flight_landed(
+    controller: RolloutController,
+) -> None:
+    intent, pending = _start_in_flight(controller, "node-0002")
+    worker = threading.Thread(target=controller._bookkeep, args=([Uncordon("node-0001")], {}))
+    worker.start()
+    time.sleep(0.3)
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    assert executor.calls == [], "the uncordon went out while a deletion was in flight"
+
+    landed = time.monotonic()
+    pending.set_result(None)
+    controller._forget("node-0002", intent, pending, replan=False)
+    worker.join(2)
+    assert not worker.is_alive()
+    assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
+    assert executor.calls[0][0] >= landed
+    assert not controller._starts_in_flight
+
+
+def test_bookkeeping_waits_at_most_the_bound(controller: RolloutController,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop, "BOOKKEEPING_WAIT", 0.2)
+    _start_in_flight(controller, "node-0002")  # never answered
+    started = time.monotonic()
+    controller._bookkeep([Uncordon("node-0001")], {})
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
+    assert executor.calls[0][0] - started >= 0.2
+
+
+def test_bookkeeping_goes_at_once_when_no_deletion_is_in_flight(
+    controller: RolloutController,
+) -> None:
+    controller._bookkeep([Uncordon("node-0001")], {})
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
