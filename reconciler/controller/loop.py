@@ -454,8 +454,6 @@ class RolloutController(WatchDrivenWorker):
         if starts:
             self._node_written.pop(node, None)
             wall = time.time()
-
-        if starts:
             future = self._pool.submit(self.executor.execute_node_actions, group, co)
         else:
             future = self._bookkeeping.submit(self._bookkeep, group, co)
