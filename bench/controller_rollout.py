@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.controller.act import Target
@@ -203,29 +205,43 @@ SERVER_REQUESTS = (("PATCH", "nodes", ""), ("DELETE", "pods", ""), ("POST", "pod
 
 def server_histograms(api: KubeApi) -> dict[tuple[str, str, str], dict[float, float]]:
     """The API server's own request-duration histograms (cumulative counts per upper bound)."""
-    text = api.request("GET", "/metrics").get("message", "")
+    text = str(api.request("GET", "/metrics").get("message", ""))  # not JSON: kept as text
     found: dict[tuple[str, str, str], dict[float, float]] = {}
-    for line in str(text).splitlines():
-        if not line.startswith("apiserver_request_duration_seconds_bucket{"):
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request_duration_seconds":
             continue
-        labels_text, value = line[line.index("{") + 1:].rsplit("} ", 1)
-        labels = dict(part.split("=", 1) for part in labels_text.split(",") if "=" in part)
-        labels = {k: v.strip('"') for k, v in labels.items()}
-        key = (labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", ""))
-        if key in SERVER_REQUESTS:
-            bound = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
-            buckets = found.setdefault(key, {})
-            buckets[bound] = buckets.get(bound, 0.0) + float(value)
+        for sample in family.samples:
+            labels = sample.labels
+            key = (labels.get("verb", ""), labels.get("resource", ""),
+                   labels.get("subresource", ""))
+            if sample.name.endswith("_bucket") and key in SERVER_REQUESTS:
+                buckets = found.setdefault(key, {})
+                bound = float(labels["le"])  # "+Inf" parses as inf
+                buckets[bound] = buckets.get(bound, 0.0) + sample.value
     return found
 
 
 def histogram_quantiles(before: dict[float, float], after: dict[float, float],
-                        qs: tuple[float, ...] = (0.5, 0.99)) -> list[float]:
-    """Upper bucket bounds (ms) holding the quantiles of what happened between two scrapes."""
+                        qs: tuple[float, ...] = (0.5, 0.99)) -> list[int | str]:
+    """Upper bucket bounds (ms) holding the quantiles of what happened between two scrapes
+    (">N" past the last finite bound, "-" when nothing happened)."""
     counts = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
     total = counts[-1][1] if counts else 0.0
-    return [next((round(b * 1000) for b, c in counts if c >= q * total), -1) if total else -1
-            for q in qs]
+    finite = [bound for bound, _ in counts if math.isfinite(bound)]
+    found: list[int | str] = []
+    for q in qs:
+        bound = next((b for b, c in counts if c >= q * total), math.inf) if total else None
+        if bound is None:
+            found.append("-")
+        elif math.isfinite(bound):
+            found.append(round(bound * 1000))
+        else:
+            found.append(f">{round(max(finite, default=0) * 1000)}")
+    return found
+
+
+def p50_p99_ms(values: list[float]) -> list[int]:
+    return [round(percentile(values, 0.5) * 1000), round(percentile(values, 0.99) * 1000)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -334,18 +350,14 @@ def main() -> int:
             "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
             "latency_samples": len(latencies),
             "step_first_wave_send_seconds": [round(b, 2) for b in bursts],
-            "refill_parts_p50_p99_ms": {
-                k: [round(percentile(v, 0.5) * 1000), round(percentile(v, 0.99) * 1000)]
-                for k, v in breakdown.items()},
+            "refill_parts_p50_p99_ms": {k: p50_p99_ms(v) for k, v in breakdown.items()},
             "controller_peak_rss_mib": round(rss_mib, 1),
             "controller_cpu_seconds": round(cpu, 1),
             "controller_cpu_share_of_rollout": round(cpu / wall, 3),
             "api_requests": requests,
             "api_requests_per_node": round(requests / args.nodes, 2),
             "planner_passes": controller.stats.passes,
-            "pod_stages_p50_p99_ms": {
-                k: [round(percentile(v, 0.5) * 1000), round(percentile(v, 0.99) * 1000)]
-                for k, v in segments.items()},
+            "pod_stages_p50_p99_ms": {k: p50_p99_ms(v) for k, v in segments.items()},
             "status_writes": controller.stats.status_writes,
             "node_requests_p50_p99_ms": [
                 round(percentile(controller.stats.request_seconds, q) * 1000, 1)
