@@ -174,17 +174,20 @@ def refill_breakdown(refills: list[tuple[float, str]], ready_nodes: dict[float, 
                      deleted_on: dict[str, float], ready_seen: dict[str, float],
                      start_times: dict[str, tuple[float, float, float]]) -> dict[str, list[float]]:
     """Where a refill's time goes: Ready seen by the observer -> by the controller -> handed out
-    (planned) -> node cordoned and annotated -> pod deletion answered -> deletion seen (observer).
+    (planned) -> pod deletion answered -> deletion seen (observer). A refill of a node not
+    cordoned ahead also writes the node first: "handed out->node written" and "node
+    written->pod deleted" cover those refills only.
     """
     parts: dict[str, list[float]] = {"ready->controller saw it": [],
                                      "controller saw it->handed out": [],
+                                     "handed out->pod deleted": [],
                                      "handed out->node written": [],
                                      "node written->pod deleted": [],
                                      "pod deleted->deletion seen": []}
     for ready, node in refills:
         times = start_times.get(node)
         seen = deleted_on.get(node)
-        if times is None or seen is None or not times[1]:
+        if times is None or seen is None or not times[2]:
             continue
         handed_out, written, deleted = times
         saw = ready_seen.get(ready_nodes.get(ready, ""))
@@ -192,8 +195,10 @@ def refill_breakdown(refills: list[tuple[float, str]], ready_nodes: dict[float, 
             continue
         parts["ready->controller saw it"].append(saw - ready)
         parts["controller saw it->handed out"].append(handed_out - saw)
-        parts["handed out->node written"].append(written - handed_out)
-        parts["node written->pod deleted"].append(deleted - written)
+        parts["handed out->pod deleted"].append(deleted - handed_out)
+        if written:
+            parts["handed out->node written"].append(written - handed_out)
+            parts["node written->pod deleted"].append(deleted - written)
         parts["pod deleted->deletion seen"].append(seen - deleted)
     return parts
 
@@ -350,7 +355,12 @@ def main() -> int:
             "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
             "latency_samples": len(latencies),
             "step_first_wave_send_seconds": [round(b, 2) for b in bursts],
-            "refill_parts_p50_p99_ms": {k: p50_p99_ms(v) for k, v in breakdown.items()},
+            "refill_parts_p50_p99_ms": {k: p50_p99_ms(v) for k, v in breakdown.items() if v},
+            # refills that were the pod deletion alone (the node cordoned ahead)
+            "refills_cordoned_ahead": "{}/{}".format(
+                len(breakdown["handed out->pod deleted"])
+                - len(breakdown["node written->pod deleted"]),
+                len(breakdown["handed out->pod deleted"])),
             "controller_peak_rss_mib": round(rss_mib, 1),
             "controller_cpu_seconds": round(cpu, 1),
             "controller_cpu_share_of_rollout": round(cpu / wall, 3),

@@ -78,6 +78,11 @@ class _Daemon:
 @click.option("--ready-timeout", envvar=f"{ENV}READY_TIMEOUT", default=None,
               help="How long a new driver pod may take to become Ready before it counts as "
                    "failed [reconciler.yaml rollout.readyTimeout; 10m].")
+@click.option("--cordon-ahead/--no-cordon-ahead", "cordon_ahead", envvar=f"{ENV}CORDON_AHEAD",
+              default=True, show_default=True,
+              help="Cordon the nodes next in line (at most a wave; into the next step only "
+                   "when it follows without a pause or gate) while the nodes before them "
+                   "upgrade, so a freed slot is refilled by the pod deletion alone.")
 @click.option("--repo-config", envvar=f"{ENV}REPO_CONFIG", default=None,
               type=click.Path(exists=True, dir_okay=False),
               help="With --role controller (no repository): a reconciler.yaml whose rollout and "
@@ -235,7 +240,8 @@ def _serve(s: _Settings) -> int:
         prefer_responsiveness()
         controller = RolloutController(
             api, Target(cluster_operator=o["cluster_operator"]),
-            settings=PlannerSettings(ready_timeout=_ready_timeout(s, sync)),
+            settings=PlannerSettings(ready_timeout=_ready_timeout(s, sync),
+                                     cordon_ahead=bool(o["cordon_ahead"])),
             is_leader=leader.is_leader,
         )
         controller.start()

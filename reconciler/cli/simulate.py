@@ -252,6 +252,10 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
               help="Bound on virtual time, seconds.")
 @click.option("--ready-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0,
               show_default=True, help="readyTimeout of the reconciler, seconds.")
+@click.option("--cordon-ahead/--no-cordon-ahead", "cordon_ahead", default=True,
+              show_default=True,
+              help="Cordon the nodes next in line ahead of their start, as `reconciler run` "
+                   "does.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 def simulate(
@@ -263,6 +267,7 @@ def simulate(
     auto_confirm: float | None,
     until: float,
     ready_timeout: float,
+    cordon_ahead: bool,
     fmt: str,
 ) -> None:
     """Simulate the rollout POLICY_FILE asks for on a virtual fleet (no cluster)."""
@@ -283,7 +288,7 @@ def simulate(
         auto_confirm=auto_confirm,
         until=until,
         faults=faults,
-        settings=PlannerSettings(ready_timeout=ready_timeout),
+        settings=PlannerSettings(ready_timeout=ready_timeout, cordon_ahead=cordon_ahead),
     )
     result = run_simulation(driver, config)
     if fmt == "json":

@@ -76,8 +76,9 @@ class ControllerStats:
     pass_seconds: list[tuple[float, float, float]] = field(default_factory=list)
     #: the last 5,000 nodes' requests: seconds from handing them out to their landing
     request_seconds: list[float] = field(default_factory=list)
-    #: node -> wall-clock times of its last start: handed out, node written, pod deleted (for
-    #: the benchmark's breakdown of where a refill's time goes)
+    #: node -> wall-clock times of its last start: handed out, node written before the deletion
+    #: (0: cordoned ahead, nothing written first), pod deleted (for the benchmark's breakdown
+    #: of where a refill's time goes)
     start_times: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     #: node -> wall-clock time its driver pod was last seen turning Ready
     ready_seen: dict[str, float] = field(default_factory=dict)
@@ -176,6 +177,11 @@ class RolloutController(WatchDrivenWorker):
         self._starts_idle = threading.Condition(self._lock)
         self._failure_backoff: dict[str, float] = {}
         self._node_written: dict[str, float] = {}  # node -> when our last write to it landed
+        self._pod_deleted: dict[str, float] = {}  # node -> when our last pod deletion landed
+        # node -> its newest requests handed out: a node's later requests run after them
+        self._node_requests: dict[str, Future[None]] = {}
+        # nodes whose bookkeeping a start waits for: it goes without yielding
+        self._awaited: set[str] = set()
         # the newest status planned and not yet written (None: the cache's is the newest), and
         # the written status that plan descends from (a conflict keeps the plan only if the
         # server still has that one: nobody else wrote the status meanwhile)
@@ -337,6 +343,9 @@ class RolloutController(WatchDrivenWorker):
             handler("MODIFIED", obj, touch=False)
         if kind == "node":
             self._node_written[str(obj["metadata"]["name"])] = time.time()
+        elif kind == "pod":
+            node = str((obj.get("spec") or {}).get("nodeName") or "")
+            self._pod_deleted[node] = time.time()
 
     def _index_own_write(self, cluster_operator: JSON) -> None:
         self._on_cluster_operator("MODIFIED", cluster_operator, touch=False)
@@ -443,41 +452,66 @@ class RolloutController(WatchDrivenWorker):
         flush()
         return True
 
-    def _dispatch(self, node: str, group: list[Action], co: JSON, *, starts: bool) -> None:
+    def _dispatch(self, node: str, group: list[Action], co: JSON, *,
+                  starts: bool) -> Future[None]:
         """Hands one node's actions to the pool; its intent is in the index before this
-        returns."""
+        returns. They run after the node's earlier requests (a start right after the node's
+        cordon ahead waits for the cordon), and not at all if those failed."""
         intent = NodeIntent.of(group)
         with self._wake:
             self._intents.setdefault(node, []).append(intent)
             self._refresh_node(node)
+            earlier = self._node_requests.get(node)
+            if earlier is not None and earlier.done() and earlier.exception() is None:
+                earlier = None  # landed; a failed one counts until it is forgotten
+            if earlier is not None and starts:
+                self._awaited.add(node)
+                self._starts_idle.notify_all()
         handed_out = time.perf_counter()
         if starts:
             self._node_written.pop(node, None)
+            self._pod_deleted.pop(node, None)
             wall = time.time()
-            future = self._pool.submit(self.executor.execute_node_actions, group, co)
+            future = self._pool.submit(self._after, earlier, self.executor.execute_node_actions,
+                                       group, co)
         else:
-            future = self._bookkeeping.submit(self._bookkeep, group, co)
+            future = self._bookkeeping.submit(self._after, earlier, self._bookkeep, node, group,
+                                              co)
         with self._wake:
             self._in_flight.add(future)
+            self._node_requests[node] = future
             if starts:
                 self._starts_in_flight.add(future)
         future.add_done_callback(lambda done: self._landed(node, intent, done, handed_out))
         if starts:
             future.add_done_callback(lambda _: self._record_start(node, wall))
+        return future
 
-    def _bookkeep(self, group: list[Action], co: JSON) -> None:
-        """A finished node's bookkeeping (uncordon, annotations) waits, up to a second, while
-        pod deletions are on their way: in a burst of freed slots the API server answers the
-        refills first. The planner already counts the node as uncordoned (its intent)."""
+    @staticmethod
+    def _after(earlier: Future[None] | None, run: Callable[..., None], *args: object) -> None:
+        if earlier is not None:
+            earlier.result()  # raises what it raised: this node is planned again instead
+        run(*args)
+
+    def _bookkeep(self, node: str, group: list[Action], co: JSON) -> None:
+        """A finished node's bookkeeping (uncordon, annotations) and a cordon ahead wait, up to
+        a second, while pod deletions are on their way: in a burst of freed slots the API server
+        answers the refills first. The planner already counts what they write (their intent).
+        A start waiting for this node's request ends the wait."""
         with self._starts_idle:
             self._starts_idle.wait_for(
-                lambda: not self._starts_in_flight or self._stop.is_set(), BOOKKEEPING_WAIT)
+                lambda: not self._starts_in_flight or node in self._awaited
+                or self._stop.is_set(), BOOKKEEPING_WAIT)
+            self._awaited.discard(node)
         self.executor.execute_node_actions(group, co)
 
     def _record_start(self, node: str, handed_out: float) -> None:
         with self._lock:
-            self.stats.start_times[node] = (handed_out, self._node_written.get(node, 0.0),
-                                            time.time())
+            deleted = self._pod_deleted.get(node, 0.0)
+            written = self._node_written.get(node, 0.0)
+            # a node cordoned ahead is written after its deletion (the record), not before
+            self.stats.start_times[node] = (handed_out, written if written <= deleted else 0.0,
+                                            deleted)
 
     def _landed(self, node: str, intent: NodeIntent, done: Future[None],
                 handed_out: float) -> None:
@@ -517,6 +551,8 @@ class RolloutController(WatchDrivenWorker):
                 self._starts_in_flight.discard(done)
                 if not self._starts_in_flight:
                     self._starts_idle.notify_all()
+            if self._node_requests.get(node) is done:
+                del self._node_requests[node]
             intents = self._intents.get(node, [])
             if intent in intents:
                 intents.remove(intent)

@@ -30,6 +30,9 @@ ANN_FAILURE_REASON = ANNOTATION_PREFIX + "failure-reason"
 
 # Values of ANN_STATE. Each is meaningful only together with ANN_TARGET.
 STATE_UPGRADING = "upgrading"  # old pod deleted for the target revision, new pod not yet Ready
+#: cordoned ahead of its start: the next to start for the target, old pod not deleted yet (a
+#: freed slot is then refilled by the pod deletion alone; see PlannerSettings.cordon_ahead)
+STATE_CORDONED = "cordoned"
 STATE_FAILED = "failed"  # the attempt failed; waits for a retry, a person or a rollback
 STATE_DONE = "done"  # Ready on the target revision, schedulability restored
 
@@ -100,6 +103,10 @@ class PlannerSettings:
     retry_backoff_max: float = 300.0  # the back-off doubles per attempt up to this
     #: nodes named in a status message before "and N more"
     message_node_limit: int = 5
+    #: cordon (and record) the nodes next in line, at most maxParallel of them and never past
+    #: the current step, while the nodes before them upgrade: a freed slot is then refilled by
+    #: the pod deletion alone, and no new GPU job lands on a node about to go offline
+    cordon_ahead: bool = True
 
     def backoff(self, attempt: int) -> float:
         """Back-off after the ``attempt``-th failed attempt (1-based)."""

@@ -39,6 +39,7 @@ from reconciler.rollout.model import (
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
+    STATE_CORDONED,
     STATE_DONE,
     STATE_FAILED,
     STATE_UPGRADING,
@@ -112,6 +113,8 @@ class _Planner:
         self.unavailable = 0
         self.again = False
         self.total = len(snapshot.nodes)
+        #: nodes cordoned ahead that stay so (every other one is released)
+        self.keep_cordoned: frozenset[str] = frozenset()
 
     # ----------------------------------------------------------------------------- entry
 
@@ -151,6 +154,13 @@ class _Planner:
 
     def _idle(self) -> None:
         snap = self.snap
+        # nothing starts while idle: no node stays cordoned ahead (left over from a rollout
+        # whose status someone reset, or a crash)
+        self._release([
+            n for n in snap.nodes.values()
+            if n.annotations.get(ANN_STATE) == STATE_CORDONED
+            and (n.pod is None or not n.pod.deleting)
+        ])
         desired = Payload.from_spec(snap.payload)
         idle_phase = st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED
         applied = (self.status.get("lastAppliedSpec") or {}).get("payload")
@@ -283,13 +293,7 @@ class _Planner:
     def _move(self, node: RolloutNode, target: str, attempt: int) -> None:
         """Record the move, cordon, delete the old pod, in that order."""
         assert node.pod is not None
-        ann = node.annotations
-        if ann.get(ANN_STATE) in (STATE_UPGRADING, STATE_FAILED) and ann.get(
-            ANN_WAS_UNSCHEDULABLE
-        ) in ("true", "false"):
-            was = str(ann[ANN_WAS_UNSCHEDULABLE])  # the cordon is ours already
-        else:
-            was = "true" if node.unschedulable else "false"
+        was = self._was_unschedulable(node)
         self.actions.append(
             AnnotateNode(
                 node.name,
@@ -308,6 +312,75 @@ class _Planner:
             self.actions.append(Cordon(node.name))
         self.actions.append(DeleteDriverPod(node.name, node.pod.name))
         self.requeue.append(self.now + self.settings.ready_timeout)
+
+    @staticmethod
+    def _was_unschedulable(node: RolloutNode) -> str:
+        ann = node.annotations
+        if ann.get(ANN_STATE) in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED) and ann.get(
+            ANN_WAS_UNSCHEDULABLE
+        ) in ("true", "false"):
+            return str(ann[ANN_WAS_UNSCHEDULABLE])  # the cordon is ours already
+        return "true" if node.unschedulable else "false"
+
+    def _cordon_ahead(self, node: RolloutNode, target: str) -> None:
+        """Record and cordon a node next in line; its start is then the pod deletion alone."""
+        self.actions.append(
+            AnnotateNode(
+                node.name,
+                {
+                    ANN_STATE: STATE_CORDONED,
+                    ANN_TARGET: target,
+                    ANN_WAS_UNSCHEDULABLE: self._was_unschedulable(node),
+                    ANN_ATTEMPT: "1",
+                    ANN_DELETED_AT: None,
+                    ANN_FAILED_AT: None,
+                    ANN_FAILURE_REASON: None,
+                },
+            )
+        )
+        if not node.unschedulable:
+            self.actions.append(Cordon(node.name))
+
+    def _start_cordoned(self, node: RolloutNode, target: str) -> None:
+        """Start a node cordoned ahead: the deletion first, its record after. The record of the
+        cordon already names the node and the target, so a restart that finds the old pod
+        gone knows the deletion was ours (scan: ``unrecorded``)."""
+        if not node.unschedulable:  # someone uncordoned it meanwhile: the full sequence
+            self._move(node, target, 1)
+            return
+        assert node.pod is not None
+        self.actions.append(DeleteDriverPod(node.name, node.pod.name))
+        self.actions.append(
+            AnnotateNode(node.name, {ANN_STATE: STATE_UPGRADING, ANN_DELETED_AT: self.now_text})
+        )
+        self.requeue.append(self.now + self.settings.ready_timeout)
+
+    def _record_deletions(self, nodes: list[RolloutNode]) -> None:
+        """Deletions of nodes cordoned ahead whose record never landed: readyTimeout runs from
+        now (a little later than the deletion; it is only ever late by a restart)."""
+        for node in nodes:
+            self.actions.append(
+                AnnotateNode(
+                    node.name, {ANN_STATE: STATE_UPGRADING, ANN_DELETED_AT: self.now_text}
+                )
+            )
+
+    def _release(self, nodes: list[RolloutNode], keep: frozenset[str] = frozenset()) -> None:
+        """Nodes cordoned ahead that will not start now (paused, the step changed, a rollback):
+        give back our cordon first, then drop the record (a crash in between leaves a record
+        the next plan releases again, never a cordon nobody owns)."""
+        for node in nodes:
+            if node.name in keep:
+                continue
+            if node.unschedulable and node.annotations.get(ANN_WAS_UNSCHEDULABLE) == "false":
+                self.actions.append(Uncordon(node.name))
+            self.actions.append(
+                AnnotateNode(
+                    node.name,
+                    {ANN_STATE: None, ANN_TARGET: None, ANN_WAS_UNSCHEDULABLE: None,
+                     ANN_ATTEMPT: None},
+                )
+            )
 
     def _redo(self, nodes: list[RolloutNode]) -> None:
         """A recorded move whose cordon or delete never happened (crash after annotating)."""
@@ -348,28 +421,41 @@ class _Planner:
             started += 1
         return started
 
-    def _fresh_starts(self, candidates: list[RolloutNode], target: str, count: int) -> int:
-        """Start up to ``count`` untouched nodes in rollout order; busy nodes wait."""
-        if count <= 0:
-            return 0
+    def _fresh_starts(
+        self, candidates: list[RolloutNode], target: str, count: int, ahead: int
+    ) -> tuple[int, frozenset[str]]:
+        """Start up to ``count`` nodes not started yet, in rollout order, and cordon the next
+        ``ahead`` ones; busy nodes wait. Returns how many started and the nodes cordoned ahead
+        (kept or new)."""
         started = 0
+        kept: set[str] = set()
         blocked: list[str] = []
         limit = self.settings.message_node_limit
         ordered = sorted(candidates, key=self._order)
         for node in ordered:
-            if started >= count:
+            if started >= count and len(kept) >= ahead:
                 break
             if not node.ready:
                 continue
             if node.workloads:
-                if len(blocked) < limit:
+                if started < count and len(blocked) < limit:
                     blocked.append(f"{node.name} ({', '.join(node.workloads)})")
                 continue
-            self._move(node, target, 1)
-            started += 1
+            cordoned = (node.annotations.get(ANN_STATE) == STATE_CORDONED
+                        and node.annotations.get(ANN_TARGET) == target)
+            if started < count:
+                if cordoned:
+                    self._start_cordoned(node, target)
+                else:
+                    self._move(node, target, 1)
+                started += 1
+                continue
+            kept.add(node.name)
+            if not cordoned:
+                self._cordon_ahead(node, target)
         if blocked:
             self.inner["message"] = "waiting for GPU workloads to finish: " + "; ".join(blocked)
-        return started
+        return started, frozenset(kept)
 
     # ----------------------------------------------------------------------------- progressing
 
@@ -422,10 +508,18 @@ class _Planner:
             if not node.unschedulable:
                 self.actions.append(Cordon(node.name))
         self._redo(scan.redo)
+        self._record_deletions(scan.unrecorded)
         self.requeue.extend(scan.deadlines)
         self.unavailable = scan.unavailable
         self.in_flight = scan.in_flight
         self._steps(scan, revision)
+        # a rollback releases them itself; a step just begun (``again``) starts them next
+        if self.status["phase"] == st.PHASE_PROGRESSING and not self.again:
+            started = {a.node for a in self.actions if isinstance(a, DeleteDriverPod)}
+            self._release(
+                [n for n in scan.cordoned + scan.stale_cordoned if n.name not in started],
+                self.keep_cordoned,
+            )
 
     def _threshold_reached(self) -> bool:
         epoch = self._epoch() + "|"
@@ -529,16 +623,28 @@ class _Planner:
             inner["message"] = inner["message"] or "paused: spec.driver.upgradePolicy.pause"
             return
         inner["currentStepState"] = st.STEP_UPGRADE
-        self._start_nodes(scan, revision, target, batch)
+        next_wave = 0
+        if steps[index - 1].pause_ms == 0 and index < len(steps):
+            # the next step begins the moment this one is done: its first wave may wait
+            # cordoned too, so that step starts with deletions alone
+            next_batch = max(targets[index] - max(targets[:index]), 0)
+            next_wave = min(policy.batch_max_parallel(next_batch), next_batch)
+        self._start_nodes(scan, revision, target, batch, next_wave)
         return
 
     def _gate_confirmed(self) -> bool:
         gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}
         return gate.get("reason") == GATE_CONFIRMED_PENDING
 
-    def _start_nodes(self, scan: NodeScan, revision: str, target: int, batch: int) -> None:
+    def _start_nodes(
+        self, scan: NodeScan, revision: str, target: int, batch: int, next_wave: int
+    ) -> None:
+        """Start what the slots and maxUnavailable allow; cordon ahead the nodes next in line:
+        up to maxParallel of this step's, or once all of this step's nodes are started, the
+        next step's first wave (``next_wave``: 0 when a pause or a gate comes first)."""
         policy = self.policy
-        slots = policy.batch_max_parallel(batch) - scan.in_flight
+        parallel = policy.batch_max_parallel(batch)
+        slots = parallel - scan.in_flight
         retried = self._retries(scan.failed, revision, slots) if slots > 0 else 0
         slots -= retried
         occupied = (
@@ -546,18 +652,27 @@ class _Planner:
             + scan.joiners_pending
         )
         need = target - occupied
+        count = min(max(need, 0), max(slots, 0))
+        ahead = 0
+        if self.settings.cordon_ahead:
+            ahead = min(need - count, parallel) if need > count else next_wave
         fresh = 0
-        if need > 0 and slots > 0:
+        if count or ahead:
             max_unavailable = policy.resolved_max_unavailable(self.total)
             # a retried node is in flight now, and in-flight nodes are not unavailable
             unavailable = scan.unavailable - retried
             if unavailable <= max_unavailable:
-                fresh = self._fresh_starts(scan.untouched, revision, min(need, slots))
-            else:
-                self.inner["message"] = (
-                    f"{unavailable} rollout nodes unavailable (maxUnavailable "
-                    f"{max_unavailable}): no new node starts"
+                fresh, self.keep_cordoned = self._fresh_starts(
+                    scan.cordoned + scan.untouched, revision, count, ahead
                 )
+            else:
+                # the nodes next in line stay cordoned (no churn while availability flickers)
+                self.keep_cordoned = frozenset(n.name for n in scan.cordoned)
+                if need > 0:
+                    self.inner["message"] = (
+                        f"{unavailable} rollout nodes unavailable (maxUnavailable "
+                        f"{max_unavailable}): no new node starts"
+                    )
         self.in_flight = scan.in_flight + retried + fresh
 
     def _advance(self, index: int, revision: str) -> bool:
@@ -666,6 +781,7 @@ class _Planner:
             if not node.unschedulable:
                 self.actions.append(Cordon(node.name))
         self._redo(scan.redo)
+        self._release(scan.stale_cordoned)
         self.requeue.extend(scan.deadlines)
         self.unavailable = scan.unavailable
         for node in scan.convert:  # in flight to the new revision: turn around, same slot

@@ -17,6 +17,7 @@ from reconciler.rollout.model import (
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
     FAILURE_REASONS,
+    STATE_CORDONED,
     STATE_FAILED,
     STATE_UPGRADING,
     RolloutNode,
@@ -45,6 +46,13 @@ class NodeScan:
     failed_other: list[RolloutNode] = field(default_factory=list)  # rollback: failed upgrades
     convert: list[RolloutNode] = field(default_factory=list)  # rollback: in-flight upgrades
     redo: list[RolloutNode] = field(default_factory=list)  # recorded move, pod not deleted yet
+    #: cordoned ahead for the target, old pod still there: the first candidates to start
+    cordoned: list[RolloutNode] = field(default_factory=list)
+    #: cordoned ahead for another revision (or during a rollback), old pod still there
+    stale_cordoned: list[RolloutNode] = field(default_factory=list)
+    #: cordoned ahead and its old pod deleted, the deletion's record not written yet (the
+    #: controller stopped in between): in flight; the planner records it
+    unrecorded: list[RolloutNode] = field(default_factory=list)
     epoch_failures: int = 0
     ready_other: int = 0  # rollback: still Ready on the revision being rolled back
     deadlines: list[float] = field(default_factory=list)
@@ -70,15 +78,31 @@ def scan_nodes(
     for node in nodes:
         ann = node.annotations
         recorded = ann.get(ANN_STATE)
-        state = recorded if ann.get(ANN_TARGET) == target else None
         pod = node.pod
+        waiting = unrecorded = False
+        if recorded == STATE_CORDONED:
+            ahead_of = ann.get(ANN_TARGET)
+            if pod is not None and not pod.deleting and pod.revision != ahead_of:
+                if ahead_of == target and not rollback_from:
+                    scan.cordoned.append(node)
+                    waiting = True
+                else:
+                    scan.stale_cordoned.append(node)
+            else:
+                # only we delete the pod of a node cordoned ahead: a deletion whose record
+                # (written after it, off the refill's path) has not landed
+                recorded = STATE_UPGRADING
+                unrecorded = True
+        state = recorded if ann.get(ANN_TARGET) == target else None
         on_target = pod is not None and pod.revision == target and not pod.deleting
         ready_target = on_target and pod is not None and pod.ready
         failures = ann.get(ANN_FAILURES)
         if failures and failures.startswith(epoch):
             scan.epoch_failures += st.int_or(failures[len(epoch) :], 1)
         in_flight = False
-        if state == STATE_UPGRADING:
+        if waiting:
+            pass
+        elif state == STATE_UPGRADING:
             if ready_target:
                 scan.completed.append(node)
             elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
@@ -90,6 +114,8 @@ def scan_nodes(
                 else:
                     in_flight = True
                     scan.deadlines.append(deleted_at + timeout)
+                    if unrecorded:
+                        scan.unrecorded.append(node)
                     if (
                         pod is not None
                         and pod.revision != target
@@ -134,7 +160,7 @@ def scan_nodes(
             scan.in_flight += 1
         else:
             by_us = (
-                recorded in (STATE_UPGRADING, STATE_FAILED)
+                recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
                 and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"
             )
             if (

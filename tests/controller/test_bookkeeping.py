@@ -14,15 +14,26 @@ from kubernetes import client as k8s_client
 from reconciler.controller import loop
 from reconciler.controller.act import Target
 from reconciler.controller.loop import NodeIntent, RolloutController
-from reconciler.kube.api import KubeApi
-from reconciler.rollout.actions import Action, DeleteDriverPod, Uncordon
+from reconciler.kube.api import KubeApi, KubeError
+from reconciler.rollout.actions import (
+    Action,
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    Uncordon,
+)
+from reconciler.rollout.model import ANN_STATE
 
 
 class RecordingExecutor:
     def __init__(self) -> None:
         self.calls: list[tuple[float, list[Action]]] = []
+        self.failing: set[str] = set()  # nodes whose requests fail
 
     def execute_node_actions(self, actions: list[Action], cluster_operator: Any) -> None:
+        node = getattr(actions[0], "node", "")
+        if node in self.failing:
+            raise KubeError(422, "Invalid", f"{node}: refused", method="PATCH", path=node)
         self.calls.append((time.monotonic(), actions))
 
 
@@ -50,7 +61,8 @@ def test_bookkeeping_waits_until_the_deletions_in_flight_landed(
     controller: RolloutController,
 ) -> None:
     intent, pending = _start_in_flight(controller, "node-0002")
-    worker = threading.Thread(target=controller._bookkeep, args=([Uncordon("node-0001")], {}))
+    worker = threading.Thread(target=controller._bookkeep,
+                              args=("node-0001", [Uncordon("node-0001")], {}))
     worker.start()
     time.sleep(0.3)
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
@@ -71,7 +83,7 @@ def test_bookkeeping_waits_at_most_the_bound(controller: RolloutController,
     monkeypatch.setattr(loop, "BOOKKEEPING_WAIT", 0.2)
     _start_in_flight(controller, "node-0002")  # never answered
     started = time.monotonic()
-    controller._bookkeep([Uncordon("node-0001")], {})
+    controller._bookkeep("node-0001", [Uncordon("node-0001")], {})
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
     assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
     assert executor.calls[0][0] - started >= 0.2
@@ -80,6 +92,50 @@ def test_bookkeeping_waits_at_most_the_bound(controller: RolloutController,
 def test_bookkeeping_goes_at_once_when_no_deletion_is_in_flight(
     controller: RolloutController,
 ) -> None:
-    controller._bookkeep([Uncordon("node-0001")], {})
+    controller._bookkeep("node-0001", [Uncordon("node-0001")], {})
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
     assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
+
+
+CORDON_AHEAD: list[Action] = [AnnotateNode("node-0003", {ANN_STATE: "cordoned"}),
+                              Cordon("node-0003")]
+START: list[Action] = [DeleteDriverPod("node-0003", "driver-node-0003"),
+                       AnnotateNode("node-0003", {ANN_STATE: "upgrading"})]
+
+
+def test_a_start_runs_after_the_nodes_cordon_ahead_which_then_stops_yielding(
+    controller: RolloutController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the cordon ahead would yield for 60 s to another node's deletion that is never answered;
+    # the start that needs it ends that wait, and goes after it
+    monkeypatch.setattr(loop, "BOOKKEEPING_WAIT", 60.0)
+    _start_in_flight(controller, "node-0002")
+    try:
+        controller._dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
+        start = controller._dispatch("node-0003", START, {}, starts=True)
+        start.result(timeout=10)
+        executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+        assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, START]
+    finally:
+        controller._stop.set()
+        controller.stop()
+
+
+def test_a_start_does_not_run_when_the_nodes_cordon_ahead_failed(
+    controller: RolloutController,
+) -> None:
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    executor.failing.add("node-0003")
+    controller._failure_backoff["node-0003"] = 30.0  # its intent is kept 10 s after failing
+    try:
+        cordon = controller._dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
+        with pytest.raises(KubeError):
+            cordon.result(timeout=10)
+        executor.failing.clear()  # only the cordon ahead failed; the start alone would succeed
+        start = controller._dispatch("node-0003", START, {}, starts=True)
+        with pytest.raises(KubeError):
+            start.result(timeout=10)
+        assert executor.calls == []  # no pod deleted on a node whose cordon did not land
+    finally:
+        controller._stop.set()
+        controller.stop()

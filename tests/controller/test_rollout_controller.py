@@ -11,7 +11,7 @@ from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import CLUSTER_OPERATOR_NAME
-from reconciler.rollout.model import PlannerSettings
+from reconciler.rollout.model import ANN_STATE, PlannerSettings
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
@@ -292,3 +292,50 @@ def test_no_rollout_starts_while_a_firmware_upgrade_runs(
     kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "Completed"}}})
     _wait_state(kube, timeout=60, phase="Idling", currentStepState="Completed")
     assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
+
+
+def _node_states(kube: KubeApi, names: list[str]) -> dict[str, tuple[str | None, bool]]:
+    """node -> (our upgrade-state annotation, unschedulable)."""
+    states = {}
+    for name in names:
+        node = kube.get(f"/api/v1/nodes/{name}")
+        annotations = node["metadata"].get("annotations") or {}
+        states[name] = (annotations.get(ANN_STATE), bool(node["spec"].get("unschedulable")))
+    return states
+
+
+def test_nodes_next_in_line_are_cordoned_ahead_and_released_while_paused(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+) -> None:
+    fleet = fleet_factory(nodes=6, install_seconds=6)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 6, timeout=60, what="6 Ready pods")
+    names = fleet.node_names
+    observer = InvariantObserver(kube, max_parallel=2, max_unavailable=0).start()
+    try:
+        start_rollout(kube, NEW, _policy(maxParallel=2,
+                                         upgradeSteps=[{"replicas": "100%", "pauseDuration": 0}]))
+        # two upgrading, the next two cordoned ahead (their old pods untouched), two untouched
+        ahead = {
+            "node-0001": ("upgrading", True), "node-0002": ("upgrading", True),
+            "node-0003": ("cordoned", True), "node-0004": ("cordoned", True),
+            "node-0005": (None, False), "node-0006": (None, False),
+        }
+        wait_for(lambda: _node_states(kube, names) == ahead, timeout=30,
+                 what="two nodes upgrading and two cordoned ahead",
+                 observe=lambda: _node_states(kube, names))
+        assert set(observer.deletions) == {"node-0001", "node-0002"}
+        # paused: nothing will start, so the nodes cordoned ahead are given back at once
+        person_patch(kube, {"upgradePolicy": {"pause": True}})
+        wait_for(lambda: all(_node_states(kube, names)[n] == (None, False)
+                             for n in ("node-0003", "node-0004")),
+                 timeout=30, what="the nodes cordoned ahead released",
+                 observe=lambda: _node_states(kube, names))
+        assert set(observer.deletions) <= {"node-0001", "node-0002"}
+        person_patch(kube, {"upgradePolicy": {"pause": False}})
+        _wait_state(kube, timeout=90, phase="Idling", currentStepState="Completed")
+    finally:
+        observer.stop()
+    assert observer.violations == []
+    assert sorted(observer.deletions) == names
+    assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
+    assert _node_states(kube, names) == {name: ("done", False) for name in names}

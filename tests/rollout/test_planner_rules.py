@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from reconciler.rollout.actions import (
+    AnnotateNode,
     Cordon,
+    DeleteDriverPod,
     RecordEvent,
     RestorePayload,
     SetDaemonSetImage,
@@ -12,10 +14,12 @@ from reconciler.rollout.actions import (
 )
 from reconciler.rollout.model import (
     ANN_ATTEMPT,
+    ANN_DELETED_AT,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
     CANARY_LABEL,
+    STATE_CORDONED,
     DriverPod,
     PlannerSettings,
     RolloutNode,
@@ -236,7 +240,9 @@ def test_pause_true_stops_new_starts_but_in_flight_nodes_finish() -> None:
     assert w.inner["currentStepState"] == "StepPaused"
     assert w.status["phase"] == "Progressing" and w.status["upgrading"] is True
     assert w.inner["totalUpgradeReadyReplicas"] == 2
-    assert of_type(result, Uncordon) == [Uncordon("node-0001"), Uncordon("node-0002")]
+    # the finished nodes, then the two cordoned ahead: nothing starts while paused
+    assert of_type(result, Uncordon) == [Uncordon(f"node-000{i}") for i in (1, 2, 3, 4)]
+    assert all(not n.unschedulable for n in w.nodes.values())
     w.policy_raw["pause"] = False
     assert deletions(w.plan(61)) == ["node-0003", "node-0004"]
 
@@ -336,6 +342,166 @@ def test_node_joining_takes_the_template_and_counts_without_a_slot() -> None:
     result = w.plan(61)
     assert deletions(result) == ["node-0002"]
     assert w.inner["totalUpgradeReadyReplicas"] == 2
+
+
+# --------------------------------------------------------------------------- cordon ahead
+
+
+def cordoned(w: World) -> list[str]:
+    return [n.name for n in w.nodes.values()
+            if n.annotations.get(ANN_STATE) == STATE_CORDONED and n.unschedulable]
+
+
+def test_nodes_next_in_line_are_cordoned_ahead_and_refilled_by_the_deletion_alone() -> None:
+    w = World(6, policy(maxParallel=2))
+    start = w.settle(0)
+    assert deletions(start) == ["node-0001", "node-0002"]
+    # at most maxParallel ahead, in rollout order, recorded for the target, old pod untouched
+    assert cordoned(w) == ["node-0003", "node-0004"]
+    assert w.annotation("node-0003", ANN_TARGET) == NEW_REV
+    assert w.annotation("node-0003", ANN_WAS_UNSCHEDULABLE) == "false"
+    assert w.on(OLD_REV) == ["node-0003", "node-0004", "node-0005", "node-0006"]
+    assert start.in_flight == 2  # a node cordoned ahead is not in flight
+    w.ready("node-0001")
+    refill = w.plan(60)
+    ours = [a for a in refill.actions if getattr(a, "node", None) == "node-0003"]
+    # the deletion first; its record after it; no cordon (it is ours already)
+    assert ours == [DeleteDriverPod("node-0003", "drv-node-0003-0"),
+                    AnnotateNode("node-0003", {ANN_STATE: "upgrading",
+                                               ANN_DELETED_AT: format_time(EPOCH + 60)})]
+    assert cordoned(w) == ["node-0004", "node-0005"]
+    for t in (120, 180, 240):
+        w.ready_all_in_flight()
+        w.plan(t)
+    assert w.status["phase"] == "Idling"
+    assert all(not n.unschedulable for n in w.nodes.values())
+    assert all(n.annotations.get(ANN_STATE) == "done" for n in w.nodes.values())
+    assert sorted(w.deleted) == [(n, NEW_REV) for n in w.nodes]
+
+
+def test_cordon_ahead_never_reaches_past_the_current_step() -> None:
+    w = World(6, policy(upgradeSteps=steps((2, None), ("100%", 0)), maxParallel=1))
+    assert deletions(w.settle(0)) == ["node-0001"]
+    assert cordoned(w) == ["node-0002"]  # the step adds 2 nodes: one starts, one waits
+    # (and a gate follows: the next step's nodes are not cordoned ahead)
+    w.ready("node-0001")
+    w.plan(60)
+    assert cordoned(w) == []
+    w.ready("node-0002")
+    w.plan(120)  # step 1 done: the gate opens with no node of step 2 cordoned
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert cordoned(w) == [] and all(not n.unschedulable for n in w.nodes.values())
+
+
+def test_a_step_that_continues_at_once_has_the_next_steps_first_wave_cordoned() -> None:
+    # step 1 adds 4 nodes (maxParallel 2), then step 2 at once adds 4 more (maxParallel 2)
+    w = World(8, policy(upgradeSteps=steps((4, 0), ("100%", 0)), maxParallel=2))
+    w.settle(0)
+    assert cordoned(w) == ["node-0003", "node-0004"]  # this step's second wave
+    w.ready("node-0001", "node-0002")
+    w.plan(60)
+    # this step's nodes are all started: the next step's first wave waits cordoned
+    assert cordoned(w) == ["node-0005", "node-0006"]
+    assert w.inner["currentStepIndex"] == 1
+    w.ready("node-0003", "node-0004")
+    advance = w.plan(120)
+    assert advance.again and deletions(advance) == []  # the new step goes on record first
+    assert cordoned(w) == ["node-0005", "node-0006"]  # kept across the step change
+    start = w.plan(120)
+    assert w.inner["currentStepIndex"] == 2
+    assert [type(a) for a in start.actions if getattr(a, "node", None) == "node-0005"] == [
+        DeleteDriverPod, AnnotateNode]
+    assert cordoned(w) == ["node-0007", "node-0008"]
+
+
+def test_a_timed_pause_keeps_the_next_step_uncordoned() -> None:
+    w = World(6, policy(upgradeSteps=steps((2, 300_000), ("100%", 0)), maxParallel=2))
+    w.settle(0)
+    assert cordoned(w) == []
+    w.ready("node-0001", "node-0002")
+    w.plan(60)
+    assert w.inner["currentStepState"] == "StepPaused"
+    assert cordoned(w) == [] and all(not n.unschedulable for n in w.nodes.values())
+
+
+def test_cordon_ahead_off_cordons_a_node_only_at_its_start() -> None:
+    w = World(6, policy(maxParallel=2), settings=PlannerSettings(cordon_ahead=False))
+    w.settle(0)
+    assert [n.name for n in w.nodes.values() if n.unschedulable] == ["node-0001", "node-0002"]
+    assert not any(a.get(ANN_STATE) == STATE_CORDONED
+                   for a in (n.annotations for n in w.nodes.values()))
+
+
+def test_busy_and_not_ready_nodes_are_not_cordoned_ahead() -> None:
+    w = World(6, policy(maxParallel=2, maxUnavailable=1))
+    w.set("node-0003", workloads=("default/train-0",))
+    w.set("node-0004", ready=False)
+    w.settle(0)
+    assert cordoned(w) == ["node-0005", "node-0006"]
+    assert not w.nodes["node-0003"].unschedulable
+
+
+def test_controller_stopped_between_the_deletion_and_its_record() -> None:
+    w = World(4, policy(maxParallel=1))
+    w.settle(0)
+    w.ready("node-0001")
+    refill = w.plan(60, apply=False, write_status=False)
+    delete = next(a for a in refill.actions if isinstance(a, DeleteDriverPod))
+    w.apply([delete])  # killed right after the deletion: the record never landed
+    assert w.annotation("node-0002", ANN_STATE) == STATE_CORDONED
+    again = w.plan(61)
+    # the node counts in flight (maxParallel 1: nothing else starts), is not deleted again,
+    # and its deletion is recorded now, so readyTimeout runs
+    assert deletions(again) == []
+    assert again.in_flight == 1
+    assert w.annotation("node-0002", ANN_STATE) == "upgrading"
+    assert w.annotation("node-0002", ANN_DELETED_AT) == format_time(EPOCH + 61)
+    assert w.deleted == [("node-0001", NEW_REV), ("node-0002", NEW_REV)]
+    w.ready("node-0002")
+    w.plan(120)
+    assert w.annotation("node-0002", ANN_STATE) == "done"
+    assert not w.nodes["node-0002"].unschedulable
+
+
+def test_node_uncordoned_by_someone_after_its_cordon_ahead_is_cordoned_again_at_its_start() -> None:
+    w = World(3, policy(maxParallel=1))
+    w.settle(0)
+    w.set("node-0002", unschedulable=False)
+    w.ready("node-0001")
+    refill = w.plan(60)
+    kinds = [type(a) for a in refill.actions if getattr(a, "node", None) == "node-0002"]
+    assert kinds == [AnnotateNode, Cordon, DeleteDriverPod]
+    assert w.annotation("node-0002", ANN_WAS_UNSCHEDULABLE) == "false"
+
+
+def test_rollback_releases_the_nodes_cordoned_ahead() -> None:
+    w = World(6, policy(maxParallel=2, fallback="rollback"))
+    w.settle(0)
+    assert cordoned(w) == ["node-0003", "node-0004"]
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    w.plan(60)
+    assert w.status["phase"] == "Terminating"
+    result = w.plan(60)
+    assert of_type(result, Uncordon) == [Uncordon("node-0003"), Uncordon("node-0004")]
+    assert cordoned(w) == [] and w.nodes["node-0003"].annotations == {}
+    for t in (120, 180):
+        w.ready_all_in_flight()
+        w.plan(t)
+    assert w.status["phase"] == "Idling"
+    assert w.ready_on(OLD_REV) == list(w.nodes)
+    assert all(not n.unschedulable for n in w.nodes.values())
+    assert ("node-0003", NEW_REV) not in w.deleted
+
+
+def test_a_cordoned_ahead_node_left_from_an_old_rollout_is_released_when_idle() -> None:
+    w = World(2, policy())
+    w.set("node-0002", unschedulable=True, annotations={
+        ANN_STATE: STATE_CORDONED, ANN_TARGET: "elsewhere", ANN_WAS_UNSCHEDULABLE: "false",
+        ANN_ATTEMPT: "1"})
+    w.payload = dict(OLD_PAYLOAD)
+    result = w.plan(0)
+    assert of_type(result, Uncordon) == [Uncordon("node-0002")]
+    assert w.nodes["node-0002"].annotations == {}
 
 
 # --------------------------------------------------------------------------- failures

@@ -18,6 +18,7 @@ from reconciler.rollout.model import (
     ANN_STATE,
     ANN_TARGET,
     FAILURE_REASONS,
+    STATE_CORDONED,
     PlannerSettings,
     RolloutNode,
     RolloutSnapshot,
@@ -34,15 +35,20 @@ SETTINGS = PlannerSettings(ready_timeout=600)
 def in_flight(node: RolloutNode, now: float) -> bool:
     """SPEC 4.3.3, computed from the node alone."""
     ann = node.annotations
-    if ann.get(ANN_STATE) != "upgrading":
-        return False
     target = ann.get(ANN_TARGET)
     pod = node.pod
+    if ann.get(ANN_STATE) == STATE_CORDONED:
+        if pod is not None and not pod.deleting and pod.revision != target:
+            return False  # cordoned ahead, its old pod not deleted
+    elif ann.get(ANN_STATE) != "upgrading":
+        return False
     if (
         pod is not None and pod.revision == target and not pod.deleting
         and (pod.ready or pod.waiting_reason in FAILURE_REASONS)
     ):
         return False
+    if ANN_DELETED_AT not in ann:
+        return True  # deleted after its cordon ahead; the record follows the deletion
     deleted_at = parse_time(ann[ANN_DELETED_AT])
     return now < deleted_at + SETTINGS.ready_timeout
 
@@ -53,7 +59,7 @@ def unavailable(nodes: list[RolloutNode], now: float) -> int:
         if in_flight(node, now):
             continue
         pod = node.pod
-        ours = node.annotations.get(ANN_STATE) in ("upgrading", "failed")
+        ours = node.annotations.get(ANN_STATE) in ("upgrading", "failed", STATE_CORDONED)
         if (
             not node.ready or pod is None or not pod.ready or pod.deleting
             or (node.unschedulable and not ours)
@@ -100,7 +106,8 @@ class Observer:
         fresh = [
             a for a in actions
             if isinstance(a, DeleteDriverPod) and phase_before == "Progressing"
-            and before.nodes[a.node].annotations.get(ANN_TARGET) != NEW_REV
+            and not (before.nodes[a.node].annotations.get(ANN_TARGET) == NEW_REV
+                     and before.nodes[a.node].annotations.get(ANN_STATE) != STATE_CORDONED)
         ]
         if fresh:
             # nodes moved in this very plan (retries) are in flight, not unavailable
@@ -129,7 +136,8 @@ class Observer:
             if fresh and not crashed and status.get("phase") == "Progressing":
                 upgraded = sum(
                     1 for node in sim.nodes.values()
-                    if node.annotations.get(ANN_TARGET) == NEW_REV
+                    if (node.annotations.get(ANN_TARGET) == NEW_REV
+                        and node.annotations.get(ANN_STATE) != STATE_CORDONED)
                     or (node.pod is not None and node.pod.revision == NEW_REV
                         and not node.name.startswith("node-9"))  # joiners take the template
                 )

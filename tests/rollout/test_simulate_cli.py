@@ -78,6 +78,21 @@ def test_seed_100_nodes_completes_in_the_hand_computed_time() -> None:
     assert types_at(out, "RolloutCompleted") == [1680]
 
 
+def test_cordon_ahead_changes_no_step_and_no_timing() -> None:
+    # the seed-100 run above, cordon ahead off: the same decisions at the same virtual times
+    # (a node cordoned ahead is neither in flight nor unavailable; only its start is shorter)
+    args = (SEED_100, "--nodes", "100", "--from-version", "2.32.0.6",
+            "--install-seconds", "120", "--auto-confirm", "60")
+    code_on, on = as_json(*args)
+    code_off, off = as_json(*args, "--no-cordon-ahead")
+    assert code_on == code_off == 0
+    assert off["duration_seconds"] == on["duration_seconds"] == 1680
+    assert off["max_in_flight"] == on["max_in_flight"] == 20
+    assert off["max_unavailable_seen"] == on["max_unavailable_seen"]
+    assert [(e["t"], e["type"]) for e in off["events"]] == [
+        (e["t"], e["type"]) for e in on["events"]]
+
+
 def test_without_auto_confirm_the_simulation_stops_at_the_first_gate() -> None:
     code, out = as_json(SEED_100, "--nodes", "100", "--from-version", "2.32.0.6",
                         "--install-seconds", "120")
