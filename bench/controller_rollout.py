@@ -170,6 +170,36 @@ def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[flo
     return latencies, bursts, refills
 
 
+def time_over_minimum(deletions: list[tuple[float, str]], readies: list[tuple[float, str]],
+                      nodes: int, install: float, started: float,
+                      ended: float) -> list[dict[str, float]]:
+    """Per step, where its time over waves x install goes: from the step's start (the rollout's
+    start, or the previous step's last Ready) to its first deletion, sending its first wave,
+    and the rest (pod life cycles between waves and refills), in seconds; a last entry for the
+    last Ready -> the status saying Completed."""
+    policy = UpgradePolicy.from_spec(POLICY)
+    ready_of = {node: when for when, node in readies}
+    ordered = sorted(deletions)
+    found: list[dict[str, float]] = []
+    previous_target, begin = 0, started
+    for target in policy.step_targets(nodes):
+        batch = ordered[previous_target:target]
+        previous_target = max(previous_target, target)
+        if not batch:
+            continue
+        parallel = policy.batch_max_parallel(len(batch))
+        waves = math.ceil(len(batch) / parallel)
+        end = max((ready_of[node] for _, node in batch if node in ready_of), default=begin)
+        first_wave = batch[min(parallel, len(batch)) - 1][0] - batch[0][0]
+        to_first = batch[0][0] - begin
+        found.append({"to_first_deletion": round(to_first, 2),
+                      "first_wave_sent": round(first_wave, 2),
+                      "rest": round(end - begin - waves * install - to_first - first_wave, 2)})
+        begin = end
+    found.append({"last_ready_to_completed": round(ended - begin, 2)})
+    return found
+
+
 def refill_breakdown(refills: list[tuple[float, str]], ready_nodes: dict[float, str],
                      deleted_on: dict[str, float], ready_seen: dict[str, float],
                      start_times: dict[str, tuple[float, float, float]]) -> dict[str, list[float]]:
@@ -326,6 +356,8 @@ def main() -> int:
         breakdown = refill_breakdown(refills, dict(observer.ready_at), observer.deleted_on,
                                      controller.stats.ready_seen, controller.stats.start_times)
         minimum = theoretical_minimum(args.nodes, args.install_seconds)
+        over = time_over_minimum(observer.deleted_at, observer.ready_at[ready_before:],
+                                 args.nodes, args.install_seconds, started, started + wall)
         segments: dict[str, list[float]] = {"deleted->removed": [], "removed->created": [],
                                             "created->bound": [],
                                             "bound->running": [],
@@ -355,6 +387,7 @@ def main() -> int:
             "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
             "latency_samples": len(latencies),
             "step_first_wave_send_seconds": [round(b, 2) for b in bursts],
+            "time_over_minimum_by_step_seconds": over,
             "refill_parts_p50_p99_ms": {k: p50_p99_ms(v) for k, v in breakdown.items() if v},
             # refills that were the pod deletion alone (the node cordoned ahead)
             "refills_cordoned_ahead": "{}/{}".format(
