@@ -140,24 +140,34 @@ def observe(kubeconfig: str, conn: multiprocessing.connection.Connection) -> Non
                "ready_at": observer.ready_at, "deleted_at": observer.deleted_at})
 
 
+def step_batches(deletions: list[tuple[float, str]],
+                 nodes: int) -> list[tuple[list[tuple[float, str]], int]]:
+    """Per step that adds nodes: its deletions (when, node) in order, and its maxParallel.
+    Steps are told apart by the deletion order (a step starts only after the previous one
+    completed) and their known batch sizes."""
+    policy = UpgradePolicy.from_spec(POLICY)
+    ordered = sorted(deletions)
+    found = []
+    previous_target = 0
+    for target in policy.step_targets(nodes):
+        batch = ordered[previous_target:target]
+        previous_target = max(previous_target, target)
+        if batch:
+            found.append((batch, policy.batch_max_parallel(len(batch))))
+    return found
+
+
 def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[float, str]],
                      nodes: int) -> tuple[list[float], list[float], list[tuple[float, str]]]:
     """(Ready -> the deletion it made room for, per refill; seconds each step took to send its
     first wave's deletions; per refill the Ready's time and the node whose pod was deleted),
     pairing as the module docstring says."""
-    policy = UpgradePolicy.from_spec(POLICY)
     ready_of = {node: when for when, node in readies}
-    ordered = sorted(deletions)
     latencies: list[float] = []
     bursts: list[float] = []
     refills: list[tuple[float, str]] = []
-    previous_target, last_ready = 0, None
-    for target in policy.step_targets(nodes):
-        batch = ordered[previous_target:target]
-        previous_target = max(previous_target, target)
-        if not batch:
-            continue
-        parallel = policy.batch_max_parallel(len(batch))
+    last_ready = None
+    for batch, parallel in step_batches(deletions, nodes):
         if last_ready is not None:
             latencies.append(batch[0][0] - last_ready)
             refills.append((last_ready, batch[0][1]))
@@ -177,17 +187,10 @@ def time_over_minimum(deletions: list[tuple[float, str]], readies: list[tuple[fl
     start, or the previous step's last Ready) to its first deletion, sending its first wave,
     and the rest (pod life cycles between waves and refills), in seconds; a last entry for the
     last Ready -> the status saying Completed."""
-    policy = UpgradePolicy.from_spec(POLICY)
     ready_of = {node: when for when, node in readies}
-    ordered = sorted(deletions)
     found: list[dict[str, float]] = []
-    previous_target, begin = 0, started
-    for target in policy.step_targets(nodes):
-        batch = ordered[previous_target:target]
-        previous_target = max(previous_target, target)
-        if not batch:
-            continue
-        parallel = policy.batch_max_parallel(len(batch))
+    begin = started
+    for batch, parallel in step_batches(deletions, nodes):
         waves = math.ceil(len(batch) / parallel)
         end = max((ready_of[node] for _, node in batch if node in ready_of), default=begin)
         first_wave = batch[min(parallel, len(batch)) - 1][0] - batch[0][0]
