@@ -350,14 +350,12 @@ class _Planner:
             return
         assert node.pod is not None
         self.actions.append(DeleteDriverPod(node.name, node.pod.name))
-        self.actions.append(
-            AnnotateNode(node.name, {ANN_STATE: STATE_UPGRADING, ANN_DELETED_AT: self.now_text})
-        )
+        self._record_deletions([node])
         self.requeue.append(self.now + self.settings.ready_timeout)
 
     def _record_deletions(self, nodes: list[RolloutNode]) -> None:
-        """Deletions of nodes cordoned ahead whose record never landed: readyTimeout runs from
-        now (a little later than the deletion; it is only ever late by a restart)."""
+        """The record of a deletion of a node cordoned ahead, right after it (or, when it never
+        landed, as soon as a plan finds it: readyTimeout then runs a little late)."""
         for node in nodes:
             self.actions.append(
                 AnnotateNode(
