@@ -95,6 +95,10 @@ class Mirror:
     # -- setup -------------------------------------------------------------------------------
     def _open(self) -> git.Repo:
         if (self.path / "HEAD").exists():
+            # A process killed mid-fetch or mid-push leaves its ref locks behind, and every later
+            # fetch would fail on them; the state dir is this replica's alone, so they are stale.
+            for stale in [self.path / "packed-refs.lock", *(self.path / "refs").rglob("*.lock")]:
+                stale.unlink(missing_ok=True)
             repo = git.Repo(self.path)
             if repo.remotes.origin.url != self.url:
                 repo.git.remote("set-url", "origin", self.url)

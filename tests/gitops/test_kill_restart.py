@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import Publisher
-from tests.gitops.conftest import Remote, git
+from tests.gitops.conftest import Person, Remote, git
 
 WRITER = """
 import sys, time
@@ -71,3 +71,21 @@ def test_killed_and_restarted_writer(remote: Remote, tmp_path: Path) -> None:
     assert steps and steps[-1] == next_step - 1, "the last enqueued state is not in Git"
     assert next_step >= 3, "the writer was killed before it did anything worth testing"
     assert publisher.pending() == []
+
+
+def test_ref_locks_left_by_a_killed_process_do_not_stop_the_next_fetch(
+    remote: Remote, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    Mirror(remote.url, state).fetch()
+    mirror_dir = next(p.parent for p in state.rglob("HEAD") if (p.parent / "refs").is_dir())
+    # what a SIGKILL during a fetch leaves: the lock of the ref it was updating
+    lock = mirror_dir / "refs" / "remotes" / "origin" / "main.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("0" * 40 + "\n")
+    person = Person(remote.url, tmp_path / "person")
+    pushed = person.commit("a change to fetch", {"extra.txt": "x\n"})
+    person.push()
+    heads = Mirror(remote.url, state).fetch()  # the next process
+    assert not lock.exists()
+    assert pushed in heads.values()
