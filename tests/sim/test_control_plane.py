@@ -4,6 +4,7 @@ RBAC-bound kubeconfig) and the manager's own lifecycle."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -14,7 +15,8 @@ import pytest
 from reconciler.kube.api import Conflict, Forbidden, KubeApi, resource_path
 from reconciler.kube.objects import API_VERSION, PLURAL
 from reconciler.kube.watch import ListWatch
-from reconciler.sim.control_plane import Binaries, ControlPlane, ControlPlaneError
+from reconciler.sim.control_plane import GO_GC_PERCENT, Binaries, ControlPlane, ControlPlaneError
+from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 
@@ -197,3 +199,26 @@ def test_apiserver_restart_keeps_data_and_clients_recover() -> None:
                  and plane.pids["kube-controller-manager"] != old, timeout=20,
                  what="kube-controller-manager restarted", observe=lambda: plane.restarts)
     assert plane.leaked_processes() == []
+
+
+def test_go_components_run_with_gogc_and_the_scheduler_with_its_profile(
+    control_plane: ControlPlane, fleet: Fleet,
+) -> None:
+    expected = os.environ.get("GOGC", GO_GC_PERCENT)
+    for name, pid in control_plane.pids.items():
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"GOGC={expected}".encode() in environ, name
+
+    config_path = control_plane.workdir / "scheduler.yaml"
+    cmdline = Path(f"/proc/{control_plane.pids['kube-scheduler']}/cmdline").read_bytes()
+    assert f"--config={config_path}".encode() in cmdline.split(b"\0")
+    profile = json.loads(config_path.read_text())["profiles"][0]
+    filters = [p["name"] for p in profile["plugins"]["filter"]["enabled"]]
+    assert filters[0] == "NodeAffinity", "every node but the pod's own fails at the first filter"
+    assert "VolumeBinding" not in filters
+
+    # the fleet fixture saw all ten driver pods bound and Ready, and no plugin of the profile
+    # failed on the way (one that reads state its pre-filter did not write would)
+    log = (control_plane.logs / "kube-scheduler.log").read_text()
+    assert "Failed running" not in log
+    assert len(fleet.ready_driver_nodes()) == 10
