@@ -30,7 +30,7 @@ from reconciler.controller.observe import (
     pick_driver_pod,
     requests_gpu,
 )
-from reconciler.controller.worker import WatchDrivenWorker, newer, same_version
+from reconciler.controller.worker import WatchDrivenWorker, generation, newer, same_version
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
@@ -244,21 +244,26 @@ class RolloutController(WatchDrivenWorker):
                 return
             else:
                 self._nodes[name] = obj
-                self._refresh_node(name)
+                if not self._refresh_node(name):
+                    return
             if touch:
                 self._touch()
 
-    def _refresh_node(self, name: str) -> None:
+    def _refresh_node(self, name: str) -> bool:
+        """Rebuilds a node's view; True when the planner's view of it changed (heartbeats,
+        labels it does not read and such leave it as it was, and need no pass)."""
         node = self._nodes.get(name)
         if node is None:
-            return
+            return False
         pods = self._driver_pods.get(name, {})
         intents = self._intents.get(name)
         if intents:
             node, pods = with_intents(node, pods, intents)
-        self._node_views[name] = node_view(
-            node, pick_driver_pod(pods.values()), self._workloads.get(name, ())
-        )
+        view = node_view(node, pick_driver_pod(pods.values()), self._workloads.get(name, ()))
+        if self._node_views.get(name) == view:
+            return False
+        self._node_views[name] = view
+        return True
 
     def _on_pod(self, event: str, obj: JSON, *, touch: bool = True) -> None:
         key = object_key(obj)
@@ -294,9 +299,8 @@ class RolloutController(WatchDrivenWorker):
                 touched.add(old_home[0])
             if not any(n in self._nodes for n in touched):
                 return  # a pod of no interest
-            for n in touched:
-                self._refresh_node(n)
-            if touch:
+            changed = [self._refresh_node(n) for n in touched]
+            if touch and any(changed):
                 self._touch()
 
     def _on_daemonset(self, event: str, obj: JSON, *, touch: bool = True) -> None:
@@ -306,7 +310,9 @@ class RolloutController(WatchDrivenWorker):
             elif same_version(self._daemonset, obj) or not newer(self._daemonset, obj):
                 return
             else:
-                self._daemonset = obj
+                before, self._daemonset = self._daemonset, obj
+                if before is not None and generation(before) == generation(obj):
+                    return  # its status: the planner reads the template and its revisions
             if touch:
                 self._touch()
 

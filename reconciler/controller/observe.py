@@ -8,7 +8,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.rollout.model import GPU_RESOURCES, DaemonSetView, DriverPod, RolloutNode
+from reconciler.rollout.model import (
+    GPU_RESOURCES,
+    PLANNER_LABELS,
+    DaemonSetView,
+    DriverPod,
+    RolloutNode,
+)
 
 JSON = dict[str, Any]
 REVISION_LABEL = "controller-revision-hash"
@@ -92,7 +98,9 @@ def node_view(node: Mapping[str, Any], pod: DriverPod | None,
         name=str(meta.get("name")),
         ready=ready,
         unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-        labels=dict(meta.get("labels") or {}),
+        # only what the planner reads, so that labels others change (e.g. the vendor's node
+        # labeller on every driver install) do not wake it
+        labels={k: v for k, v in (meta.get("labels") or {}).items() if k in PLANNER_LABELS},
         annotations=dict(meta.get("annotations") or {}),
         pod=pod,
         workloads=tuple(sorted(workloads)),

@@ -38,6 +38,11 @@ def same_version(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return bool(a) and a == (new.get("metadata") or {}).get("resourceVersion")
 
 
+def generation(obj: Mapping[str, Any]) -> object:
+    """``metadata.generation``: moves on spec changes only, not on status writes."""
+    return (obj.get("metadata") or {}).get("generation")
+
+
 class PassStats(Protocol):
     conflicts: int
     errors: int

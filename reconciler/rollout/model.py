@@ -16,6 +16,8 @@ from reconciler.policy.upgrade_policy import UpgradePolicy
 ANNOTATION_PREFIX = "gpu.metax-tech.com/"
 #: label that puts a node in front of the rollout order
 CANARY_LABEL = "gpu.metax-tech.com/canary"
+#: the node labels the planner reads (a view carries only these)
+PLANNER_LABELS = frozenset({CANARY_LABEL})
 
 # Per-node rollout state (node annotations); a restarted controller resumes from them.
 ANN_STATE = ANNOTATION_PREFIX + "upgrade-state"
