@@ -14,7 +14,8 @@ controller and its memory is not counted as the controller's). Reports:
   refills freed slots); the Ready that completes a step is paired with the next step's first
   deletion. Steps are told apart by the deletion order (a step starts only after the previous
   one completed) and their known batch sizes;
-- the controller's peak RSS and CPU time (this process) and its API requests per node;
+- the controller's peak RSS and CPU time (this process) and its API requests per node; the CPU
+  time of the simulator and of each control plane process during the rollout, and their peak RSS;
 - where the time goes: per refill (Ready seen by the observer -> by the controller -> handed
   out -> node written -> pod deletion answered -> deletion seen), per new pod (old pod deleted
   -> removed by the kubelet stand-in -> new pod created by the DaemonSet controller -> bound ->
@@ -27,6 +28,7 @@ Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20] [--json
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -138,6 +140,39 @@ def observe(kubeconfig: str, conn: multiprocessing.connection.Connection) -> Non
     conn.send({"stages": observer.stages, "deleted_on": observer.deleted_on,
                "removed_on": observer.removed_on,
                "ready_at": observer.ready_at, "deleted_at": observer.deleted_at})
+
+
+def cluster_processes(root: int) -> dict[str, int]:
+    """pid per process of the dev cluster: the simulator (the ``dev-cluster up`` process
+    itself) and the control plane processes it started."""
+    found = {"simulator": root}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == root:
+                found[Path((entry / "cmdline").read_bytes().split(b"\0")[0].decode()).name] = \
+                    int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """NaN for a process that is gone (a supervised component restarted under a new pid)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def step_batches(deletions: list[tuple[float, str]],
@@ -326,6 +361,8 @@ def main() -> int:
         requests_before = sum(api.request_counts.values())
         server_before = server_histograms(api)
         cpu_before = os.times()
+        cluster_pids = cluster_processes(cluster.pid)
+        cluster_cpu_before = {name: cpu_seconds(pid) for name, pid in cluster_pids.items()}
         started = time.time()
         api.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
                   {"spec": {"driver": {"payload": {"version": NEW}, "upgradePolicy": POLICY}}})
@@ -344,6 +381,9 @@ def main() -> int:
         wall = time.time() - started
         cpu_after = os.times()
         cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+        cluster_cpu = {name: round(cpu_seconds(pid) - cluster_cpu_before[name], 1)
+                       for name, pid in cluster_pids.items()}
+        cluster_rss = {name: round(peak_rss_mib(pid), 1) for name, pid in cluster_pids.items()}
         requests = sum(api.request_counts.values()) - requests_before
         server_after = server_histograms(api)
         controller.stop()
@@ -400,6 +440,9 @@ def main() -> int:
             "controller_peak_rss_mib": round(rss_mib, 1),
             "controller_cpu_seconds": round(cpu, 1),
             "controller_cpu_share_of_rollout": round(cpu / wall, 3),
+            # the rest of the machine's 2 cores during the rollout, and the memory it took
+            "cluster_cpu_seconds": cluster_cpu,
+            "cluster_peak_rss_mib": cluster_rss,
             "api_requests": requests,
             "api_requests_per_node": round(requests / args.nodes, 2),
             "planner_passes": controller.stats.passes,
