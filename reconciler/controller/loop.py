@@ -33,7 +33,7 @@ from reconciler.controller.observe import (
 from reconciler.controller.worker import WatchDrivenWorker, generation, newer, same_version
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
-from reconciler.kube.watch import ListWatch, object_key
+from reconciler.kube.watch import ListWatch, object_key, without_managed_fields
 from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import (
@@ -196,8 +196,10 @@ class RolloutController(WatchDrivenWorker):
         ns = target.namespace
         self.watches = [
             ListWatch(api, "/api/v1/nodes", on_event=self._on_node,
-                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"}, name="nodes"),
-            ListWatch(api, "/api/v1/pods", on_event=self._on_pod, name="pods"),
+                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"}, name="nodes",
+                      transform=without_managed_fields),
+            ListWatch(api, "/api/v1/pods", on_event=self._on_pod, name="pods",
+                      transform=without_managed_fields),
             ListWatch(api, resource_path("apps/v1", "daemonsets", namespace=ns),
                       on_event=self._on_daemonset,
                       query={"fieldSelector": f"metadata.name={target.daemonset}"},
@@ -346,7 +348,8 @@ class RolloutController(WatchDrivenWorker):
             "clusteroperator": self._on_cluster_operator,
         }.get(kind)
         if handler is not None:
-            handler("MODIFIED", obj, touch=False)
+            handler("MODIFIED", without_managed_fields(obj) if kind in ("node", "pod") else obj,
+                    touch=False)
         if kind == "node":
             self._node_written[str(obj["metadata"]["name"])] = time.time()
         elif kind == "pod":

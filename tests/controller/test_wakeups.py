@@ -15,6 +15,7 @@ from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.kube.watch import without_managed_fields
 from reconciler.rollout.model import ANN_STATE, CANARY_LABEL
 
 _versions = itertools.count(100)
@@ -124,3 +125,16 @@ def test_daemonset_status_writes_do_not_wake_the_controller(
     daemonset["metadata"]["generation"] = 2
     daemonset["spec"]["template"]["spec"]["containers"][0]["image"] = "a:2"
     assert woke(controller, controller._on_daemonset, daemonset), "a template change"
+
+
+def test_cached_nodes_and_pods_carry_no_managed_fields(controller: RolloutController) -> None:
+    """The controller never reads them, and a full garbage collection would scan them again and
+    again (the watches strip them too, with the same transform)."""
+    written = node()
+    written["metadata"]["managedFields"] = [{"manager": "gpu-rollout-controller",
+                                             "fieldsV1": {"f:spec": {"f:unschedulable": {}}}}]
+    written["metadata"]["resourceVersion"] = str(next(_versions))
+    controller._own_write("node", written)
+    assert "managedFields" not in controller._nodes["node-0001"]["metadata"]
+    assert all(w.transform is without_managed_fields
+               for w in controller.watches if w.name in ("nodes", "pods"))

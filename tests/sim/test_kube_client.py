@@ -1,5 +1,5 @@
 """The thin client layer (reconciler/kube) against the real API server: error mapping,
-pagination, server-side apply, and list+watch recovering from an expired watch."""
+pagination, server-side apply, and list+watch (recovering from an expired watch, transforms)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from reconciler.kube.api import Conflict, Forbidden, KubeApi, KubeError, NotFound, resource_path
-from reconciler.kube.watch import ListWatch
+from reconciler.kube.watch import ListWatch, without_managed_fields
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.waiting import wait_for
 
@@ -116,3 +116,28 @@ def test_list_watch_relists_after_an_expired_watch(kube: KubeApi, namespace: str
     finally:
         watch.stop()
     assert not watch.alive
+
+
+def test_list_watch_transform_applies_to_listed_and_watched_objects(
+    kube: KubeApi, namespace: str,
+) -> None:
+    maps = resource_path("v1", "configmaps", namespace=namespace)
+    kube.apply(f"{maps}/listed", {"apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "listed"}}, field_manager="test")
+    assert kube.get(f"{maps}/listed")["metadata"].get("managedFields"), "the server keeps them"
+    handed_out: list[dict[str, Any]] = []
+    watch = ListWatch(kube, maps, on_event=lambda _, obj: handed_out.append(obj),
+                      transform=without_managed_fields, name="transform").start()
+    try:
+        assert watch.wait_synced(20)
+        kube.apply(f"{maps}/watched", {"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"name": "watched"}}, field_manager="test")
+        wait_for(lambda: f"{namespace}/watched" in watch.cache, timeout=20,
+                 what="the watched object", observe=lambda: list(watch.cache))
+        names = {obj["metadata"]["name"] for obj in handed_out}
+        assert names == {"listed", "watched"}
+        for obj in [*handed_out, *watch.cache.values()]:
+            assert "managedFields" not in obj["metadata"], obj["metadata"]["name"]
+            assert obj["metadata"]["resourceVersion"]  # the rest is as the server sent it
+    finally:
+        watch.stop()
