@@ -14,8 +14,9 @@ controller and its memory is not counted as the controller's). Reports:
   refills freed slots); the Ready that completes a step is paired with the next step's first
   deletion. Steps are told apart by the deletion order (a step starts only after the previous
   one completed) and their known batch sizes;
-- the controller's peak RSS and CPU time (this process) and its API requests per node; the CPU
-  time of the simulator and of each control plane process during the rollout, and their peak RSS;
+- the controller's peak RSS, CPU time and garbage collection pauses (this process) and its API
+  requests per node; the CPU time of the simulator and of each control plane process during
+  the rollout, and their peak RSS;
 - where the time goes: per refill (Ready seen by the observer -> by the controller -> handed
   out -> node written -> pod deletion answered -> deletion seen), per new pod (old pod deleted
   -> removed by the kubelet stand-in -> new pod created by the DaemonSet controller -> bound ->
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import multiprocessing
@@ -140,6 +142,26 @@ def observe(kubeconfig: str, conn: multiprocessing.connection.Connection) -> Non
     conn.send({"stages": observer.stages, "deleted_on": observer.deleted_on,
                "removed_on": observer.removed_on,
                "ready_at": observer.ready_at, "deleted_at": observer.deleted_at})
+
+
+class GcPauses:
+    """Python's garbage collections in this process (the controller's): a collection holds the
+    GIL until it is done, so a full one over a big cache stalls every thread."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+    def summary(self) -> dict[str, list[float]]:
+        """Per generation: collections, longest pause in ms."""
+        return {f"gen{g}": [len(p), round(max(p, default=0.0) * 1000, 1)]
+                for g in (0, 1, 2) for p in [[s for gen, s in self.pauses if gen == g]]}
 
 
 def cluster_processes(root: int) -> dict[str, int]:
@@ -360,6 +382,8 @@ def main() -> int:
             time.sleep(0.1)
         requests_before = sum(api.request_counts.values())
         server_before = server_histograms(api)
+        gc_pauses = GcPauses()
+        gc.callbacks.append(gc_pauses)
         cpu_before = os.times()
         cluster_pids = cluster_processes(cluster.pid)
         cluster_cpu_before = {name: cpu_seconds(pid) for name, pid in cluster_pids.items()}
@@ -379,6 +403,7 @@ def main() -> int:
                 return 1
             time.sleep(0.2)
         wall = time.time() - started
+        gc.callbacks.remove(gc_pauses)
         cpu_after = os.times()
         cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
         cluster_cpu = {name: round(cpu_seconds(pid) - cluster_cpu_before[name], 1)
@@ -440,6 +465,7 @@ def main() -> int:
             "controller_peak_rss_mib": round(rss_mib, 1),
             "controller_cpu_seconds": round(cpu, 1),
             "controller_cpu_share_of_rollout": round(cpu / wall, 3),
+            "controller_gc_collections_and_longest_ms": gc_pauses.summary(),
             # the rest of the machine's 2 cores during the rollout, and the memory it took
             "cluster_cpu_seconds": cluster_cpu,
             "cluster_peak_rss_mib": cluster_rss,
