@@ -35,9 +35,9 @@ from reconciler.sim.pki import Pki, make_pki
 KUBE_VERSION = "1.20.2"
 DEFAULT_CACHE = Path("/var/cache/gpu-reconciler")
 MINTED_NAMESPACE = "gpu-reconciler-identities"
-# The Go components' garbage collector took 20-30 % of their CPU in a 2,000-node rollout, CPU
-# the simulated fleet and the controller share on a small machine; memory is the cheaper part
-# (docs/dev-cluster.md). A GOGC in the environment wins.
+# The Go garbage collector took 20-30 % of the scheduler's and controller manager's CPU while
+# 400 of 2,000 driver pods were replaced, CPU that the simulated fleet and the controller share
+# on a small machine; the price is memory (docs/dev-cluster.md). A GOGC in the environment wins.
 GO_GC_PERCENT = "400"
 # The scheduler places only driver DaemonSet pods here (workload pods are bound directly), and
 # each such pod fits one node, found by scanning all of them: node affinity first, so every
