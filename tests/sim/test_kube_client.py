@@ -122,8 +122,10 @@ def test_list_watch_transform_applies_to_listed_and_watched_objects(
     kube: KubeApi, namespace: str,
 ) -> None:
     maps = resource_path("v1", "configmaps", namespace=namespace)
+    # with a field to own: an applied object that owns none carries no managedFields at all
     kube.apply(f"{maps}/listed", {"apiVersion": "v1", "kind": "ConfigMap",
-                                  "metadata": {"name": "listed"}}, field_manager="test")
+                                  "metadata": {"name": "listed"}, "data": {"k": "v"}},
+               field_manager="test")
     assert kube.get(f"{maps}/listed")["metadata"].get("managedFields"), "the server keeps them"
     handed_out: list[dict[str, Any]] = []
     watch = ListWatch(kube, maps, on_event=lambda _, obj: handed_out.append(obj),
@@ -131,7 +133,9 @@ def test_list_watch_transform_applies_to_listed_and_watched_objects(
     try:
         assert watch.wait_synced(20)
         kube.apply(f"{maps}/watched", {"apiVersion": "v1", "kind": "ConfigMap",
-                                       "metadata": {"name": "watched"}}, field_manager="test")
+                                       "metadata": {"name": "watched"}, "data": {"k": "v"}},
+                   field_manager="test")
+        assert kube.get(f"{maps}/watched")["metadata"].get("managedFields")
         wait_for(lambda: f"{namespace}/watched" in watch.cache, timeout=20,
                  what="the watched object", observe=lambda: list(watch.cache))
         names = {obj["metadata"]["name"] for obj in handed_out}
