@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,6 +24,12 @@ from reconciler.gitops.commits import CommitInfo, Identity, Person
 from reconciler.gitops.errors import GitOpsError, PushDeclined, PushRejected, RemoteUnavailable
 
 #: never ask for a password on a terminal: a daemon must fail, not hang
+# A SIGKILLed process does not take its git child with it: an orphaned fetch can still hold a
+# ref's lock for a moment while the next process fetches into the same mirror. The mirror's
+# refs only cache the remote's, so waiting and fetching again is safe.
+REF_LOCK_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
+_REF_LOCKED = ("unable to update local ref", "cannot lock ref")
+
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_ASKPASS": "true",
@@ -129,12 +136,16 @@ class Mirror:
     def fetch(self) -> dict[str, str]:
         """Fetch every branch of the remote; returns branch -> head sha."""
         with self._lock:
-            status, _, stderr = self._git(
-                "fetch", "--prune", "--no-tags", "origin", timeout=self.network_timeout
-            )
-            if status != 0:
-                raise RemoteUnavailable(f"fetch from {self.url} failed: {_last_line(stderr)}")
-            return self.branches()
+            for delay in (*REF_LOCK_RETRY_DELAYS, None):
+                status, _, stderr = self._git(
+                    "fetch", "--prune", "--no-tags", "origin", timeout=self.network_timeout
+                )
+                if status == 0:
+                    return self.branches()
+                if delay is None or not any(m in stderr for m in _REF_LOCKED):
+                    break
+                time.sleep(delay)
+            raise RemoteUnavailable(f"fetch from {self.url} failed: {_last_line(stderr)}")
 
     def branches(self) -> dict[str, str]:
         status, stdout, _ = self._git(

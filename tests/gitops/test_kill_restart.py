@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -89,3 +90,24 @@ def test_ref_locks_left_by_a_killed_process_do_not_stop_the_next_fetch(
     heads = Mirror(remote.url, state).fetch()  # the next process
     assert not lock.exists()
     assert pushed in heads.values()
+
+
+def test_a_ref_lock_held_by_an_orphaned_git_is_waited_out(remote: Remote, tmp_path: Path) -> None:
+    """A SIGKILLed writer's git fetch lives on for a moment and holds the ref's lock while the
+    next process fetches (seen in CI); that fetch waits and tries again."""
+    state = tmp_path / "state"
+    Mirror(remote.url, state).fetch()
+    mirror = Mirror(remote.url, state)  # the next process: it found no stale lock at its start
+    mirror_dir = next(p.parent for p in state.rglob("HEAD") if (p.parent / "refs").is_dir())
+    lock = mirror_dir / "refs" / "remotes" / "origin" / "main.lock"
+    lock.write_text("0" * 40 + "\n")  # the orphan takes the lock now ...
+    person = Person(remote.url, tmp_path / "person")
+    pushed = person.commit("a change to fetch", {"extra.txt": "x\n"})
+    person.push()
+    released = threading.Timer(0.5, lock.unlink)  # ... and finishes half a second later
+    released.start()
+    try:
+        heads = mirror.fetch()
+    finally:
+        released.join()
+    assert heads["main"] == pushed
