@@ -29,7 +29,6 @@ Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20] [--json
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
@@ -58,6 +57,7 @@ from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.control_plane import cpu_seconds, peak_rss_mib
 
 POLICY = {  # the 100-node scenario's shape, without manual gates (nobody to release them)
     "enableRollout": True,
@@ -178,23 +178,6 @@ def cluster_processes(root: int) -> dict[str, int]:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return found
-
-
-def cpu_seconds(pid: int) -> float:
-    """NaN for a process that is gone (a supervised component restarted under a new pid)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def step_batches(deletions: list[tuple[float, str]],

@@ -23,13 +23,13 @@ from git.exc import BadName, GitCommandError
 from reconciler.gitops.commits import CommitInfo, Identity, Person
 from reconciler.gitops.errors import GitOpsError, PushDeclined, PushRejected, RemoteUnavailable
 
-#: never ask for a password on a terminal: a daemon must fail, not hang
 # A SIGKILLed process does not take its git child with it: an orphaned fetch can still hold a
 # ref's lock for a moment while the next process fetches into the same mirror. The mirror's
 # refs only cache the remote's, so waiting and fetching again is safe.
 REF_LOCK_RETRY_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6)
 _REF_LOCKED = ("unable to update local ref", "cannot lock ref")
 
+#: never ask for a password on a terminal: a daemon must fail, not hang
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_ASKPASS": "true",

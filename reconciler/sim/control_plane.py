@@ -115,6 +115,25 @@ def scheduler_configuration(kubeconfig: Path, serving: str) -> str:
     }, indent=2)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (for benchmarks); NaN once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return float("nan")
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident memory (VmHWM) in MiB; NaN once it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _die_with_parent() -> None:
     # Children of a crashed test run must not outlive it: ask the kernel to SIGTERM them.
     with contextlib.suppress(Exception):
