@@ -135,3 +135,16 @@ def test_the_urls_password_wins_no_password_means_no_helper(tmp_path: Path) -> N
     assert auth.secrets() == ["from-url"]
     plain = GitAuth.build(GitCredentials(), None, None, environ={}).environment()
     assert set(plain) == {"GIT_SSH_COMMAND"}
+
+
+@pytest.mark.parametrize("flag", ["--git-ssh-key", "--git-known-hosts", "--git-password-file"])
+def test_run_refuses_a_missing_credential_file_naming_the_flag(flag: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    missing = tmp_path / "not-mounted"
+    result = CliRunner().invoke(cli, ["run", "--repo", "https://h/r.git", "--cluster", "a",
+                                      flag, str(missing)])
+    assert result.exit_code == 2
+    assert flag in result.output and "does not exist" in result.output
