@@ -52,6 +52,15 @@ def keygen(path: Path, comment: str) -> str:
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Returns once the server listens; stops it and fails otherwise (nothing left running)."""
+    try:
+        _poll_port(port, process, log)
+    except BaseException:
+        _stop(process)
+        raise
+
+
+def _poll_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if process.poll() is not None:

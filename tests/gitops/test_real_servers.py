@@ -12,10 +12,11 @@ from urllib.parse import quote
 import pytest
 
 from reconciler.gitops.credentials import GitCredentials
-from reconciler.gitops.errors import RemoteAccessDenied
+from reconciler.gitops.errors import RemoteAccessDenied, StatusNotFound
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import Publisher
 from reconciler.gitops.source import CommitSource, NewCommit
+from reconciler.gitops.status_reader import status_from_git
 from tests.gitops.conftest import Person, Remote, git
 from tests.gitops.servers import (
     HOOK_MESSAGE,
@@ -314,3 +315,24 @@ def test_http_rotated_password_file_is_read_at_the_next_fetch(
         mirror.fetch()
     secret.write_text(PASSWORD + "\n")  # the mounted Secret was updated
     assert mirror.fetch() == {"main": remote.head()}
+
+
+def test_status_from_git_over_https_uses_the_environments_credentials_and_hides_the_url_password(
+        http_server: HttpGitServer, password_file: Path, remote: Remote, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    publisher = Publisher(Mirror(http_server.url(), state, credentials=GitCredentials(
+        username="reconciler", password_file=password_file)), "main", state_dir=state)
+    publisher.enqueue(status_change(1, "StepPaused"))
+    assert publisher.flush().ok
+    # `reconciler status --from git` builds its mirror from RECONCILER_GIT_* (docs/gitops.md)
+    monkeypatch.setenv("RECONCILER_GIT_USERNAME", "reconciler")
+    monkeypatch.setenv("RECONCILER_GIT_PASSWORD_FILE", str(password_file))
+    snapshot = status_from_git(http_server.url(), "prod-a", state_dir=tmp_path / "reader")
+    assert snapshot["upgradeStatus"]["status"]["currentStepState"] == "StepPaused"
+    monkeypatch.delenv("RECONCILER_GIT_PASSWORD_FILE")
+    url = http_server.url(userinfo=f"reconciler:{quote(PASSWORD, safe='')}")
+    with pytest.raises(StatusNotFound, match="has no branch 'nope'") as missing:
+        status_from_git(url, "prod-a", branch="nope", state_dir=tmp_path / "reader")
+    assert PASSWORD not in str(missing.value)
+    assert quote(PASSWORD, safe="") not in str(missing.value)
