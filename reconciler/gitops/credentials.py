@@ -165,10 +165,14 @@ class GitAuth:
         return env
 
 
+#: never a prompt; an unknown or changed host key refused; known_hosts never written
+_ALWAYS = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKeys=no"
+
+
 def ssh_command(credentials: GitCredentials, configured: str | None) -> str:
     """The ``GIT_SSH_COMMAND``: the deploy key and known_hosts given, else the process's own
-    ``GIT_SSH_COMMAND`` (or plain ``ssh``); always non-interactive, always strict about host
-    keys (options given earlier win in ssh, so these only fill what is unset)."""
+    ``GIT_SSH_COMMAND`` (or plain ``ssh``); then ``_ALWAYS`` (ssh takes an option's first value,
+    so these fill only what an explicit command left unset)."""
     if credentials.ssh_key is not None or credentials.known_hosts is not None:
         parts = ["ssh"]
         if credentials.ssh_key is not None:
@@ -179,4 +183,4 @@ def ssh_command(credentials: GitCredentials, configured: str | None) -> str:
         base = " ".join(parts)
     else:
         base = configured or "ssh"
-    return f"{base} -o BatchMode=yes -o StrictHostKeyChecking=yes"
+    return f"{base} {_ALWAYS}"

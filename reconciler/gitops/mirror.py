@@ -57,7 +57,8 @@ _PROGRESS = re.compile(r"(Resolving deltas|Counting objects|Compressing objects|
 #: what ssh and git say when the remote refused us or we refused the remote's host key, most
 #: telling first; a matching line is the reason given (git's own last lines are generic)
 _DENIED = tuple(re.compile(p) for p in (
-    r"Host key for .* has changed", r"No \S+ host key is known for", r"Permission denied",
+    r"Host key for .* has changed", r"No \S+ host key is known for",
+    r"Permissions \S+ for .* are too open", r"Permission denied",
     r"Authentication failed", r"returned error: 40[13]", r"could not read (Username|Password)",
     r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed",
 ))

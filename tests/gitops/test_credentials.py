@@ -84,16 +84,15 @@ def test_ssh_command_with_a_deploy_key_offers_only_it_and_checks_the_host_strict
     assert words[:3] == ["ssh", "-i", "/etc/git creds/key"]
     for option in ("IdentitiesOnly=yes", "UserKnownHostsFile=/etc/git creds/known_hosts",
                    "GlobalKnownHostsFile=/dev/null", "BatchMode=yes",
-                   "StrictHostKeyChecking=yes"):
+                   "StrictHostKeyChecking=yes", "UpdateHostKeys=no"):
         assert option in words
     assert "StrictHostKeyChecking=no" not in words  # the process's own command is not used
 
 
-def test_ssh_command_of_the_process_gets_batch_mode_and_strict_checking_added() -> None:
-    assert ssh_command(GitCredentials(), "ssh -i /k") == (
-        "ssh -i /k -o BatchMode=yes -o StrictHostKeyChecking=yes")
-    assert ssh_command(GitCredentials(), None) == (
-        "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes")
+def test_ssh_command_of_the_process_gets_batch_mode_and_strict_checking_appended() -> None:
+    always = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o UpdateHostKeys=no"
+    assert ssh_command(GitCredentials(), "ssh -i /k") == f"ssh -i /k {always}"
+    assert ssh_command(GitCredentials(), None) == f"ssh {always}"
 
 
 def test_credentials_from_the_environment() -> None:

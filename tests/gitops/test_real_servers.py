@@ -187,6 +187,18 @@ def test_ssh_key_without_access_is_refused_with_the_reason(
         mirror.fetch()
 
 
+def test_ssh_deploy_key_readable_by_others_is_refused_naming_the_file(
+        ssh_server: SshGitServer, tmp_path: Path) -> None:
+    lax = tmp_path / "mounted_key"
+    lax.write_bytes(ssh_server.deploy_key.read_bytes())
+    lax.chmod(0o644)  # a Secret volume without defaultMode 0400
+    mirror = Mirror(ssh_server.url(), tmp_path / "state",
+                    credentials=GitCredentials(ssh_key=lax, known_hosts=ssh_server.known_hosts(
+                        tmp_path / "known_hosts")))
+    with pytest.raises(RemoteAccessDenied, match=f"Permissions 0644 for '{lax}' are too open"):
+        mirror.fetch()
+
+
 def test_ssh_settings_from_the_environment_are_used(
         ssh_server: SshGitServer, alice: Person, remote: Remote, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
