@@ -115,6 +115,19 @@ class _Daemon:
 @click.option("--signing-ssh-key", envvar=f"{ENV}SIGNING_SSH_KEY", default=None,
               type=click.Path(dir_okay=False),
               help="Sign the reconciler's own commits with this SSH private key file.")
+@click.option("--git-ssh-key", envvar=f"{ENV}GIT_SSH_KEY", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="SSH private key (a deploy key) for an ssh:// or user@host: --repo; only "
+                   "this key is offered.")
+@click.option("--git-known-hosts", envvar=f"{ENV}GIT_KNOWN_HOSTS", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="known_hosts file with the Git host's key; an unknown or changed host key "
+                   "is always refused.")
+@click.option("--git-username", envvar=f"{ENV}GIT_USERNAME", default=None,
+              help="HTTPS user name [the URL's, else git].")
+@click.option("--git-password-file", envvar=f"{ENV}GIT_PASSWORD_FILE", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="File holding the HTTPS password or token (read at each fetch and push).")
 @click.option("--ops-listen", envvar=f"{ENV}OPS_LISTEN", default=":8080", show_default=True,
               metavar="HOST:PORT|off", help="/healthz, /readyz and /metrics.")
 @click.option("--leader-elect/--no-leader-elect", envvar=f"{ENV}LEADER_ELECT", default=False,
@@ -372,6 +385,7 @@ class _Leadership:
 
 def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadership,
                 shutdown: Any, node_counts: Callable[[], dict[str, int]] | None) -> Any:
+    from reconciler.gitops.credentials import GitCredentials, redact
     from reconciler.gitops.errors import GitOpsError
     from reconciler.sync.loop import ClusterSync
 
@@ -379,9 +393,16 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
     state_dir = Path(o["state_dir"]).expanduser() if o["state_dir"] else None
     verifier = _verifier(s, state_dir, metrics)
     signing = _signing(o)
+    credentials = GitCredentials(
+        ssh_key=Path(o["git_ssh_key"]) if o["git_ssh_key"] else None,
+        known_hosts=Path(o["git_known_hosts"]) if o["git_known_hosts"] else None,
+        username=o["git_username"],
+        password_file=Path(o["git_password_file"]) if o["git_password_file"] else None,
+    )
     try:
         sync = ClusterSync(
             api, o["repo"], cluster=o["cluster"], branch=o["branch"], state_dir=state_dir,
+            git_credentials=credentials,
             cluster_operator=o["cluster_operator"], fetch_interval=s.fetch_interval,
             status_min_interval=s.status_min_interval, verifier=verifier,
             signature_mode=o["signature_mode"], signing=signing, metrics=metrics,
@@ -392,7 +413,8 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
         raise click.ClickException(str(exc)) from exc
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
-    log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s", o["repo"],
+    log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s",
+             redact(o["repo"]),
              o["branch"], o["cluster"], o["cluster_operator"], s.mode)
     return sync
 

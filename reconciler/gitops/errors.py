@@ -13,6 +13,11 @@ class RemoteUnavailable(GitOpsError):
     """The remote could not be reached (down, refused, missing): retry later, keep the queue."""
 
 
+class RemoteAccessDenied(RemoteUnavailable):
+    """The remote refused our credentials, or we refused its SSH host key: nothing was fetched
+    or pushed; retried like an outage, but a person has to fix the configuration."""
+
+
 class PushRejected(GitOpsError):
     """The remote has commits we do not (non-fast-forward): fetch, rebase our commit, retry."""
 

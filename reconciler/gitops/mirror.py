@@ -3,7 +3,9 @@
 Every Git read and write of the reconciler goes through this mirror, never through a person's
 working copy: commits are built with plumbing (a private index file, ``commit-tree``) on top of
 the remote branch head, and pushed without force. A push that loses a race raises
-``PushRejected``; an unreachable remote raises ``RemoteUnavailable``.
+``PushRejected``; an unreachable remote raises ``RemoteUnavailable`` (``RemoteAccessDenied``
+when credentials or the SSH host key were refused). Credentials: ``reconciler.gitops.credentials``;
+no password reaches ``.git/config``, an argument list, an error or a log line.
 """
 
 from __future__ import annotations
@@ -21,7 +23,20 @@ import git
 from git.exc import BadName, GitCommandError
 
 from reconciler.gitops.commits import CommitInfo, Identity, Person
-from reconciler.gitops.errors import GitOpsError, PushDeclined, PushRejected, RemoteUnavailable
+from reconciler.gitops.credentials import (
+    CredentialsError,
+    GitAuth,
+    GitCredentials,
+    redact,
+    split_userinfo,
+)
+from reconciler.gitops.errors import (
+    GitOpsError,
+    PushDeclined,
+    PushRejected,
+    RemoteAccessDenied,
+    RemoteUnavailable,
+)
 
 # A SIGKILLed process does not take its git child with it: an orphaned fetch can still hold a
 # ref's lock for a moment while the next process fetches into the same mirror. The mirror's
@@ -33,12 +48,20 @@ _REF_LOCKED = ("unable to update local ref", "cannot lock ref")
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_ASKPASS": "true",
-    "GIT_SSH_COMMAND": "ssh -oBatchMode=yes",
 }
 #: a local working copy's checked-out branch is updated only when its tree is clean
 _UPDATE_INSTEAD = "--receive-pack=git -c receive.denyCurrentBranch=updateInstead receive-pack"
 _LOCK_RACE = re.compile(r"failed to update ref|cannot lock ref|failed to lock|incorrect old value")
 _SCHEME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://|^[^/]+@[^/]+:")
+_PROGRESS = re.compile(r"(Resolving deltas|Counting objects|Compressing objects|Total \d)")
+#: what ssh and git say when the remote refused us or we refused the remote's host key, most
+#: telling first; a matching line is the reason given (git's own last lines are generic)
+_DENIED = tuple(re.compile(p) for p in (
+    r"Host key for .* has changed", r"No \S+ host key is known for",
+    r"Permissions \S+ for .* are too open", r"Permission denied",
+    r"Authentication failed", r"returned error: 40[13]", r"could not read (Username|Password)",
+    r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed",
+))
 
 
 def is_local_path(url: str) -> bool:
@@ -46,10 +69,11 @@ def is_local_path(url: str) -> bool:
 
 
 def normalize_url(url: str) -> str:
-    """Absolute path for a local repository, the URL unchanged otherwise."""
+    """Absolute path for a local repository, the URL without its password otherwise (an
+    HTTP(S) URL without its userinfo: ``credentials.split_userinfo``)."""
     if is_local_path(url):
         return str(Path(url).expanduser().resolve())
-    return url
+    return split_userinfo(url)[0]
 
 
 def mirror_dir(state_dir: Path, url: str) -> Path:
@@ -83,7 +107,14 @@ class Mirror:
         *,
         update_checked_out: bool | None = None,
         network_timeout: float = 60.0,
+        credentials: GitCredentials | None = None,
     ) -> None:
+        """``credentials``: default ``GitCredentials.from_environment()``. A password in the
+        URL is used, never stored: ``url`` and ``.git/config`` hold the URL without it."""
+        _, url_username, url_password = (
+            (None, None, None) if is_local_path(url) else split_userinfo(url))
+        self._auth = GitAuth.build(credentials or GitCredentials.from_environment(),
+                                   url_username, url_password)
         self.url = normalize_url(url)
         self.path = mirror_dir(Path(state_dir), self.url)
         # Pushing to a person's local working copy: update its checked-out branch only when its
@@ -121,16 +152,37 @@ class Mirror:
         return self._repo
 
     def _git(
-        self, *args: str, env: Mapping[str, str] | None = None, timeout: float | None = None
+        self, *args: str, env: Mapping[str, str] | None = None, timeout: float | None = None,
+        remote: bool = False,
     ) -> tuple[int, str, str]:
+        """Run git in the mirror; with ``remote``, with the remote's credentials. Its error
+        output comes back redacted."""
+        auth = {}
+        if remote:
+            try:
+                auth = self._auth.environment()
+            except CredentialsError as exc:
+                raise RemoteAccessDenied(f"{self.url}: {exc}") from None
         status, stdout, stderr = self._repo.git.execute(
             ["git", *args],
             with_extended_output=True,
             with_exceptions=False,
-            env={**_GIT_ENV, **(env or {})},
+            env={**_GIT_ENV, "GIT_SSH_COMMAND": self._auth.ssh_command, **auth, **(env or {})},
             kill_after_timeout=timeout,
         )
-        return int(status), str(stdout), str(stderr)
+        return int(status), str(stdout), self.redact(str(stderr))
+
+    def redact(self, text: str) -> str:
+        """``text`` without this remote's secrets (the password, any URL's userinfo)."""
+        return redact(text, self._auth.secrets())
+
+    def _remote_failure(self, what: str, stderr: str) -> RemoteUnavailable:
+        lines = stderr.splitlines()
+        denied = next((line.strip() for pattern in _DENIED for line in lines
+                       if pattern.search(line)), None)
+        if denied is not None:
+            return RemoteAccessDenied(f"{what} {self.url} refused: {denied}")
+        return RemoteUnavailable(f"{what} {self.url} failed: {_reason(stderr)}")
 
     # -- remote ------------------------------------------------------------------------------
     def fetch(self) -> dict[str, str]:
@@ -138,14 +190,15 @@ class Mirror:
         with self._lock:
             for delay in (*REF_LOCK_RETRY_DELAYS, None):
                 status, _, stderr = self._git(
-                    "fetch", "--prune", "--no-tags", "origin", timeout=self.network_timeout
+                    "fetch", "--prune", "--no-tags", "origin", timeout=self.network_timeout,
+                    remote=True,
                 )
                 if status == 0:
                     return self.branches()
                 if delay is None or not any(m in stderr for m in _REF_LOCKED):
                     break
                 time.sleep(delay)
-            raise RemoteUnavailable(f"fetch from {self.url} failed: {_last_line(stderr)}")
+            raise self._remote_failure("fetch from", stderr)
 
     def branches(self) -> dict[str, str]:
         status, stdout, _ = self._git(
@@ -171,19 +224,23 @@ class Mirror:
             args.append(_UPDATE_INSTEAD)
         args += ["origin", f"{commit}:refs/heads/{branch}"]
         with self._lock:
-            status, stdout, stderr = self._git(*args, timeout=self.network_timeout)
+            status, stdout, stderr = self._git(*args, timeout=self.network_timeout, remote=True)
             if status == 0:
                 # keep the remote-tracking ref in step, so the next build starts from our commit
                 self._git("update-ref", f"refs/remotes/origin/{branch}", commit)
                 return
-        rejected = [line for line in stdout.splitlines() if line.startswith("!")]
-        detail = rejected[0].split("\t")[-1] if rejected else _last_line(stderr)
+        rejected = [line for line in self.redact(stdout).splitlines() if line.startswith("!")]
+        if not rejected:
+            raise self._remote_failure("push to", stderr)
+        detail = rejected[0].split("\t")[-1]
         # a concurrent push holding the ref lock shows as "[remote rejected] (failed to update
         # ref)" or "cannot lock ref": that is a race too, not a refusal
         if any("[rejected]" in line or _LOCK_RACE.search(line) for line in rejected):
             raise PushRejected(f"push to {self.url} {branch} lost a race: {detail}")
         if any("[remote rejected]" in line for line in rejected):
-            raise PushDeclined(f"{self.url} refused the push to {branch}: {detail}")
+            said = _remote_message(stderr)
+            raise PushDeclined(f"{self.url} refused the push to {branch}: {detail}"
+                               + (f"; the server said: {said}" if said else ""))
         raise RemoteUnavailable(f"push to {self.url} failed: {detail}")
 
     # -- reading -----------------------------------------------------------------------------
@@ -325,6 +382,22 @@ def list_tree(repo: git.Repo, commit: str, directory: str) -> list[str]:
     if tree.type != "tree":
         return []
     return sorted(item.name for item in tree)
+
+
+def _remote_message(stderr: str, limit: int = 300) -> str:
+    """What the server's hook printed (``remote:`` lines, progress left out), shortened."""
+    lines = [line.removeprefix("remote:").strip() for line in stderr.splitlines()
+             if line.startswith("remote:")]
+    text = "; ".join(line for line in lines if line and not _PROGRESS.match(line))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _reason(stderr: str) -> str:
+    """git's own error line (``fatal: ...``), else its last line."""
+    for line in stderr.splitlines():
+        if line.startswith(("fatal:", "error:")):
+            return line.strip()
+    return _last_line(stderr)
 
 
 def _last_line(text: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reconciler.gitops.commits import Identity
+from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.gitops.mirror import Mirror, default_state_dir, is_local_path
@@ -42,6 +43,7 @@ class PolicyRepository:
         status_min_interval: float | None = None,
         on_landed: Callable[[PendingChange, str], None] | None = None,
         on_skipped: Callable[[Skipped], None] | None = None,
+        credentials: GitCredentials | None = None,
     ) -> None:
         """``repo``: a local working copy (watched for commits) or a URL (fetched).
 
@@ -51,7 +53,7 @@ class PolicyRepository:
         self.cluster = cluster
         self.branch = branch
         state = Path(state_dir) if state_dir is not None else default_state_dir()
-        self.mirror = Mirror(repo, state)
+        self.mirror = Mirror(repo, state, credentials=credentials)
         self.reader = CommitReader(self.mirror)
         self.config = config or self._config_at_head()
         identity = identity or Identity()

@@ -13,6 +13,7 @@ from typing import Any
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from reconciler.gitops.credentials import redact
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import GitOpsError, StatusNotFound
 from reconciler.gitops.mirror import (
@@ -47,12 +48,12 @@ def read_status_snapshots(
         reader = _MirrorReader(mirror)
     policy_head = reader.head(branch)
     if policy_head is None:
-        raise StatusNotFound(f"{repo} has no branch {branch!r}")
+        raise StatusNotFound(f"{redact(repo)} has no branch {branch!r}")
     config = parse_config(reader.read(policy_head, CONFIG_FILE))
     status_branch = config.status_branch or branch
     head = reader.head(status_branch)
     if head is None:
-        raise StatusNotFound(f"{repo} has no status branch {status_branch!r}")
+        raise StatusNotFound(f"{redact(repo)} has no status branch {status_branch!r}")
     snapshots: dict[str, dict[str, Any]] = {}
     for name in reader.list_dir(head, config.status_path):
         if not name.endswith(".yaml"):

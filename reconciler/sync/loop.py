@@ -29,6 +29,7 @@ from ruamel.yaml.error import YAMLError
 
 from reconciler.firmware.status_view import firmware_snapshot
 from reconciler.gitops.commits import Identity
+from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.edits import read_field, same_value
 from reconciler.gitops.errors import GitOpsError, RepoConfigError
 from reconciler.gitops.ownership import (
@@ -117,6 +118,7 @@ class ClusterSync:
         controller_field_manager: str = CONTROLLER_FIELD_MANAGER,
         node_counts: Callable[[], Mapping[str, int]] | None = None,
         clock: Callable[[], float] = time.time,
+        git_credentials: GitCredentials | None = None,
     ) -> None:
         """``node_counts``: node states only a controller in this process knows (in flight,
         unavailable), for the ``gpu_reconciler_nodes`` metric."""
@@ -135,7 +137,7 @@ class ClusterSync:
             repo, cluster=cluster, on_commit=self._on_commit, branch=branch,
             state_dir=state_dir, identity=identity, fetch_interval=fetch_interval,
             status_min_interval=status_min_interval, on_landed=self._on_landed,
-            on_skipped=self._on_skipped,
+            on_skipped=self._on_skipped, credentials=git_credentials,
         )
         if signing is not None:
             self.repo.mirror.signing = signing
