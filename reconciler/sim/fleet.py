@@ -972,8 +972,12 @@ class Fleet:
             co_left = False
             if self.should_install_operator:
                 try:
-                    api.get(co_path)
+                    co = api.get(co_path)
                     co_left = True
+                    # a component still running (a sync role) may have created it again
+                    if co["metadata"].get("deletionTimestamp") is None:
+                        api.delete(co_path)
+                    release_finalizer(api)
                 except NotFound:
                     pass
             if (not left_nodes.get("items") and not daemonset_left
