@@ -19,6 +19,9 @@ emits a ``NodeNeedReboot`` Event on the Node. A reboot (``reboot(node)``, or the
 ``gpu.metax-tech.com/reboot-requested=<token>``) makes the node NotReady for
 ``reboot_seconds``; it comes back with a new boot ID, the pending VBIOS version in its label and
 ``gpu.metax-tech.com/rebooted=<token>``.
+
+Deleting the ``cluster-operator`` object: like the vendor operator, the fleet removes its
+finalizer (``gpu.metax-tech.com``) once the object is being deleted, so the deletion completes.
 """
 
 from __future__ import annotations
@@ -57,7 +60,14 @@ from reconciler.kube.watch import ListWatch
 from reconciler.policy.payload import Payload
 from reconciler.sim.dispatch import KeyedWorkers, Timers
 from reconciler.sim.faults import Fault, FaultKind
-from reconciler.sim.operator_install import DEFAULT_PAYLOAD, install_operator
+from reconciler.sim.operator_install import (
+    DEFAULT_PAYLOAD,
+    DRIVER_MODE_LABEL,
+    FINALIZER,
+    RUNTIME_READY_LABEL,
+    install_operator,
+    release_finalizer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +437,8 @@ class Fleet:
                     "metax-tech.com/gpu.driver.patch": patch,
                     "metax-tech.com/driver.ready": "false",
                     "metax-tech.com/maca.ready": "true",
-                    "metax-tech.com/runtime.ready": "true",
+                    RUNTIME_READY_LABEL: "true",
+                    DRIVER_MODE_LABEL: "cloud",
                     VBIOS_VERSION_LABEL: self.vbios_version,
                 })
             node_labels.update(self._extra_labels.get(name, {}))
@@ -604,6 +615,11 @@ class Fleet:
     def _on_co_event(self, event_type: str, obj: JSON) -> None:
         if obj["metadata"].get("name") != CLUSTER_OPERATOR_NAME or self.workers is None:
             return
+        meta = obj["metadata"]
+        if (event_type != "DELETED" and meta.get("deletionTimestamp") is not None
+                and FINALIZER in (meta.get("finalizers") or [])):
+            # the vendor operator's cleanup is done at once: nothing of its own to remove here
+            self.workers.submit(CLUSTER_OPERATOR_NAME, self._release_finalizer)
         driver = ((obj.get("spec") or {}).get("driver") or {}) if event_type != "DELETED" else {}
         active = driver.get("fwUpgradePolicy") == "PreferCloud"
         version = str((driver.get("payload") or {}).get("version") or self.payload.version)
@@ -624,6 +640,9 @@ class Fleet:
             self.timers.call_later(
                 delay, node.name, functools.partial(self._flash_firmware, node, target, epoch)
             )
+
+    def _release_finalizer(self) -> None:
+        release_finalizer(self.api)
 
     # -- pods -------------------------------------------------------------------------------
 
@@ -934,8 +953,11 @@ class Fleet:
                                             namespace=OPERATOR_NAMESPACE))
         api.request("DELETE", resource_path("v1", "events", namespace=EVENT_NAMESPACE),
                     query={"fieldSelector": f"reason={NODE_NEED_REBOOT_REASON}"})
+        co_path = resource_path(API_VERSION, PLURAL, CLUSTER_OPERATOR_NAME)
         if self.should_install_operator:
-            api.delete(resource_path(API_VERSION, PLURAL, CLUSTER_OPERATOR_NAME))
+            api.delete(co_path)
+            # the operator stand-in's watch is stopped: do its part of the deletion here
+            release_finalizer(api)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             left_nodes = api.get(resource_path("v1", "nodes"),
@@ -947,7 +969,19 @@ class Fleet:
             except NotFound:
                 daemonset_left = False
             driver_pods = api.get(resource_path("v1", "pods", namespace=OPERATOR_NAMESPACE))
-            if not left_nodes.get("items") and not daemonset_left and not driver_pods.get("items"):
+            co_left = False
+            if self.should_install_operator:
+                try:
+                    co = api.get(co_path)
+                    co_left = True
+                    # a component still running (a sync role) may have created it again
+                    if co["metadata"].get("deletionTimestamp") is None:
+                        api.delete(co_path)
+                    release_finalizer(api)
+                except NotFound:
+                    pass
+            if (not left_nodes.get("items") and not daemonset_left
+                    and not driver_pods.get("items") and not co_left):
                 return
             time.sleep(0.1)
         raise TimeoutError("fleet cleanup did not finish")

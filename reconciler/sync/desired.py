@@ -1,11 +1,12 @@
 """What the sync applies for one accepted commit: pure, no Kubernetes, no Git, no clock.
 
 The body of the server-side apply holds only what the repository owns: ``metadata.name``,
-labels and annotations from the file (server-populated metadata and ``status`` are never
-applied), the spec without the fields the rollout controller keeps (SPEC 4.6), and two
-annotations of our own: the commit the cluster now runs, and a firmware request when a commit
-asks for ``fwUpgradePolicy: PreferCloud`` (SPEC 5: that value is never applied as is; the
-firmware orchestrator takes the request over).
+labels and annotations from the file (server-populated metadata, ``status`` and Helm's ownership
+metadata are never applied; finalizers are never sent, so the vendor's stays), the spec without
+the fields the rollout controller keeps (SPEC 4.6), and two annotations of our own: the commit
+the cluster now runs, and a firmware request when a commit asks for ``fwUpgradePolicy:
+PreferCloud`` (SPEC 5: that value is never applied as is; the firmware orchestrator takes the
+request over).
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ PREFER_CLOUD = "PreferCloud"
 
 #: metadata a person may own in Git; everything else under metadata is the server's
 OWNED_METADATA = ("name", "labels", "annotations")
+
+#: Helm's ownership metadata (SPEC 7): never ours, so never applied. A ``helm upgrade`` of the
+#: vendor's chart refuses an object whose ``managed-by`` is not ``Helm``.
+HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
+
+
+def helm_owned(section: str, key: str) -> bool:
+    """``key`` of ``metadata.<section>`` belongs to Helm (left out of every apply)."""
+    if section == "labels":
+        return key == HELM_MANAGED_BY_LABEL
+    return section == "annotations" and key.startswith(HELM_ANNOTATION_PREFIX)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -72,10 +85,12 @@ def apply_body(
     """
     meta = _mapping(proposed.get("metadata"))
     metadata: dict[str, Any] = {"name": name}
-    labels = _mapping(meta.get("labels"))
+    labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()
+              if not helm_owned("labels", str(k))}
     if labels:
-        metadata["labels"] = {str(k): str(v) for k, v in labels.items()}
-    annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()}
+        metadata["labels"] = labels
+    annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()
+                   if not helm_owned("annotations", str(k))}
     annotations[SOURCE_COMMIT_ANNOTATION] = source_commit
     spec = copy.deepcopy(dict(_mapping(proposed.get("spec"))))
     body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata,

@@ -30,7 +30,7 @@ from reconciler.kube.watch import ListWatch
 from reconciler.policy.payload import Payload
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.fleet import FLEET_LABEL, WORKLOAD_NAMESPACE, Fleet
-from reconciler.sim.operator_install import DEFAULT_PAYLOAD
+from reconciler.sim.operator_install import DEFAULT_PAYLOAD, release_finalizer
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
 
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.cluster
 NODES = resource_path("v1", "nodes")
 DRIVER_PODS = resource_path("v1", "pods", namespace=OPERATOR_NAMESPACE)
 DAEMONSET = resource_path("apps/v1", "daemonsets", DRIVER_DAEMONSET, namespace=OPERATOR_NAMESPACE)
+CO = resource_path(API_VERSION, PLURAL, CLUSTER_OPERATOR_NAME)
 NEW = Payload(DEFAULT_PAYLOAD.registry, DEFAULT_PAYLOAD.name, "2.40.0.1")
 
 
@@ -108,6 +109,8 @@ def test_nodes_register_as_ready_schedulable_gpu_nodes(fleet: Fleet, kube: KubeA
         assert {labels[f"metax-tech.com/gpu.driver.{p}"] for p in ("major", "minor", "patch")} \
             <= {"2", "31", "0"}
         assert labels["metax-tech.com/driver.ready"] == "true"
+        assert labels["metax-tech.com/runtime.ready"] == "true"
+        assert labels["metax-tech.com/gpu.driver.mode"] == "cloud"
         assert labels[VBIOS_VERSION_LABEL] == "1.12.0.0"
         assert node["status"]["allocatable"][GPU_RESOURCE] == "8"
         assert ready_condition(node) == "True"
@@ -119,12 +122,92 @@ def test_operator_install_creates_the_vendor_objects(fleet: Fleet, kube: KubeApi
     daemonset = kube.get(DAEMONSET)
     assert daemonset["spec"]["updateStrategy"]["type"] == "OnDelete"
     assert daemonset["spec"]["template"]["spec"]["nodeSelector"] == {
-        "metax-tech.com/gpu.installed": "true"}
+        "metax-tech.com/gpu.installed": "true", "metax-tech.com/runtime.ready": "true"}
     assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == \
         DEFAULT_PAYLOAD.image
-    co = kube.get(resource_path(API_VERSION, PLURAL, CLUSTER_OPERATOR_NAME))
+    co = kube.get(CO)
     assert co["spec"]["driver"]["payload"]["version"] == DEFAULT_PAYLOAD.version
     assert co["spec"]["driver"]["fwUpgradePolicy"] == "Never"
+
+
+def test_the_cluster_operator_is_the_published_0_9_2_install(fleet: Fleet, kube: KubeApi) -> None:
+    """SPEC 7: finalizer, Helm labels and annotations, the full spec as the chart installs it
+    (with the simulator's registry and starting version)."""
+    co = kube.get(CO)
+    meta = co["metadata"]
+    assert meta["finalizers"] == ["gpu.metax-tech.com"]
+    assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    assert meta["labels"]["helm.sh/chart"] == "metax-operator-0.9.2"
+    assert meta["annotations"] == {"meta.helm.sh/release-name": "metax-operator",
+                                   "meta.helm.sh/release-namespace": "metax-operator"}
+    driver = co["spec"]["driver"]
+    assert driver["upgradePolicy"] == {
+        "enableRollout": False, "fallback": "pause", "maxFailureThreshold": 5,
+        "maxParallel": "100%", "maxUnavailable": "0%", "pause": False,
+        "upgradeSteps": [{"replicas": 1, "pauseDuration": 30000},
+                         {"replicas": "100%", "pauseDuration": 0}]}
+    assert {k: driver[k] for k in ("deployPolicy", "fwEffectPolicy", "fwEnableVirt",
+                                   "fwUpgradePolicy")} == {
+        "deployPolicy": "PreferCloud", "fwEffectPolicy": "NextReboot", "fwEnableVirt": False,
+        "fwUpgradePolicy": "Never"}
+    assert driver["payload"] == {"name": "driver-image", "pullPolicy": "IfNotPresent",
+                                 "registry": DEFAULT_PAYLOAD.registry,
+                                 "version": DEFAULT_PAYLOAD.version}
+    assert set(driver["log"]) == {"dir", "format", "level", "maxAge", "rotationTime"}
+    assert set(driver["image"]) == {"name", "pullPolicy", "registry", "version"}
+    sections = {"dataExporter", "devicePlugin", "labelgen", "maca", "runtime", "vfioManager"}
+    assert set(co["spec"]) == {"driver", *sections}
+    for section in sections:
+        assert set(co["spec"][section]["image"]) == {"name", "pullPolicy", "registry",
+                                                     "version"}, section
+        assert set(co["spec"][section]["log"]) == set(driver["log"]), section
+
+
+def test_deleting_the_cluster_operator_completes_the_stand_in_removes_the_finalizer(
+    fleet: Fleet, kube: KubeApi
+) -> None:
+    with recording(kube, resource_path(API_VERSION, PLURAL)) as events:
+        kube.delete(CO)
+        wait_for(lambda: any(kind == "DELETED" for kind, _ in events), timeout=20,
+                 what="the ClusterOperator deleted",
+                 observe=lambda: [(k, o["metadata"].get("finalizers")) for k, o in events])
+    # the finalizer held the object until the stand-in took it off
+    held = [o for kind, o in events if kind == "MODIFIED"
+            and o["metadata"].get("deletionTimestamp")
+            and o["metadata"].get("finalizers") == ["gpu.metax-tech.com"]]
+    assert held, [(k, o["metadata"].get("finalizers")) for k, o in events]
+    with pytest.raises(NotFound):
+        kube.get(CO)
+
+
+def test_the_stand_in_takes_off_only_the_vendor_finalizer_of_an_object_being_deleted(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    fleet_factory(nodes=1)
+    kube.patch(CO, {"metadata": {"finalizers": ["example.com/backup", "gpu.metax-tech.com"]}})
+    assert release_finalizer(kube) is False, "not being deleted: nothing to release"
+    assert kube.get(CO)["metadata"]["finalizers"] == ["example.com/backup", "gpu.metax-tech.com"]
+    kube.delete(CO)
+    try:
+        held = wait_for(lambda: (o := kube.get(CO))["metadata"].get("finalizers")
+                        == ["example.com/backup"] and o, timeout=20,
+                        what="only the other finalizer left",
+                        observe=lambda: kube.get(CO)["metadata"].get("finalizers"))
+        assert held["metadata"]["deletionTimestamp"], "still being deleted, held by the other"
+    finally:
+        kube.patch(CO, {"metadata": {"finalizers": None}})
+    wait_for(lambda: not kube.list(resource_path(API_VERSION, PLURAL))["items"], timeout=20,
+             what="the ClusterOperator gone")
+
+
+def test_stopping_a_fleet_with_cleanup_deletes_its_cluster_operator(kube: KubeApi) -> None:
+    fleet = Fleet(kube, nodes=1, install_seconds=0.1).start()
+    try:
+        assert kube.get(CO)["metadata"]["finalizers"] == ["gpu.metax-tech.com"]
+    finally:
+        fleet.stop(cleanup=True, timeout=60)
+    with pytest.raises(NotFound):
+        kube.get(CO)
 
 
 # -- driver pod lifecycle ---------------------------------------------------------------------

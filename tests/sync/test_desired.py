@@ -43,6 +43,28 @@ def test_server_metadata_and_status_are_never_applied_and_kept_fields_are_left_o
     assert body["spec"]["devicePlugin"] == {"enable": True}, "unknown sections are kept"
 
 
+def test_helm_ownership_metadata_and_finalizers_are_never_applied_other_metadata_is() -> None:
+    proposed = obj()
+    proposed["metadata"].update({
+        "finalizers": [],
+        "labels": {"app.kubernetes.io/managed-by": "gpu-gitops-reconciler",
+                   "app.kubernetes.io/part-of": "metax-operator", "helm.sh/chart": "mine-1"},
+        "annotations": {"meta.helm.sh/release-name": "other", "meta.helm.sh/x": "y",
+                        "helm.sh/resource-policy": "keep", "note": "hi"},
+    })
+    body = apply_body(proposed, name="cluster-operator", source_commit="c" * 40)
+    # managed-by and meta.helm.sh/* are Helm's (SPEC 7); any other key in the file is ours
+    assert body["metadata"] == {
+        "name": "cluster-operator",
+        "labels": {"app.kubernetes.io/part-of": "metax-operator", "helm.sh/chart": "mine-1"},
+        "annotations": {"helm.sh/resource-policy": "keep", "note": "hi",
+                        SOURCE_COMMIT_ANNOTATION: "c" * 40}}
+    only_helm = obj()
+    only_helm["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "Helm"}
+    assert "labels" not in apply_body(only_helm, name="cluster-operator",
+                                      source_commit="c" * 40)["metadata"]
+
+
 def test_prefer_cloud_is_handed_over_as_a_request() -> None:
     proposed = obj(fwUpgradePolicy="PreferCloud", fwEnableVirt=True)
     live = obj(fwUpgradePolicy="Never", fwEnableVirt=False)
