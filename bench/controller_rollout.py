@@ -433,6 +433,9 @@ def main() -> int:
             "rollout_wall_seconds": round(wall, 2),
             "theoretical_minimum_seconds": minimum,
             "wall_over_minimum": round(wall / minimum, 3),
+            "waves": round(minimum / args.install_seconds),
+            "seconds_over_minimum_per_wave": round(
+                (wall - minimum) / max(round(minimum / args.install_seconds), 1), 2),
             "ready_to_next_delete_p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
             "ready_to_next_delete_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
             "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
@@ -472,9 +475,13 @@ def main() -> int:
         if args.json:
             print(json.dumps(result))
         else:
+            waves = round(minimum / args.install_seconds)
+            per_wave = (wall - minimum) / max(waves, 1)
             rows = [
+                # the measured cell starts with the figure the goal bounds (bench/run reads it)
                 ("rollout wall time / theoretical minimum", "<= 1.10",
-                 f"{wall:.1f} s / {minimum:.0f} s", f"{wall / minimum:.3f}"),
+                 f"{wall / minimum:.3f} ({wall:.1f} s / {minimum:.0f} s; "
+                 f"+{per_wave:.1f} s per wave, {waves} waves)", f"{wall / minimum / 1.10:.3f}"),
                 ("p99 pod Ready -> next deletion", "< 500 ms",
                  f"{result['ready_to_next_delete_p99_ms']} ms (p50 "
                  f"{result['ready_to_next_delete_p50_ms']} ms, n={len(latencies)})",

@@ -321,7 +321,7 @@ def main() -> int:
     ok401 = flood.statuses.get(401, 0)
     rows.append(("bad-signature rate sustained (req/s)", f">= {args.rate:.0f}",
                  f"{achieved:.1f}", f"{achieved / args.rate:.2f}"))  # fmt: skip
-    rows.append(("  answered 401", f"{len(flood.latencies)}", f"{ok401}",
+    rows.append(("  answered 401", f"= {len(flood.latencies)}", f"{ok401}",
                  f"{ok401 / max(1, len(flood.latencies)):.2f}"))  # fmt: skip
     rows.append(("  triggers caused by forged requests", "0", f"{forged_triggers}",
                  "ok" if forged_triggers == 0 else "FAIL"))  # fmt: skip

@@ -111,7 +111,7 @@ def test_one_table_from_real_benchmark_processes(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 1  # one benchmark failed
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["bench", "figure", "goal", "measured", "ratio"]
+    assert lines[0].split() == ["bench", "figure", "goal", "measured", "ratio", "goal", "met"]
     assert any(line.startswith("fake_bench.py") and "199.8" in line for line in lines)
     assert "broken: exit 3, " in done.stdout and "boom" in done.stdout
     assert (tmp_path / "o" / "fake_bench.py.out").read_text().startswith("webhook benchmark")
@@ -120,3 +120,52 @@ def test_one_table_from_real_benchmark_processes(tmp_path: Path) -> None:
                           check=False)
     assert only.returncode == 0, only.stdout + only.stderr
     assert "broken" not in only.stdout
+
+
+def test_each_row_says_whether_its_goal_is_met() -> None:
+    bench = _module()
+    cases = {
+        # the controller benchmark's default run of issue 21: 230.5 s against a 160 s minimum
+        ("<= 1.10", "1.441 (230.5 s / 160 s; +8.8 s per wave, 8 waves)", "1.310"): "MISSED",
+        ("<= 1.10", "1.068 (512.7 s / 480 s; +1.4 s per wave, 24 waves)", "0.971"): "met",
+        ("< 500 ms", "230 ms (p50 108 ms, n=1003)", "0.46"): "met",
+        ("< 500 ms", "0.7 s", "1.4"): "MISSED",  # converted between s and ms
+        (">= 190", "199.8", "0.95"): "met",
+        (">= 190", "150.2", "1.26"): "MISSED",
+        ("< 3.0 s", "2.51 s", "0.84"): "met",
+        ("< 3.0 s", "3.0 s", "1.00"): "MISSED",  # strict bound
+        ("= 1680", "1680", "1.00"): "met",
+        ("= 1680", "1690", "1.01"): "MISSED",
+        ("300 s", "248.0 s  (/var/cache/build)", "0.83"): "met",  # a bare goal bounds above
+        ("4 s", "8.5 s", "2.11"): "MISSED",
+        ("< 2 GiB", "900 MiB", "0.44"): "met",
+        ("< 1024", "1100", "1.07  FAIL"): "MISSED",  # the benchmark's own marker wins
+        ("0", "0", "ok"): "met",
+        ("-", "0.33", "0.01"): "-",
+        ("list/watch, no polling", "5.50 (11000 in all)", "-"): "-",
+        ("< 2 s", "3 MiB", "-"): "?",  # units that do not compare
+    }
+    assert {case: bench.verdict(*case) for case in cases} == cases
+
+
+def test_a_missed_goal_is_named_and_fails_the_run(tmp_path: Path) -> None:
+    bench_dir = tmp_path / "bench"
+    bench_dir.mkdir()
+    (bench_dir / "run").write_text(RUN.read_text())
+    slow = bench_dir / "slow_bench.py"
+    slow.write_text("#!/bin/sh\ncat <<'EOF'\n"
+                    "figure                           goal      measured    ratio\n"
+                    "wall time / theoretical minimum  <= 1.10   1.441       1.310\n"
+                    "p99 Ready -> next deletion       < 500 ms  230 ms      0.46\n"
+                    "EOF\n")
+    for path in (bench_dir / "run", slow):
+        path.chmod(0o755)
+    done = subprocess.run([sys.executable, str(bench_dir / "run"), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = {line.split("  ")[1].strip(): line.split()[-1] for line in done.stdout.splitlines()
+            if line.startswith("slow_bench.py  ")}
+    assert rows == {"wall time / theoretical minimum": "MISSED",
+                    "p99 Ready -> next deletion": "met"}
+    assert "goals met 1/2" in done.stdout
+    assert "  MISSED: wall time / theoretical minimum" in done.stdout
