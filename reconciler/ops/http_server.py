@@ -439,6 +439,10 @@ class QuietHandler(BaseHTTPRequestHandler):
         self.raw_requestline = b""
         try:
             self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            for _ in range(8):  # blank lines before a request are to be ignored (RFC 9112 2.2)
+                if self.raw_requestline not in (b"\r\n", b"\n"):
+                    break
+                self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
             if not self.raw_requestline:
                 self.close_connection = True  # the client is done
                 return
@@ -446,7 +450,9 @@ class QuietHandler(BaseHTTPRequestHandler):
                 self.refuse(414, f"the request line exceeds {MAX_REQUEST_LINE} bytes")
                 return
             if not self.parse_request():
-                return  # parse_request has answered
+                if not self._answered:  # it returns False without an answer for a blank line
+                    self.refuse(400, "no request line")
+                return
             if not _TOKEN.fullmatch(self.command):
                 self.refuse(400, f"the method {self.command!r} is not an HTTP token")
                 return

@@ -259,6 +259,8 @@ def test_content_length_with_leading_zeros_is_a_number() -> None:
         (b"POST /elsewhere HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 404),
         (b"POST /webhook HTTP/1.1\r\nnot a header line\r\n\r\n", 411),
         (b"POST /webhook HTTP/1.1\r\nContent-Length: 50\r\n\r\nshort", 400),
+        (b"\r\n" * 20 + b"POST /webhook HTTP/1.1\r\n\r\n", 400),
+        (b" \t \r\n\r\n", 400),
     ],
     ids=[
         "garbage-line",
@@ -274,6 +276,8 @@ def test_content_length_with_leading_zeros_is_a_number() -> None:
         "other-path",
         "header-without-colon",
         "body-cut-short",
+        "many-blank-lines",
+        "whitespace-line",
     ],
 )
 def test_malformed_request_gets_an_answer(server: WebhookServer, data: bytes, status: int) -> None:
