@@ -198,6 +198,7 @@ class WebhookReceiver:
     clock: Callable[[], float] = field(default=time.monotonic)
     wall_clock: Callable[[], float] = field(default=time.time)
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: seconds between two refusal warnings for one reason and client (read at construction)
     warn_interval: float = 10.0
     refusals: RefusalLog = field(init=False, repr=False)
 
@@ -313,8 +314,8 @@ class WebhookReceiver:
 def content_length(text: str) -> int | None:
     """``Content-Length`` as a number, or None unless it is one decimal number (RFC 9110 8.6).
 
-    Only ASCII digits: ``int()`` alone would take ``+5``, `` 5_0``, Unicode digits, or fail on
-    ``²`` and on thousands of digits.
+    Only ASCII digits: ``int()`` alone would take ``+5``, ``5_0`` and other scripts' digits,
+    and raise on ``²`` (a digit to ``str.isdigit``) and on more than 4300 digits.
     """
     value = text.strip(" \t")
     if not _DECIMAL.fullmatch(value):

@@ -395,8 +395,9 @@ def test_idle_keep_alive_connection_is_closed_at_the_deadline(recorder: Recorder
 
 
 def test_one_address_holding_its_cap_does_not_starve_another(recorder: Recorder) -> None:
-    defaults = ServerLimits()
-    with WebhookServer("127.0.0.1", 0, receiver(recorder)) as srv:
+    # the default caps; a long deadline, so no held connection is cut (408) while we look
+    limits = ServerLimits(request_deadline=60.0)
+    with WebhookServer("127.0.0.1", 0, receiver(recorder), limits=limits) as srv:
         slow = [connect(srv, "127.0.0.1") for _ in range(200)]
         try:
             for s in slow:
@@ -407,7 +408,7 @@ def test_one_address_holding_its_cap_does_not_starve_another(recorder: Recorder)
             # every connection beyond the cap was answered at once; the cap's worth is held
             refused = []
             end = time.monotonic() + 5
-            while len(refused) < 200 - defaults.max_connections_per_client:
+            while len(refused) < 200 - limits.max_connections_per_client:
                 pending = [s for s in slow if s not in refused]
                 readable, _, _ = select.select(pending, [], [], max(0.0, end - time.monotonic()))
                 if not readable:
@@ -415,7 +416,7 @@ def test_one_address_holding_its_cap_does_not_starve_another(recorder: Recorder)
                 for s in readable:
                     assert status_of(answer(s)) == 429
                     refused.append(s)
-            assert len(refused) == 200 - defaults.max_connections_per_client
+            assert len(refused) == 200 - limits.max_connections_per_client
         finally:
             for s in slow:
                 s.close()
