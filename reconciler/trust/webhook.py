@@ -211,7 +211,9 @@ class WebhookReceiver:
         ``headers`` keys are lowercase; a field sent more than once holds its values joined
         with ", " (so two ``Content-Length`` fields are not one decimal number).
         """
-        if path.split("?", 1)[0] != self.path:
+        # origin-form "/webhook?x", or the absolute form "http://host/webhook" (RFC 9112 3.2.2)
+        target = urlsplit(path).path if "://" in path else path.split("?", 1)[0]
+        if target != self.path:
             return Outcome(404, "not_found", f"not found: the webhook is at {self.path}", True)
         if method != "POST":
             return Outcome(405, "method_not_allowed", "only POST is accepted", True)

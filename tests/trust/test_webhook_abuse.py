@@ -284,6 +284,17 @@ def test_malformed_request_gets_an_answer(server: WebhookServer, data: bytes, st
     assert status_of(exchange(server, data)) == status
 
 
+def test_absolute_form_request_target_reaches_the_webhook(
+    server: WebhookServer, recorder: Recorder
+) -> None:
+    body = push_body()
+    data = request(body, signature=sign(body)).replace(
+        b"POST /webhook ", b"POST http://reconciler.example/webhook?x=1 ", 1
+    )
+    assert status_of(exchange(server, data)) == 202
+    assert len(recorder.events) == 1
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
