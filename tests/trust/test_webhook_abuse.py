@@ -462,17 +462,18 @@ def test_refusal_log_is_rate_limited_per_reason_and_client(
 ) -> None:
     caplog.set_level(logging.INFO, logger="reconciler.trust.webhook")
     clock = FakeClock()
-    limits = ServerLimits(max_connections_per_client=2)
+    # a cap of 4: room for a finished connection or two not yet released between exchanges
+    limits = ServerLimits(max_connections_per_client=4)
     forged = request(push_body(), signature="sha256=" + "0" * 64)
     with WebhookServer("127.0.0.1", 0, receiver(recorder, clock=clock), limits=limits) as srv:
         for source in ("127.0.0.1", "127.0.0.2"):
             for _ in range(30):
                 assert status_of(exchange(srv, forged, source)) == 401
-        held = [connect(srv, "127.0.0.1") for _ in range(2)]
+        held = [connect(srv, "127.0.0.2") for _ in range(4)]
         try:
             time.sleep(0.2)
             for _ in range(20):
-                assert status_of(exchange(srv, b"", "127.0.0.1")) == 429
+                assert status_of(exchange(srv, b"", "127.0.0.2")) == 429
         finally:
             for s in held:
                 s.close()
@@ -480,7 +481,7 @@ def test_refusal_log_is_rate_limited_per_reason_and_client(
         assert len(warnings) == 3, warnings
         assert sum("401 unauthorized from 127.0.0.1" in w for w in warnings) == 1
         assert sum("401 unauthorized from 127.0.0.2" in w for w in warnings) == 1
-        assert sum("from 127.0.0.1 with 429" in w for w in warnings) == 1
+        assert sum("from 127.0.0.2 with 429" in w for w in warnings) == 1
         clock.now += 10  # the interval is over: the next line says how many were left out
         assert status_of(exchange(srv, forged, "127.0.0.1")) == 401
     last = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING][-1]
