@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
@@ -188,8 +189,9 @@ def raw(address: tuple[str, int], data: bytes, source: str = "127.0.0.1") -> byt
         s.settimeout(10)
         s.bind((source, 0))
         s.connect(address)
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):  # a refusal may come before all of it is sent
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
         chunks = []
         while chunk := s.recv(65536):
             chunks.append(chunk)

@@ -6,6 +6,7 @@ on Linux loopback: a socket bound to one before connecting speaks from it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -89,8 +90,10 @@ def answer(s: socket.socket) -> bytes:
 
 def exchange(srv: WebhookServer, data: bytes, source: str = "127.0.0.1") -> bytes:
     with connect(srv, source) as s:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)  # no more bytes are coming: the server must answer now
+        # a refusal may come (and the server close) before all of it is sent
+        with contextlib.suppress(OSError):
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)  # no more bytes are coming: the server must answer now
         return answer(s)
 
 
