@@ -9,9 +9,12 @@ Figures:
 3. valid push -> trigger callback latency, idle and under the flood;
 4. valid push -> fetch done and the new commit reported by the Git source (a real bare
    repository over file://; the ClusterOperator update after that is the daemon's, not
-   measured here).
+   measured here);
+5. slow clients (issue 15): 200 connections from one address each sending a byte a second,
+   how many are refused at once, how long the admitted ones are held (the request deadline),
+   and valid pushes from another address meanwhile.
 
-Usage: bench/webhook.py [--seconds 10] [--rate 200] [--workers 8]
+Usage: bench/webhook.py [--seconds 10] [--rate 200] [--workers 8] [--slow 200]
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import hmac
 import http.client
 import json
 import os
+import select
+import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from reconciler.ops.http_server import ServerLimits
 from reconciler.ops.metrics import Metrics
 from reconciler.trust.webhook import (
     PushEvent,
@@ -179,10 +185,14 @@ def measure_ticks(seconds: float) -> list[float]:
 
 
 def valid_push_latencies(
-    address: tuple[str, int], fired: Callable[[], threading.Event], count: int, gap: float
+    address: tuple[str, int],
+    fired: Callable[[], threading.Event],
+    count: int,
+    gap: float,
+    source: str = "127.0.0.1",
 ) -> list[float]:
     out: list[float] = []
-    conn = http.client.HTTPConnection(*address, timeout=10)
+    conn = http.client.HTTPConnection(*address, timeout=10, source_address=(source, 0))
     body = push_body()
     for _ in range(count):
         event = fired()
@@ -194,6 +204,52 @@ def valid_push_latencies(
         time.sleep(gap)
     conn.close()
     return out
+
+
+class SlowClients:
+    """``count`` connections from ``source``, each sending a request a byte a second."""
+
+    def __init__(self, address: tuple[str, int], count: int, source: str = "127.0.0.3"):
+        self.address, self.count, self.source = address, count, source
+        self.answers: dict[int, int] = {}  # status (0: closed without one) -> connections
+        self.held: list[float] = []  # seconds from connect to the server's answer or close
+        self.unanswered = 0  # still open when the bench gave up
+
+    def run(self, give_up: float = 30.0) -> None:
+        request = b"POST /webhook HTTP/1.1\r\nHost: bench\r\n" + b"X-Slow: " + b"s" * 100
+        live: dict[socket.socket, tuple[float, int]] = {}
+        for _ in range(self.count):
+            s = socket.socket()
+            s.bind((self.source, 0))
+            s.connect(self.address)
+            s.setblocking(False)
+            live[s] = (time.perf_counter(), 0)
+        end = time.perf_counter() + give_up
+        next_byte = time.perf_counter()
+        while live and time.perf_counter() < end:
+            if time.perf_counter() >= next_byte:
+                for s, (opened, sent) in list(live.items()):
+                    try:
+                        s.send(request[sent : sent + 1])
+                        live[s] = (opened, sent + 1)
+                    except OSError:
+                        pass  # refused and closed: the answer is read below
+                next_byte += 1.0
+            wait = max(0.0, next_byte - time.perf_counter())
+            readable, _, _ = select.select(list(live), [], [], wait)
+            for s in readable:
+                opened, _ = live.pop(s)
+                self.held.append(time.perf_counter() - opened)
+                try:
+                    head = s.recv(64)
+                except OSError:
+                    head = b""
+                status = int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else 0
+                self.answers[status] = self.answers.get(status, 0) + 1
+                s.close()
+        self.unanswered = len(live)
+        for s in live:
+            s.close()
 
 
 class TriggerProbe:
@@ -279,6 +335,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="bad requests per second")
     parser.add_argument("--workers", type=int, default=8, help="client connections")
     parser.add_argument("--pushes", type=int, default=20, help="valid pushes per measurement")
+    parser.add_argument("--slow", type=int, default=200, help="slow connections from one address")
     parser.add_argument(
         "--new-connections", action="store_true", help="one TCP connection per bad request"
     )
@@ -317,6 +374,13 @@ def main() -> int:
         pushing.join()
         forged_triggers = probe.count - triggered_before - len(flood_push)
 
+        slow = SlowClients(srv.address, args.slow)
+        slowing = threading.Thread(target=slow.run, daemon=True)
+        slowing.start()
+        time.sleep(1.5)  # every slow connection is open and has sent a byte or two
+        slow_push = valid_push_latencies(srv.address, probe.arm, args.pushes, 0.2, "127.0.0.2")
+        slowing.join()
+
     achieved = len(flood.latencies) / flood.elapsed
     ok401 = flood.statuses.get(401, 0)
     rows.append(("bad-signature rate sustained (req/s)", f">= {args.rate:.0f}",
@@ -340,6 +404,24 @@ def main() -> int:
                      f"{v / 1000:.4f}"))  # fmt: skip
         rows.append((f"valid push -> trigger max, {label} (ms)", "-",
                      f"{max(lat) * 1000:.2f}", "-"))  # fmt: skip
+    limits = ServerLimits()
+    admitted = min(args.slow, limits.max_connections_per_client)
+    refused = slow.answers.get(429, 0)
+    cut = slow.answers.get(408, 0)
+    rows.append((f"slow connections refused with 429 at once (of {args.slow})",
+                 f"{args.slow - admitted}", f"{refused}", "ok" if refused == args.slow - admitted
+                 else "FAIL"))  # fmt: skip
+    rows.append(("slow connections admitted, then cut with 408", f"{admitted}", f"{cut}",
+                 "ok" if cut == admitted else "FAIL"))  # fmt: skip
+    longest = max(slow.held, default=0.0)
+    goal = limits.request_deadline + limits.write_grace
+    rows.append(("  longest a slow connection was held (s)", f"<= {goal:.0f}", f"{longest:.1f}",
+                 f"{longest / goal:.2f}"))  # fmt: skip
+    v = statistics.median(slow_push) * 1000
+    rows.append(("valid push from another address -> trigger p50, slow clients held (ms)",
+                 "< 1000", f"{v:.2f}", f"{v / 1000:.4f}"))  # fmt: skip
+    rows.append(("valid push from another address -> trigger max, slow clients held (ms)", "-",
+                 f"{max(slow_push) * 1000:.2f}", "-"))  # fmt: skip
     fetch, note = push_to_fetch(min(args.pushes, 10))
     if fetch:
         v = statistics.median(fetch) * 1000
@@ -359,7 +441,15 @@ def main() -> int:
           f"{os.cpu_count()} CPUs")  # fmt: skip
     for row in (header, tuple("-" * w for w in widths), *rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-    failed = achieved < 0.95 * args.rate or forged_triggers != 0 or ok401 != len(flood.latencies)
+    failed = (
+        achieved < 0.95 * args.rate
+        or forged_triggers != 0
+        or ok401 != len(flood.latencies)
+        or refused != args.slow - admitted
+        or cut != admitted
+        or longest > goal
+        or slow.unanswered > 0
+    )
     return 1 if failed else 0
 
 

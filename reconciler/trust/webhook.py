@@ -1,10 +1,12 @@
 """GitHub-style push webhook: a signed push to the watched branch triggers an immediate fetch.
 
 The request is checked in an order that spends nothing on strangers: size from
-``Content-Length`` before reading a byte, then the read (bounded, with a socket timeout), then
-the ``X-Hub-Signature-256`` HMAC compared in constant time, and only then JSON. The webhook is
-a hint, never a source of truth: the fetch that follows reads the branch from Git itself, so a
-forged payload could at worst cause an extra fetch, and an unsigned one cannot even do that.
+``Content-Length`` before reading a byte, then the read (bounded by the request's total
+deadline, see ``reconciler.ops.http_server.ServerLimits``), then the ``X-Hub-Signature-256``
+HMAC compared in constant time, and only then JSON, parsed with a bound on its nesting. The
+webhook is a hint, never a source of truth: the fetch that follows reads the branch from Git
+itself, so a forged payload could at worst cause an extra fetch, and an unsigned one cannot
+even do that.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import logging
 import os
 import re
 import stat
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler
+from reconciler.ops.http_server import (
+    BackgroundHTTPServer,
+    QuietHandler,
+    RefusalLog,
+    ServerLimits,
+)
 from reconciler.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SECRET_ENV = "RECONCILER_WEBHOOK_SECRET"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # GitHub caps payloads at 25 MB; pushes are far smaller
 DEFAULT_PATH = "/webhook"
+#: a push payload nests about 4 deep; far deeper is an attack on the parser's recursion
+DEFAULT_MAX_JSON_DEPTH = 64
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 EVENT_HEADERS = ("X-GitHub-Event", "X-Gitea-Event", "X-Gogs-Event")
 
@@ -189,26 +197,47 @@ class WebhookReceiver:
     path: str = DEFAULT_PATH
     clock: Callable[[], float] = field(default=time.monotonic)
     wall_clock: Callable[[], float] = field(default=time.time)
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    #: seconds between two refusal warnings for one reason and client (read at construction)
     warn_interval: float = 10.0
-    _warned: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
-    _warn_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    refusals: RefusalLog = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.refusals = RefusalLog(log, interval=self.warn_interval, clock=self.clock)
 
     def check_headers(self, method: str, path: str, headers: dict[str, str]) -> Outcome | None:
-        """Refusals decided before the body is read (None: read the body)."""
-        if path.split("?", 1)[0] != self.path:
+        """Refusals decided before the body is read (None: read the body).
+
+        ``headers`` keys are lowercase; a field sent more than once holds its values joined
+        with ", " (so two ``Content-Length`` fields are not one decimal number).
+        """
+        # origin-form "/webhook?x", or the absolute form "http://host/webhook" (RFC 9112 3.2.2)
+        target = urlsplit(path).path if "://" in path else path.split("?", 1)[0]
+        if target != self.path:
             return Outcome(404, "not_found", f"not found: the webhook is at {self.path}", True)
         if method != "POST":
             return Outcome(405, "method_not_allowed", "only POST is accepted", True)
         length_text = headers.get("content-length")
-        if headers.get("transfer-encoding") or length_text is None:
-            return Outcome(411, "length_required", "a Content-Length header is required", True)
-        if not length_text.isdigit():
-            return Outcome(400, "bad_request", "Content-Length is not a number", True)
-        if int(length_text) > self.max_body_bytes:
+        if "transfer-encoding" in headers or length_text is None:
+            return Outcome(
+                411,
+                "length_required",
+                "a Content-Length header is required (Transfer-Encoding is not supported)",
+                True,
+            )
+        length = content_length(length_text)
+        if length is None:
+            return Outcome(
+                400,
+                "bad_request",
+                f"Content-Length {_shown(length_text)!r} is not one decimal number",
+                True,
+            )
+        if length > self.max_body_bytes:
             return Outcome(
                 413,
                 "too_large",
-                f"body of {length_text} bytes exceeds the limit of {self.max_body_bytes}",
+                f"body of {_shown(length_text)} bytes exceeds the limit of {self.max_body_bytes}",
                 True,
             )
         return None
@@ -224,7 +253,7 @@ class WebhookReceiver:
         if not event:
             return Outcome(400, "bad_request", "missing X-GitHub-Event header")
         try:
-            payload = _decode_payload(headers.get("content-type", ""), body)
+            payload = decode_payload(headers.get("content-type", ""), body, self.max_json_depth)
         except ValueError as e:
             return Outcome(400, "bad_request", f"malformed payload: {e}")
         if event == "ping":
@@ -238,21 +267,21 @@ class WebhookReceiver:
         ref = payload.get("ref")
         if not isinstance(repo, dict) or not isinstance(ref, str):
             return Outcome(400, "bad_request", "push payload lacks repository or ref")
-        name = str(repo.get("full_name") or repo.get("clone_url") or "?")
+        name = _shown(str(repo.get("full_name") or repo.get("clone_url") or "?"))
         if not self.watched.matches_repository(repo):
             return Outcome(202, "ignored", f"repository {name} is not the watched repository")
         wanted_ref = f"refs/heads/{self.watched.branch}"
         if ref != wanted_ref:
-            return Outcome(202, "ignored", f"ref {ref} ignored: watching {wanted_ref}")
+            return Outcome(202, "ignored", f"ref {_shown(ref)} ignored: watching {wanted_ref}")
         if payload.get("deleted") is True:
-            return Outcome(202, "ignored", f"{ref} was deleted; nothing to fetch")
+            return Outcome(202, "ignored", f"{_shown(ref)} was deleted; nothing to fetch")
         pusher = payload.get("pusher")
         event = PushEvent(
             repository=name,
             ref=ref,
-            after=str(payload.get("after") or ""),
-            pusher=str(pusher.get("name", "")) if isinstance(pusher, dict) else "",
-            delivery=headers.get("x-github-delivery", ""),
+            after=_shown(str(payload.get("after") or "")),
+            pusher=_shown(str(pusher.get("name", ""))) if isinstance(pusher, dict) else "",
+            delivery=_shown(headers.get("x-github-delivery", "")),
             received_monotonic=received,
             received_unix=self.wall_clock(),
         )
@@ -274,59 +303,110 @@ class WebhookReceiver:
         if self.metrics is not None:
             self.metrics.count_webhook_request(outcome.outcome)
         source = f" from {client}" if client else ""
+        line = f"webhook {outcome.status} {outcome.outcome}{source}: {outcome.message}"
         # The message never contains the secret or the received signature.
-        if outcome.outcome not in ("unauthorized", "too_large", "error"):
+        if outcome.status < 400:
             level = logging.INFO if outcome.outcome in ("triggered", "ping") else logging.DEBUG
-            log.log(level, "webhook %d %s%s: %s", outcome.status, outcome.outcome, source,
-                    outcome.message)  # fmt: skip
+            log.log(level, "%s", line)
             return
-        # Refusals are warnings, but a flood of forged requests must not flood the logs:
-        # at most one per outcome per warn_interval, with the count of those left out.
-        now = self.clock()
-        with self._warn_lock:
-            last, suppressed = self._warned.get(outcome.outcome, (float("-inf"), 0))
-            if now - last < self.warn_interval:
-                self._warned[outcome.outcome] = (last, suppressed + 1)
-                log.debug("webhook %d %s%s: %s", outcome.status, outcome.outcome, source,
-                          outcome.message)  # fmt: skip
-                return
-            self._warned[outcome.outcome] = (now, 0)
-        more = f" ({suppressed} more since the last report)" if suppressed else ""
-        log.warning("webhook %d %s%s: %s%s", outcome.status, outcome.outcome, source,
-                    outcome.message, more)  # fmt: skip
+        # A refusal is a warning, but a flood of them must not flood the logs.
+        self.refusals.report(outcome.outcome, client, line)
 
 
-def _decode_payload(content_type: str, body: bytes) -> dict[str, Any]:
+def content_length(text: str) -> int | None:
+    """``Content-Length`` as a number, or None unless it is one decimal number (RFC 9110 8.6).
+
+    Only ASCII digits: ``int()`` alone would take ``+5``, ``5_0`` and other scripts' digits,
+    and raise on ``²`` (a digit to ``str.isdigit``) and on more than 4300 digits.
+    """
+    value = text.strip(" \t")
+    if not _DECIMAL.fullmatch(value):
+        return None
+    digits = value.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
+
+
+_DECIMAL = re.compile(r"[0-9]+")
+# a string token, unterminated ones included (to the end of the text, so no quote is scanned
+# from twice: linear time whatever the text), or a bracket
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
+
+
+def json_depth_exceeds(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays and objects deeper than ``limit``.
+
+    ``json.loads`` recurses once per level and fails with RecursionError near 1000 levels, so
+    the depth is counted first, in one scan that skips strings (a bracket in a string is no
+    nesting). Only the part before the first syntax error matters, since the parser stops
+    there, and up to that point this scan reads the text as the parser does.
+    """
+    depth = 0
+    for m in _STRUCTURE.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+def decode_payload(
+    content_type: str, body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> dict[str, Any]:
+    """The JSON object a push delivers (as JSON, or form-encoded ``payload=<json>``).
+
+    Raises ValueError, with a message for the sender, for anything else.
+    """
     media = content_type.split(";", 1)[0].strip().lower()
     text: str
     try:
         if media == "application/x-www-form-urlencoded":
             # GitHub's "Content type: application/x-www-form-urlencoded" sends payload=<json>
-            form = parse_qs(body.decode("utf-8"), strict_parsing=False)
+            form = parse_qs(body.decode("utf-8"), max_num_fields=64)
             if "payload" not in form:
                 raise ValueError("form body without a payload field")
             text = form["payload"][0]
         else:
             text = body.decode("utf-8")
-        data = json.loads(text)
     except UnicodeDecodeError as e:
         raise ValueError("body is not UTF-8") from e
+    if json_depth_exceeds(text, max_depth):
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    except (ValueError, RecursionError) as e:  # e.g. an integer of more than 4300 digits
+        raise ValueError(f"invalid JSON: {e}") from e
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     return data
 
 
+def _shown(text: str, limit: int = 200) -> str:
+    """Client-supplied text fit for a log line: control characters escaped, length bounded."""
+    shown = text if text.isprintable() else repr(text)[1:-1]
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def _fields(message: Any) -> dict[str, str]:
+    """Header fields by lowercase name; a repeated field's values joined with ", "."""
+    fields: dict[str, str] = {}
+    for name, value in message.items():
+        key = name.lower()
+        fields[key] = f"{fields[key]}, {value}" if key in fields else value
+    return fields
+
+
 class _WebhookHandler(QuietHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: GitHub and the benchmark reuse connections
-    timeout = 10  # seconds per socket read: a slow sender cannot hold a thread forever
 
     def handle_expect_100(self) -> bool:
         # curl sends "Expect: 100-continue" for larger bodies: refuse before inviting the body
         receiver: WebhookReceiver = self.server.app  # type: ignore[attr-defined]
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        outcome = receiver.check_headers(self.command, self.path, headers)
+        outcome = receiver.check_headers(self.command, self.path, _fields(self.headers))
         if outcome is not None:
             self._answer(receiver, outcome)
             return False
@@ -335,20 +415,23 @@ class _WebhookHandler(QuietHandler):
     def _serve(self) -> None:
         receiver: WebhookReceiver = self.server.app  # type: ignore[attr-defined]
         received = receiver.clock()
-        headers = {k.lower(): v for k, v in self.headers.items()}
+        headers = _fields(self.headers)
         outcome = receiver.check_headers(self.command, self.path, headers)
         if outcome is None:
-            length = int(headers["content-length"])
-            try:
-                body = self.rfile.read(length)
-            except TimeoutError:
-                outcome = Outcome(408, "bad_request", "timed out reading the body", True)
+            length = content_length(headers["content-length"]) or 0
+            # the read ends at the request's deadline (TimeoutError: QuietHandler answers 408)
+            body = self.rfile.read(length)
+            if len(body) != length:
+                outcome = Outcome(400, "bad_request", "body shorter than Content-Length", True)
             else:
-                if len(body) != length:
-                    outcome = Outcome(400, "bad_request", "body shorter than Content-Length", True)
-                else:
-                    outcome = receiver.handle(headers, body, received)
+                outcome = receiver.handle(headers, body, received)
         self._answer(receiver, outcome)
+
+    def refuse(self, status: int, detail: str) -> None:
+        # requests refused by the HTTP layer (malformed, too slow) are counted like the others
+        receiver: WebhookReceiver = self.server.app  # type: ignore[attr-defined]
+        kind = "method_not_allowed" if status in (405, 501) else "bad_request"
+        self._answer(receiver, Outcome(status, kind, detail, close=True))
 
     def _answer(self, receiver: WebhookReceiver, outcome: Outcome) -> None:
         receiver.record(outcome, self.client_address[0])
@@ -366,12 +449,28 @@ class _WebhookHandler(QuietHandler):
 
 
 class WebhookServer(BackgroundHTTPServer):
-    """The receiver on ``host:port``, one thread per connection."""
+    """The receiver on ``host:port``, one thread per connection within ``limits``.
+
+    The request deadline runs on the receiver's clock; refusals of every kind share the
+    receiver's rate-limited log.
+    """
 
     def __init__(
-        self, host: str, port: int, receiver: WebhookReceiver, *, max_connections: int = 128
+        self,
+        host: str,
+        port: int,
+        receiver: WebhookReceiver,
+        *,
+        limits: ServerLimits | None = None,
     ) -> None:
         super().__init__(
-            host, port, _WebhookHandler, receiver, name="webhook", max_connections=max_connections
+            host,
+            port,
+            _WebhookHandler,
+            receiver,
+            name="webhook",
+            limits=limits,
+            clock=receiver.clock,
+            refusals=receiver.refusals,
         )
         self.receiver = receiver

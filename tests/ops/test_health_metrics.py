@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import select
+import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.ops.health import HealthChecks, OpsServer
-from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+from reconciler.ops.http_server import (
+    BackgroundHTTPServer,
+    ListenAddressError,
+    QuietHandler,
+    ServerLimits,
+    client_key,
+    parse_listen_address,
+)
 from reconciler.ops.metrics import ROLLOUT_PHASES, STEP_STATES, Metrics
 
 
@@ -168,3 +179,92 @@ def test_parse_listen_address(text: str, expected: tuple[str, int]) -> None:
 def test_parse_listen_address_errors(text: str) -> None:
     with pytest.raises(ListenAddressError, match="listen address"):
         parse_listen_address(text)
+
+
+# --- the shared HTTP server under abuse (the webhook's own cases: tests/trust) ---------------
+
+
+def raw(address: tuple[str, int], data: bytes, source: str = "127.0.0.1") -> bytes:
+    with socket.socket() as s:
+        s.settimeout(10)
+        s.bind((source, 0))
+        s.connect(address)
+        with contextlib.suppress(OSError):  # a refusal may come before all of it is sent
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", b"400"),
+        (b"GET /healthz HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", b"431"),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
+        (b"POST /metrics HTTP/1.0\r\n\r\n", b"501"),
+    ],
+    ids=["garbage", "101-headers", "long-line", "post"],
+)
+def test_ops_server_answers_malformed_requests(ops: OpsServer, data: bytes, status: bytes) -> None:
+    assert raw(ops.address, data).startswith(b"HTTP/1.0 " + status + b" ")
+
+
+def test_ops_server_caps_connections_per_client_but_serves_other_addresses(ops: OpsServer) -> None:
+    cap = ServerLimits().max_connections_per_client
+    held = [socket.create_connection(ops.address, timeout=10) for _ in range(cap)]
+    try:
+        time.sleep(0.2)  # accepted and admitted
+        assert raw(ops.address, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 429 ")
+        other = raw(ops.address, b"GET /healthz HTTP/1.0\r\n\r\n", source="127.0.0.2")
+        assert other.startswith(b"HTTP/1.0 200 ")
+    finally:
+        for s in held:
+            s.close()
+
+
+class _Broken(QuietHandler):
+    def do_GET(self) -> None:
+        raise KeyError("a bug in a handler")
+
+
+def test_unexpected_handler_error_is_answered_500_not_printed(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with BackgroundHTTPServer("127.0.0.1", 0, _Broken, None) as srv:
+        response = raw(srv.address, b"GET / HTTP/1.0\r\n\r\n")
+    assert response.startswith(b"HTTP/1.0 500 ")
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_slow_client_is_cut_at_the_total_deadline_with_408() -> None:
+    limits = ServerLimits(request_deadline=0.5)
+    data = b"GET /healthz HTTP/1.0\r\nX-Slow: " + b"z" * 100
+    srv = BackgroundHTTPServer("127.0.0.1", 0, _Broken, None, limits=limits)
+    with srv, socket.create_connection(srv.address, timeout=10) as s:
+        sent = 0
+        while sent < len(data):  # a byte per 0.1 s: every read is quick, the request is not
+            s.send(data[sent : sent + 1])
+            sent += 1
+            if select.select([s], [], [], 0.1)[0]:
+                break
+        response = s.recv(65536)
+    assert sent < len(data), "cut by the deadline, not when the client was done"
+    assert response.startswith(b"HTTP/1.0 408 ")
+
+
+@pytest.mark.parametrize(
+    ("host", "key"),
+    [
+        ("192.0.2.7", "192.0.2.7"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+        ("fe80::1%eth0", "fe80::/64"),
+        ("not-an-address", "not-an-address"),
+    ],
+)
+def test_clients_are_counted_by_address_and_ipv6_by_its_64(host: str, key: str) -> None:
+    assert client_key(host) == key

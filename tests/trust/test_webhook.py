@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from reconciler.ops.http_server import ServerLimits
 from reconciler.ops.metrics import Metrics
 from reconciler.trust.webhook import (
     PushEvent,
@@ -388,20 +389,25 @@ def test_repository_matching(configured: str, repo: dict[str, Any], matches: boo
 
 
 def test_a_flood_of_forged_requests_does_not_flood_the_logs(
-    server: WebhookServer, caplog: pytest.LogCaptureFixture
+    recorder: Recorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="reconciler.trust.webhook")
+    now = [1000.0]
+    receiver = WebhookReceiver(
+        WebhookSecret(SECRET), WatchedBranch(REPO, "main"), recorder, clock=lambda: now[0]
+    )
     body = json.dumps(push_payload()).encode()
-    c = http.client.HTTPConnection(*server.address, timeout=5)
-    for _ in range(50):
-        assert post(server, body, signature=sign(body, b"x"), conn=c)[0] == 401
-    c.close()
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert "401 unauthorized from 127.0.0.1" in warnings[0].getMessage()
-    # after the interval the next one reports how many were left out
-    server.receiver.warn_interval = 0.0
-    post(server, body, signature=sign(body, b"x"))
+    with WebhookServer("127.0.0.1", 0, receiver) as server:
+        c = http.client.HTTPConnection(*server.address, timeout=5)
+        for _ in range(50):
+            assert post(server, body, signature=sign(body, b"x"), conn=c)[0] == 401
+        c.close()
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1
+        assert "401 unauthorized from 127.0.0.1" in warnings[0].getMessage()
+        # after the interval the next one reports how many were left out
+        now[0] += receiver.warn_interval
+        post(server, body, signature=sign(body, b"x"))
     last = [r for r in caplog.records if r.levelno == logging.WARNING][-1].getMessage()
     assert "(49 more since the last report)" in last
 
@@ -430,7 +436,7 @@ def test_expect_100_continue_is_refused_before_the_body_when_too_large(
 
 def test_idle_connections_cannot_take_every_thread(recorder: Recorder) -> None:
     receiver = WebhookReceiver(WebhookSecret(SECRET), WatchedBranch(REPO, "main"), recorder)
-    with WebhookServer("127.0.0.1", 0, receiver, max_connections=2) as srv:
+    with WebhookServer("127.0.0.1", 0, receiver, limits=ServerLimits(max_connections=2)) as srv:
         idle = [socket.create_connection(srv.address, timeout=5) for _ in range(2)]
         try:
             with socket.create_connection(srv.address, timeout=5) as s:
