@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.policy.document import ParsedDocument
-from reconciler.policy.findings import Finding
+from reconciler.policy.document import INT64_MAX, INT64_MIN, ParsedDocument
+from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import PERCENT_RE, Quantity, parse_quantity
 
 POLICY_POINTER = "/spec/driver/upgradePolicy"
@@ -21,6 +21,16 @@ SERVER_POPULATED_METADATA = (
     "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink",
     "deletionTimestamp", "deletionGracePeriodSeconds",
 )
+#: Helm's ownership metadata (SPEC section 7): the vendor chart's release owns it, never a policy
+#: (a ``helm upgrade`` refuses an object whose managed-by is not Helm).
+HELM_MANAGED_BY = "app.kubernetes.io/managed-by"
+HELM_PREFIX = "meta.helm.sh/"
+
+
+def is_helm_ownership_key(key: str) -> bool:
+    """A label or annotation key that belongs to Helm's release bookkeeping."""
+    return key == HELM_MANAGED_BY or key.startswith(HELM_PREFIX)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +57,8 @@ def _quantity(value: Any) -> Quantity | None:
     """The int-or-percent value if the schema accepted its form, else None (already reported)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         return None
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        return None  # the parse layer reported it
     if isinstance(value, str) and not PERCENT_RE.match(value):
         return None
     return parse_quantity(value)
@@ -156,6 +168,17 @@ def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:
                     "applied: remove it (the file was probably copied from kubectl get)",
                     key=True, warning=True,
                 )
+        for section in ("labels", "annotations"):
+            keys = metadata.get(section)
+            for key in keys if isinstance(keys, dict) else ():
+                if isinstance(key, str) and is_helm_ownership_key(key):
+                    yield doc.finding(
+                        join_pointer(f"/metadata/{section}", key), "helm-ownership-metadata",
+                        f"metadata.{section}: '{key}' is Helm's ownership metadata, written by "
+                        "the vendor chart's release, not by a policy; it is never applied "
+                        "(a helm upgrade refuses an object whose managed-by is not Helm): "
+                        "remove it", key=True, warning=True,
+                    )
         if "namespace" in metadata:
             yield doc.finding(
                 "/metadata/namespace", "cluster-scoped-namespace",
