@@ -32,6 +32,7 @@ from ruamel.yaml.events import (
     Event,
     MappingStartEvent,
     NodeEvent,
+    ScalarEvent,
     SequenceStartEvent,
 )
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -112,9 +113,6 @@ class ParsedDocument:
     obj: Any
     root: Node | None
     findings: list[Finding] = field(default_factory=list)
-    #: pointers whose value the parse layer already rejected (out of int64 range, not finite):
-    #: the schema layer does not report them a second time
-    rejected_values: set[str] = field(default_factory=set)
     #: the text, kept only when an alias occurs (to find where each alias is written)
     alias_text: str | None = None
     _index: dict[int, dict[str, tuple[int, Node, Node]]] = field(default_factory=dict)
@@ -146,6 +144,7 @@ class ParsedDocument:
         tokens = split_pointer(pointer)
         aliases = self._alias_uses() if tokens else None
         via: _AliasUse | None = None
+        key_slot: _Slot | None = None
         for token in tokens:
             entry = self._child(node, token)
             if entry is None:
@@ -154,9 +153,10 @@ class ParsedDocument:
             position, child_key, child = entry
             if via is None and aliases:
                 via = aliases.get((id(node), position, False))
-                if via is None and child_key is not None and key:
-                    via = aliases.get((id(node), position, True))
+            key_slot = (id(node), position, True) if child_key is not None else None
             key_node, node = child_key, child
+        if via is None and aliases and key and key_slot is not None:
+            via = aliases.get(key_slot)  # an aliased key (`*name: value`)
         target = key_node if key and key_node is not None else node
         mark = target.start_mark
         if via is None:
@@ -199,29 +199,57 @@ class ParsedDocument:
 def _alias_slots(root: Node, text: str) -> dict[_Slot, _AliasUse]:
     """Every collection slot that holds an alias, found by walking the parser's events alongside
     the composed tree (the composer replaces an alias by the anchored node and forgets where the
-    alias was written). The tree is at most MAX_DEPTH deep here."""
-    events: Iterator[Event] = (e for e in _FAST.parse(text) if isinstance(
+    alias was written). The tree is at most MAX_DEPTH deep here. If the events do not line up
+    with the tree (a text only the pure-Python parser reads), no alias is known and findings stay
+    at the anchor."""
+    for yaml in (_FAST, _PURE):
+        try:
+            return _align(root, yaml.parse(text))
+        except (YAMLError, _Misaligned):
+            continue
+    return {}
+
+
+class _Misaligned(Exception):
+    """The event stream does not match the composed tree."""
+
+
+def _align(root: Node, stream: Iterator[Event]) -> dict[_Slot, _AliasUse]:
+    events: Iterator[Event] = (e for e in stream if isinstance(
         e, NodeEvent | CollectionEndEvent))
     slots: dict[_Slot, _AliasUse] = {}
 
     def walk(node: Node, slot: _Slot | None) -> None:
-        event = next(events)
+        event = next(events, None)
         if isinstance(event, AliasEvent):
             if slot is not None:
                 slots[slot] = (event.start_mark, str(event.anchor), node)
-            return
-        if isinstance(event, MappingStartEvent) and isinstance(node, MappingNode):
+        elif isinstance(event, MappingStartEvent) and isinstance(node, MappingNode):
             for position, (key_node, value_node) in enumerate(node.value):
                 walk(key_node, (id(node), position, True))
                 walk(value_node, (id(node), position, False))
-            next(events)  # the mapping's end
+            if not isinstance(next(events, None), CollectionEndEvent):
+                raise _Misaligned
         elif isinstance(event, SequenceStartEvent) and isinstance(node, SequenceNode):
             for position, item in enumerate(node.value):
                 walk(item, (id(node), position, False))
-            next(events)
+            if not isinstance(next(events, None), CollectionEndEvent):
+                raise _Misaligned
+        elif not (isinstance(event, ScalarEvent) and isinstance(node, ScalarNode)):
+            raise _Misaligned
 
     walk(root, None)
     return slots
+
+
+def rejected_number(value: object) -> bool:
+    """A number the parse layer reports wherever it occurs (outside int64, or not finite), so
+    later layers leave it alone instead of reporting it a second time."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not INT64_MIN <= value <= INT64_MAX
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def parse_document(
@@ -511,8 +539,7 @@ class _Builder:
         if tag == _INT:
             number = _to_int(text)
             if not INT64_MIN <= number <= INT64_MAX:
-                self.doc.rejected_values.add(pointer)
-                shown = text if len(text) <= 40 else (
+                shown = text if len(text) <= 60 else (
                     f"{text[:20]}...{text[-8:]} ({len(text)} characters)")
                 self._error(node, pointer, "integer-range",
                             f"integer {shown} is outside the range of Kubernetes integers "
@@ -522,7 +549,6 @@ class _Builder:
         if tag == _FLOAT:
             value = _to_float(text)
             if not math.isfinite(value):
-                self.doc.rejected_values.add(pointer)
                 self._error(node, pointer, "non-finite-number",
                             f"{text} is not a finite number and cannot be applied")
             return value

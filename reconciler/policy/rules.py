@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.policy.document import INT64_MAX, INT64_MIN, ParsedDocument
+from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import PERCENT_RE, Quantity, parse_quantity
 
@@ -22,15 +22,17 @@ SERVER_POPULATED_METADATA = (
     "deletionTimestamp", "deletionGracePeriodSeconds",
 )
 #: Helm's ownership metadata (SPEC section 7): the vendor chart's release owns it, never a policy
-#: (a ``helm upgrade`` refuses an object whose managed-by is not Helm).
-HELM_MANAGED_BY = "app.kubernetes.io/managed-by"
-HELM_PREFIX = "meta.helm.sh/"
+#: (a ``helm upgrade`` refuses an object whose managed-by is not Helm). The same keys the sync
+#: leaves out of every apply (``reconciler.sync.desired``).
+HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
 
 
-def is_helm_ownership_key(key: str) -> bool:
-    """A label or annotation key that belongs to Helm's release bookkeeping."""
-    return key == HELM_MANAGED_BY or key.startswith(HELM_PREFIX)
-
+def is_helm_ownership_key(section: str, key: str) -> bool:
+    """``key`` of ``metadata.<section>`` belongs to Helm's release bookkeeping."""
+    if section == "labels":
+        return key == HELM_MANAGED_BY_LABEL
+    return section == "annotations" and key.startswith(HELM_ANNOTATION_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,7 @@ def _quantity(value: Any) -> Quantity | None:
     """The int-or-percent value if the schema accepted its form, else None (already reported)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         return None
-    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+    if rejected_number(value):
         return None  # the parse layer reported it
     if isinstance(value, str) and not PERCENT_RE.match(value):
         return None
@@ -171,7 +173,7 @@ def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:
         for section in ("labels", "annotations"):
             keys = metadata.get(section)
             for key in keys if isinstance(keys, dict) else ():
-                if isinstance(key, str) and is_helm_ownership_key(key):
+                if isinstance(key, str) and is_helm_ownership_key(section, key):
                     yield doc.finding(
                         join_pointer(f"/metadata/{section}", key), "helm-ownership-metadata",
                         f"metadata.{section}: '{key}' is Helm's ownership metadata, written by "

@@ -23,7 +23,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from reconciler.policy.document import INT64_MAX, INT64_MIN, ParsedDocument
+from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 
 SCHEMA_FILES = {
@@ -122,7 +122,7 @@ def schema_findings(doc: ParsedDocument, kind: str) -> list[Finding]:
     mapper = _ErrorMapper(doc, load_schema(kind))
     findings: list[Finding] = []
     for error in validator(kind).iter_errors(doc.obj):
-        if _pointer(error.absolute_path) in doc.rejected_values:
+        if rejected_number(error.instance):
             continue  # the parse layer already said why this value cannot be applied
         findings.extend(mapper.map(error))
     findings.extend(mapper.preserved_unknown_fields(load_schema(kind), doc.obj, ""))
@@ -303,20 +303,22 @@ class _ErrorMapper:
         """Whether ``field`` takes ``candidate``: its schema, the int64 range of Kubernetes
         integers, and for an int-or-percent field the percentage range SPEC section 3 gives it
         (from the integer branch's minimum to 100%, which the semantic rules check)."""
-        if isinstance(candidate, int) and not isinstance(candidate, bool) and not (
-            INT64_MIN <= candidate <= INT64_MAX
-        ):
+        if rejected_number(candidate):
             return False
         field = self.resolve(field)
         if not _StrictValidator(inline_refs(field, self.defs)).is_valid(candidate):
             return False
-        if isinstance(candidate, str) and re.match(PERCENT_PATTERN, candidate):
+        if (isinstance(candidate, str) and re.match(PERCENT_PATTERN, candidate)
+                and self.takes_percent(field)):
             branches = [self.resolve(b) for b in field.get("oneOf", [])]
-            if any(b.get("pattern") == PERCENT_PATTERN for b in branches):
-                low = next((b.get("minimum", 0) for b in branches
-                            if b.get("type") == "integer"), 0)
-                return bool(low <= int(candidate[:-1]) <= 100)
+            low = next((b.get("minimum", 0) for b in branches if b.get("type") == "integer"), 0)
+            return bool(low <= int(candidate[:-1]) <= 100)
         return True
+
+    def takes_percent(self, field: Mapping[str, Any]) -> bool:
+        """An int-or-percent field (SPEC section 3)."""
+        return any(self.resolve(b).get("pattern") == PERCENT_PATTERN
+                   for b in self.resolve(field).get("oneOf", []))
 
     def type_hint(self, field: Mapping[str, Any], value: Any, path: list[str | int]) -> str:
         """How to write ``value`` so that ``field`` takes it, if there is such a way."""
@@ -358,6 +360,8 @@ class _ErrorMapper:
             if count and percent:
                 return (f"; write {int(stripped)} without quotes for a node count, or "
                         f"'{stripped}%' for a percentage")
+            if count and self.takes_percent(field):
+                return f"; write {int(stripped)} without quotes for a node count"
             if count:
                 return f"; write {int(stripped)} without quotes: {name or 'it'} is an integer"
             if percent:
