@@ -182,7 +182,8 @@ class ParsedDocument:
                         index[str(key_node.value)] = (position, key_node, value_node)
                 self._index[id(node)] = index
             return index.get(token)
-        if isinstance(node, SequenceNode) and token.isascii() and token.isdigit():
+        if (isinstance(node, SequenceNode) and token.isascii() and token.isdigit()
+                and len(token) <= len(str(len(node.value)))):
             position = int(token)
             if position < len(node.value):
                 return (position, None, node.value[position])

@@ -95,8 +95,12 @@ def _percent_ranges(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[
         if not low <= quantity.value <= 100:
             yield doc.finding(
                 pointer, "percent-range",
-                f"{label}: expected a percentage from {low}% to 100%, got '{value}'",
+                f"{label}: expected a percentage from {low}% to 100%, got '{_shown(value)}'",
             )
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-10:]} ({len(text)} characters)"
 
 
 def _step_rules(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Finding]:
@@ -145,7 +149,7 @@ def _step_rules(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Find
     replicas = last.get("replicas") if isinstance(last, dict) else None
     quantity = _quantity(replicas)
     if quantity is not None and not (quantity.percent and quantity.value == 100):
-        shown = f"'{replicas}'" if isinstance(replicas, str) else str(replicas)
+        shown = f"'{_shown(replicas)}'" if isinstance(replicas, str) else str(replicas)
         hint = ("; a node count cannot promise every node (N is known only when the rollout "
                 "starts): end with replicas: '100%'" if not quantity.percent
                 else "; add a last step with replicas: '100%'")

@@ -25,6 +25,7 @@ from jsonschema.validators import extend
 
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
+from reconciler.policy.quantity import digits_value
 
 SCHEMA_FILES = {
     "clusteroperator": "clusteroperator.schema.json",
@@ -312,7 +313,7 @@ class _ErrorMapper:
                 and self.takes_percent(field)):
             branches = [self.resolve(b) for b in field.get("oneOf", [])]
             low = next((b.get("minimum", 0) for b in branches if b.get("type") == "integer"), 0)
-            return bool(low <= int(candidate[:-1]) <= 100)
+            return bool(low <= digits_value(candidate[:-1]) <= 100)
         return True
 
     def takes_percent(self, field: Mapping[str, Any]) -> bool:
@@ -351,24 +352,26 @@ class _ErrorMapper:
             return self.pause_note(field, name)
         duration = _DURATION.match(value)
         if duration and name == "pauseDuration":
-            ms = int(duration.group(1)) * _DURATION_MS[duration.group(2)]
+            ms = digits_value(duration.group(1)) * _DURATION_MS[duration.group(2)]
             if self.accepts(field, ms):
                 return f"; pauseDuration is in milliseconds: write {ms}"
         if re.fullmatch("[0-9]+", stripped):
-            count = self.accepts(field, int(stripped))
+            number = digits_value(stripped)
+            count = self.accepts(field, number)
             percent = self.accepts(field, stripped + "%")
             if count and percent:
-                return (f"; write {int(stripped)} without quotes for a node count, or "
+                return (f"; write {number} without quotes for a node count, or "
                         f"'{stripped}%' for a percentage")
             if count and self.takes_percent(field):
-                return f"; write {int(stripped)} without quotes for a node count"
+                return f"; write {number} without quotes for a node count"
             if count:
-                return f"; write {int(stripped)} without quotes: {name or 'it'} is an integer"
+                return f"; write {number} without quotes: {name or 'it'} is an integer"
             if percent:
                 return f"; write '{stripped}%' for a percentage"
             return ""
         squeezed = value.replace(" ", "")
-        if squeezed != value and self.accepts(field, squeezed):
+        if (squeezed != value and re.match(PERCENT_PATTERN, squeezed)
+                and self.accepts(field, squeezed)):
             return f"; remove the spaces: '{squeezed}'"
         if re.match(PERCENT_PATTERN, squeezed.lstrip("-+")):
             if self.accepts(field, squeezed.lstrip("-+")):

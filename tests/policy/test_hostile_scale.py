@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.policy.commands import validate_bounded
 from tests.policy.texts import SEED_10
 
@@ -69,3 +71,26 @@ def test_an_integer_of_a_hundred_thousand_digits_is_an_error_at_the_value(tmp_pa
     assert "(100000 characters)" in message and "signed 64-bit" in message
     assert "Traceback" not in result.stderr
     assert (tmp_path / "policy.yaml").read_bytes() == before
+
+
+@pytest.mark.parametrize(("line", "written", "rule", "column"), [
+    (23, '      maxParallel: "{digits}%"', "percent-range", 20),
+    (14, "        - replicas: {digits}%", "percent-range", 21),
+    (23, '      maxParallel: "{digits}"', "percent-format", 20),
+    (17, '          pauseDuration: "{digits}s"', "schema-type", 26),
+    (25, '      maxFailureThreshold: "{digits}"', "schema-type", 28),
+])
+def test_digit_strings_of_thousands_of_digits_are_judged_at_the_value(
+    tmp_path: Path, line: int, written: str, rule: str, column: int
+) -> None:
+    # Python converts at most 4300 digits to an int: a hint or a percentage that converted
+    # them would end in a traceback
+    lines = SEED_10.splitlines(keepends=True)
+    lines[line - 1] = written.format(digits="9" * 5000) + "\n"
+    write(tmp_path, "".join(lines))
+    result = validate_bounded(tmp_path, "policy.yaml")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    found = findings(result.stdout)
+    assert (line, column, "error", rule) in {(f[0], f[1], f[2], f[4]) for f in found}, found
+    assert all(len(f[3]) < 400 for f in found)  # the value is shortened in messages
