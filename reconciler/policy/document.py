@@ -61,6 +61,7 @@ _INT64_DIGITS = len(str(INT64_MAX))
 _TAG = "tag:yaml.org,2002:"
 _STR, _NULL, _BOOL, _INT, _FLOAT = (_TAG + t for t in ("str", "null", "bool", "int", "float"))
 _MAP, _SEQ, _MERGE, _TIMESTAMP = (_TAG + t for t in ("map", "seq", "merge", "timestamp"))
+_NULL_TEXTS = ("", "~", "null", "Null", "NULL")
 _YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S+)", re.MULTILINE)
 
 
@@ -534,29 +535,40 @@ class _Builder:
         if tag in (_STR, _TIMESTAMP):
             return text  # a timestamp stays the text written, as Kubernetes reads it
         if tag == _NULL:
-            return None
+            return None if text in _NULL_TEXTS else self._tag_mismatch(node, pointer, "null")
         if tag == _BOOL:
+            if text.lower() not in ("true", "false"):
+                return self._tag_mismatch(node, pointer, "a boolean")
             return text.lower() == "true"
         if tag == _INT:
             number = _to_int(text)
+            if number is None:
+                return self._tag_mismatch(node, pointer, "an integer")
             if not INT64_MIN <= number <= INT64_MAX:
-                shown = text if len(text) <= 60 else (
-                    f"{text[:20]}...{text[-8:]} ({len(text)} characters)")
                 self._error(node, pointer, "integer-range",
-                            f"integer {shown} is outside the range of Kubernetes integers "
-                            f"(signed 64-bit: {INT64_MIN} to {INT64_MAX}); the API server "
-                            "cannot store it")
+                            f"integer {_shorten(text)} is outside the range of Kubernetes "
+                            f"integers (signed 64-bit: {INT64_MIN} to {INT64_MAX}); the API "
+                            "server cannot store it")
             return number
         if tag == _FLOAT:
             value = _to_float(text)
+            if value is None:
+                return self._tag_mismatch(node, pointer, "a number")
             if not math.isfinite(value):
                 self._error(node, pointer, "non-finite-number",
-                            f"{text} is not a finite number and cannot be applied")
+                            f"{_shorten(text)} is not a finite number and cannot be applied")
             return value
         self._error(node, pointer, "custom-tag",
                     f"tag '{_describe_tag(tag)}' is not allowed: policy files use plain YAML 1.2 "
                     "(strings, numbers, booleans, null, mappings, lists); remove the tag")
         return text
+
+    def _tag_mismatch(self, node: ScalarNode, pointer: str, kind: str) -> str:
+        """An explicit core tag on text it does not fit (``!!int abc``): never coerced."""
+        self._error(node, pointer, "tag-value",
+                    f"tag '{_describe_tag(node.tag)}' needs {kind}, but the value is "
+                    f"{_shorten(node.value)!r}; remove the tag or write {kind}")
+        return str(node.value)
 
     def expanded_size(self, root: Node) -> int:
         """Node count with every alias expanded, computed without expanding (memoised)."""
@@ -594,26 +606,41 @@ def _children(node: Node) -> Iterator[Node]:
         yield from node.value
 
 
-def _to_int(text: str) -> int:
-    """The integer written; a decimal too long for int64 becomes one past the range instead of
-    being converted (its size would not matter, only that it is out of range)."""
+def _to_int(text: str) -> int | None:
+    """The integer written, None if the text is no integer (only an explicit ``!!int`` tag puts
+    such text here). A decimal too long for int64 becomes one past the range instead of being
+    converted (its size would not matter, only that it is out of range)."""
     digits = text.replace("_", "")
     sign = -1 if digits.startswith("-") else 1
-    digits = digits.lstrip("+-")
+    digits = digits[1:] if digits[:1] in ("-", "+") else digits
     lowered = digits.lower()
     for prefix, base in (("0x", 16), ("0o", 8), ("0b", 2)):
         if lowered.startswith(prefix):
-            return sign * int(digits[2:], base)  # power-of-two bases convert in linear time
+            if not (digits[2:].isascii() and digits[2:].isalnum()):
+                return None
+            try:
+                return sign * int(digits[2:], base)  # power-of-two bases: linear time
+            except ValueError:
+                return None
+    if not digits.isascii() or not digits.isdigit():
+        return None
     digits = digits.lstrip("0") or "0"
     if len(digits) > _INT64_DIGITS:
         return sign * (INT64_MAX + 2)
     return sign * int(digits, 10)
 
 
-def _to_float(text: str) -> float:
+def _to_float(text: str) -> float | None:
     lowered = text.replace("_", "").lower()
-    if lowered.endswith(".inf"):
+    if lowered in (".inf", "+.inf", "-.inf"):
         return -math.inf if lowered.startswith("-") else math.inf
-    if lowered.endswith(".nan"):
+    if lowered == ".nan":
         return math.nan
-    return float(lowered)
+    try:
+        return float(lowered)
+    except ValueError:
+        return None
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"

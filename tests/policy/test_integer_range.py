@@ -184,3 +184,26 @@ def test_repo_config_for_the_git_side_refuses_a_huge_integer_by_key_not_tracebac
         RepoConfig.from_yaml("sync:\n  fetchInterval: " + "9" * 5000 + "\n")
     with pytest.raises(RepoConfigError, match=r"sync\.fetchInterval"):
         RepoConfig.from_yaml("sync:\n  fetchInterval: 1e400\n")
+
+
+@pytest.mark.parametrize(("written", "needs"), [
+    ("!!int abc", "an integer"), ('!!int ""', "an integer"), ("!!int 0x", "an integer"),
+    ("!!int 0b2", "an integer"), ('!!int "0x -5"', "an integer"), ("!!int 3.5", "an integer"),
+    ("!!float abc", "a number"), ("!!bool maybe", "a boolean"), ("!!null x", "null"),
+])
+def test_an_explicit_core_tag_on_text_it_does_not_fit_is_an_error_not_a_traceback(
+    written: str, needs: str
+) -> None:
+    text = replace_line(SEED_10, 25, f"      maxFailureThreshold: {written}")
+    result = validate_document(text, "f.yaml")
+    (mismatch,) = [f for f in result.errors if f.rule == "tag-value"]
+    assert (mismatch.line, mismatch.column) == (25, 28)
+    assert f"needs {needs}" in mismatch.message
+
+
+def test_an_explicit_core_tag_on_fitting_text_is_the_value() -> None:
+    for written, value in (('!!int "3"', 3), ("!!int 0x10", 16), ("!!float 3", 3.0)):
+        text = replace_line(SEED_10, 25, f"      maxFailureThreshold: {written}")
+        result = validate_document(text, "f.yaml")
+        assert result.obj["spec"]["driver"]["upgradePolicy"]["maxFailureThreshold"] == value
+        assert all(f.rule != "tag-value" for f in result.findings)
