@@ -3,8 +3,11 @@
 Parsing uses ruamel.yaml's composer (libyaml-based C parser when available; the pure-Python one
 otherwise) and one walk over the composed nodes that builds plain ``dict``/``list`` data and
 checks what a permissive loader lets through: duplicate keys, tags outside the YAML 1.2 core
-schema, non-string keys, merge keys, recursive aliases and alias-expansion bombs. Locations are
-looked up in the composed nodes only when a finding needs one, so valid files pay nothing for them.
+schema, non-string keys, merge keys, recursive aliases, alias-expansion bombs and integers outside
+the signed 64-bit range of Kubernetes integers. Locations are looked up in the composed nodes only
+when a finding needs one, so valid files pay nothing for them; each mapping a lookup passes
+through is indexed once, so locating every finding costs linear time overall. A value that an
+alias (``*name``) put at a pointer is located at the alias, and the finding names the anchor.
 
 Resource bounds (never unbounded memory, never a traceback): the file size is checked before
 parsing; nesting depth is bounded before the C composer (which recurses on the C stack) sees the
@@ -23,8 +26,14 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import (
+    AliasEvent,
     CollectionEndEvent,
     CollectionStartEvent,
+    Event,
+    MappingStartEvent,
+    NodeEvent,
+    ScalarEvent,
+    SequenceStartEvent,
 )
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
@@ -41,10 +50,18 @@ MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
 #: Below this bound on the nesting depth the C composer is safe without a precise check.
 _SAFE_DEPTH_BOUND = 400
+#: Kubernetes integers are signed 64-bit (SPEC section 3): the API server and the vendor's Go
+#: webhook cannot hold a value outside this range, so validation rejects it at that value.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+#: Decimal digits of INT64_MAX: a longer digit string is out of range without converting it
+#: (Python refuses to convert more than 4300 digits at all).
+_INT64_DIGITS = len(str(INT64_MAX))
 
 _TAG = "tag:yaml.org,2002:"
 _STR, _NULL, _BOOL, _INT, _FLOAT = (_TAG + t for t in ("str", "null", "bool", "int", "float"))
 _MAP, _SEQ, _MERGE, _TIMESTAMP = (_TAG + t for t in ("map", "seq", "merge", "timestamp"))
+_NULL_TEXTS = ("", "~", "null", "Null", "NULL")
 _YAML_DIRECTIVE = re.compile(r"^%YAML[ \t]+(\S+)", re.MULTILINE)
 
 
@@ -83,6 +100,12 @@ class Location:
     column: int
 
 
+#: A slot of a collection: (id of the mapping or sequence node, position, True for a mapping key).
+_Slot = tuple[int, int, bool]
+#: Where a value was put by an alias: the alias's mark, the anchor's name, the anchored node.
+_AliasUse = tuple[Any, str, Node]
+
+
 @dataclass(slots=True)
 class ParsedDocument:
     """A parsed YAML document: plain data plus the composed nodes for locating findings."""
@@ -91,49 +114,144 @@ class ParsedDocument:
     obj: Any
     root: Node | None
     findings: list[Finding] = field(default_factory=list)
+    #: the text, kept only when an alias occurs (to find where each alias is written)
+    alias_text: str | None = None
+    _index: dict[int, dict[str, tuple[int, Node, Node]]] = field(default_factory=dict)
+    _aliases: dict[_Slot, _AliasUse] | None = None
 
     def locate(self, pointer: str, *, key: bool = False) -> Location:
         """Where ``pointer`` is written: its value, or its key with ``key=True``.
 
         A pointer that does not exist (a missing field) resolves to its deepest existing
-        ancestor's key, which is where a person adds the field.
+        ancestor's key, which is where a person adds the field. A pointer that passes through an
+        alias resolves to the (first) alias on its path: that is where the value was put.
         """
-        node = self.root
-        key_node: Node | None = None
-        if node is None:
-            return Location(1, 1)
-        for token in split_pointer(pointer):
-            child = _child(node, token)
-            if child is None:
-                key = True
-                break
-            key_node, node = child
-        target = key_node if key and key_node is not None else node
-        mark = target.start_mark
-        return Location(mark.line + 1, mark.column + 1)
+        return self._resolve(pointer, key)[0]
 
     def finding(
         self, pointer: str, rule: str, message: str, *, key: bool = False, warning: bool = False
     ) -> Finding:
-        loc = self.locate(pointer, key=key)
+        loc, note = self._resolve(pointer, key)
         return Finding(
             self.file, loc.line, loc.column, pointer, rule,
-            "warning" if warning else "error", message,
+            "warning" if warning else "error", message + note,
         )
 
+    def _resolve(self, pointer: str, key: bool) -> tuple[Location, str]:
+        node = self.root
+        key_node: Node | None = None
+        if node is None:
+            return Location(1, 1), ""
+        tokens = split_pointer(pointer)
+        aliases = self._alias_uses() if tokens else None
+        via: _AliasUse | None = None
+        key_slot: _Slot | None = None
+        for token in tokens:
+            entry = self._child(node, token)
+            if entry is None:
+                key = True
+                break
+            position, child_key, child = entry
+            if via is None and aliases:
+                via = aliases.get((id(node), position, False))
+            key_slot = (id(node), position, True) if child_key is not None else None
+            key_node, node = child_key, child
+        if via is None and aliases and key and key_slot is not None:
+            via = aliases.get(key_slot)  # an aliased key (`*name: value`)
+        target = key_node if key and key_node is not None else node
+        mark = target.start_mark
+        if via is None:
+            return Location(mark.line + 1, mark.column + 1), ""
+        alias_mark, anchor, anchored = via
+        anchor_line = anchored.start_mark.line + 1
+        if target is anchored:
+            note = f" (the value of alias *{anchor}, anchored as &{anchor} at line {anchor_line})"
+        else:
+            note = (f" (put here by alias *{anchor}: written at line {mark.line + 1}, column "
+                    f"{mark.column + 1}, inside &{anchor} at line {anchor_line})")
+        return Location(alias_mark.line + 1, alias_mark.column + 1), note
 
-def _child(node: Node, token: str) -> tuple[Node | None, Node] | None:
-    if isinstance(node, MappingNode):
-        found: tuple[Node | None, Node] | None = None
-        for key_node, value_node in node.value:
-            if isinstance(key_node, ScalarNode) and key_node.value == token:
-                found = (key_node, value_node)  # the last duplicate wins, as in the data
-        return found
-    if isinstance(node, SequenceNode) and token.isdigit():
-        index = int(token)
-        if index < len(node.value):
-            return (None, node.value[index])
-    return None
+    def _child(self, node: Node, token: str) -> tuple[int, Node | None, Node] | None:
+        """The slot ``token`` names in ``node``; each mapping is indexed once, on first use."""
+        if isinstance(node, MappingNode):
+            index = self._index.get(id(node))
+            if index is None:
+                index = {}
+                for position, (key_node, value_node) in enumerate(node.value):
+                    if isinstance(key_node, ScalarNode):
+                        # the last duplicate wins, as in the data
+                        index[str(key_node.value)] = (position, key_node, value_node)
+                self._index[id(node)] = index
+            return index.get(token)
+        if (isinstance(node, SequenceNode) and token.isascii() and token.isdigit()
+                and len(token) <= len(str(len(node.value)))):
+            position = int(token)
+            if position < len(node.value):
+                return (position, None, node.value[position])
+        return None
+
+    def _alias_uses(self) -> dict[_Slot, _AliasUse]:
+        if self._aliases is None:
+            self._aliases = {}
+            if self.alias_text is not None and self.root is not None:
+                self._aliases = _alias_slots(self.root, self.alias_text)
+        return self._aliases
+
+
+def _alias_slots(root: Node, text: str) -> dict[_Slot, _AliasUse]:
+    """Every collection slot that holds an alias, found by walking the parser's events alongside
+    the composed tree (the composer replaces an alias by the anchored node and forgets where the
+    alias was written). The tree is at most MAX_DEPTH deep here. If the events do not line up
+    with the tree (a text only the pure-Python parser reads), no alias is known and findings stay
+    at the anchor."""
+    for yaml in (_FAST, _PURE):
+        try:
+            return _align(root, yaml.parse(text))
+        except (YAMLError, _Misaligned):
+            continue
+    return {}
+
+
+class _Misaligned(Exception):
+    """The event stream does not match the composed tree."""
+
+
+def _align(root: Node, stream: Iterator[Event]) -> dict[_Slot, _AliasUse]:
+    events: Iterator[Event] = (e for e in stream if isinstance(
+        e, NodeEvent | CollectionEndEvent))
+    slots: dict[_Slot, _AliasUse] = {}
+
+    def walk(node: Node, slot: _Slot | None) -> None:
+        event = next(events, None)
+        if isinstance(event, AliasEvent):
+            if slot is not None:
+                slots[slot] = (event.start_mark, str(event.anchor), node)
+        elif isinstance(event, MappingStartEvent) and isinstance(node, MappingNode):
+            for position, (key_node, value_node) in enumerate(node.value):
+                walk(key_node, (id(node), position, True))
+                walk(value_node, (id(node), position, False))
+            if not isinstance(next(events, None), CollectionEndEvent):
+                raise _Misaligned
+        elif isinstance(event, SequenceStartEvent) and isinstance(node, SequenceNode):
+            for position, item in enumerate(node.value):
+                walk(item, (id(node), position, False))
+            if not isinstance(next(events, None), CollectionEndEvent):
+                raise _Misaligned
+        elif not (isinstance(event, ScalarEvent) and isinstance(node, ScalarNode)):
+            raise _Misaligned
+
+    walk(root, None)
+    return slots
+
+
+def rejected_number(value: object) -> bool:
+    """A number the parse layer reports wherever it occurs (outside int64, or not finite), so
+    later layers leave it alone instead of reporting it a second time."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return not INT64_MIN <= value <= INT64_MAX
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def parse_document(
@@ -162,6 +280,8 @@ def parse_document(
     if builder.too_deep:
         doc.obj = None
         return doc
+    if builder.aliased:
+        doc.alias_text = text
     # without an alias ('*') every node is built once: the file size bounds the work
     if "*" in text and builder.expanded_size(root) > MAX_EXPANDED_NODES:
         doc.findings.append(doc.finding(
@@ -338,6 +458,7 @@ class _Builder:
         self.sizes: dict[int, int] = {}
         self.active: set[int] = set()
         self.too_deep = False
+        self.aliased = False
 
     def build(self, root: Node) -> Any:
         return self._node(root, "", 1)
@@ -351,6 +472,7 @@ class _Builder:
     def _node(self, node: Node, pointer: str, depth: int) -> Any:
         key = id(node)
         if key in self.built:
+            self.aliased = True  # a composed node is reached twice only through an alias
             return self.built[key]
         if key in self.active:
             self._error(node, pointer, "recursive-alias",
@@ -413,21 +535,40 @@ class _Builder:
         if tag in (_STR, _TIMESTAMP):
             return text  # a timestamp stays the text written, as Kubernetes reads it
         if tag == _NULL:
-            return None
+            return None if text in _NULL_TEXTS else self._tag_mismatch(node, pointer, "null")
         if tag == _BOOL:
+            if text.lower() not in ("true", "false"):
+                return self._tag_mismatch(node, pointer, "a boolean")
             return text.lower() == "true"
         if tag == _INT:
-            return _to_int(text)
+            number = _to_int(text)
+            if number is None:
+                return self._tag_mismatch(node, pointer, "an integer")
+            if not INT64_MIN <= number <= INT64_MAX:
+                self._error(node, pointer, "integer-range",
+                            f"integer {_shorten(text)} is outside the range of Kubernetes "
+                            f"integers (signed 64-bit: {INT64_MIN} to {INT64_MAX}); the API "
+                            "server cannot store it")
+            return number
         if tag == _FLOAT:
             value = _to_float(text)
+            if value is None:
+                return self._tag_mismatch(node, pointer, "a number")
             if not math.isfinite(value):
                 self._error(node, pointer, "non-finite-number",
-                            f"{text} is not a finite number and cannot be applied")
+                            f"{_shorten(text)} is not a finite number and cannot be applied")
             return value
         self._error(node, pointer, "custom-tag",
                     f"tag '{_describe_tag(tag)}' is not allowed: policy files use plain YAML 1.2 "
                     "(strings, numbers, booleans, null, mappings, lists); remove the tag")
         return text
+
+    def _tag_mismatch(self, node: ScalarNode, pointer: str, kind: str) -> str:
+        """An explicit core tag on text it does not fit (``!!int abc``): never coerced."""
+        self._error(node, pointer, "tag-value",
+                    f"tag '{_describe_tag(node.tag)}' needs {kind}, but the value is "
+                    f"{_shorten(node.value)!r}; remove the tag or write {kind}")
+        return str(node.value)
 
     def expanded_size(self, root: Node) -> int:
         """Node count with every alias expanded, computed without expanding (memoised)."""
@@ -465,21 +606,41 @@ def _children(node: Node) -> Iterator[Node]:
         yield from node.value
 
 
-def _to_int(text: str) -> int:
+def _to_int(text: str) -> int | None:
+    """The integer written, None if the text is no integer (only an explicit ``!!int`` tag puts
+    such text here). A decimal too long for int64 becomes one past the range instead of being
+    converted (its size would not matter, only that it is out of range)."""
     digits = text.replace("_", "")
     sign = -1 if digits.startswith("-") else 1
-    digits = digits.lstrip("+-")
+    digits = digits[1:] if digits[:1] in ("-", "+") else digits
     lowered = digits.lower()
     for prefix, base in (("0x", 16), ("0o", 8), ("0b", 2)):
         if lowered.startswith(prefix):
-            return sign * int(digits[2:], base)
+            if not (digits[2:].isascii() and digits[2:].isalnum()):
+                return None
+            try:
+                return sign * int(digits[2:], base)  # power-of-two bases: linear time
+            except ValueError:
+                return None
+    if not digits.isascii() or not digits.isdigit():
+        return None
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _INT64_DIGITS:
+        return sign * (INT64_MAX + 2)
     return sign * int(digits, 10)
 
 
-def _to_float(text: str) -> float:
+def _to_float(text: str) -> float | None:
     lowered = text.replace("_", "").lower()
-    if lowered.endswith(".inf"):
+    if lowered in (".inf", "+.inf", "-.inf"):
         return -math.inf if lowered.startswith("-") else math.inf
-    if lowered.endswith(".nan"):
+    if lowered == ".nan":
         return math.nan
-    return float(lowered)
+    try:
+        return float(lowered)
+    except ValueError:
+        return None
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"

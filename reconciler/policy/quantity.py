@@ -10,6 +10,17 @@ import re
 from dataclasses import dataclass
 
 PERCENT_RE = re.compile(r"^[0-9]+%$")
+#: Significant digits of the largest int64; a longer digit string is beyond every field's range.
+_INT64_DIGITS = 19
+#: What a digit string too long to convert counts as: more than any int64, far beyond 100%.
+BEYOND_INT64 = 10**_INT64_DIGITS
+
+
+def digits_value(digits: str) -> int:
+    """The number a string of ASCII digits names, or BEYOND_INT64 when it has more significant
+    digits than any int64 (Python refuses to convert more than 4300 digits at all)."""
+    significant = digits.lstrip("0") or "0"
+    return BEYOND_INT64 if len(significant) > _INT64_DIGITS else int(significant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,5 +49,5 @@ def parse_quantity(raw: object) -> Quantity:
     if isinstance(raw, int):
         return Quantity(raw, percent=False)
     if isinstance(raw, str) and PERCENT_RE.match(raw):
-        return Quantity(int(raw[:-1]), percent=True)
+        return Quantity(digits_value(raw[:-1]), percent=True)
     raise ValueError(f"expected an integer or a percentage string like '50%', got {raw!r}")

@@ -12,6 +12,7 @@ One set of values, two ways in:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ def parse_duration_setting(raw: object, *, key: str) -> float:
         raise RepoConfigError(f"{key}: expected a duration like '30s', got {raw!r}")
     if seconds < 0:
         raise RepoConfigError(f"{key}: a duration cannot be negative, got {raw!r}")
+    if not math.isfinite(seconds):
+        raise RepoConfigError(f"{key}: expected a finite duration, got {raw!r}")
     return seconds
 
 
@@ -133,6 +136,8 @@ class RepoConfig:
             data = YAML(typ="safe").load(text)
         except YAMLError as exc:
             raise RepoConfigError(f"{CONFIG_FILE}: not valid YAML: {exc}") from exc
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise RepoConfigError(f"{CONFIG_FILE}: unreadable value: {exc}") from exc
         return cls.from_mapping(data)
 
 

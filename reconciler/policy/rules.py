@@ -10,8 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.policy.document import ParsedDocument
-from reconciler.policy.findings import Finding
+from reconciler.policy.document import ParsedDocument, rejected_number
+from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import PERCENT_RE, Quantity, parse_quantity
 
 POLICY_POINTER = "/spec/driver/upgradePolicy"
@@ -21,6 +21,18 @@ SERVER_POPULATED_METADATA = (
     "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink",
     "deletionTimestamp", "deletionGracePeriodSeconds",
 )
+#: Helm's ownership metadata (SPEC section 7): the vendor chart's release owns it, never a policy
+#: (a ``helm upgrade`` refuses an object whose managed-by is not Helm). The same keys the sync
+#: leaves out of every apply (``reconciler.sync.desired``).
+HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
+
+
+def is_helm_ownership_key(section: str, key: str) -> bool:
+    """``key`` of ``metadata.<section>`` belongs to Helm's release bookkeeping."""
+    if section == "labels":
+        return key == HELM_MANAGED_BY_LABEL
+    return section == "annotations" and key.startswith(HELM_ANNOTATION_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +59,8 @@ def _quantity(value: Any) -> Quantity | None:
     """The int-or-percent value if the schema accepted its form, else None (already reported)."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         return None
+    if rejected_number(value):
+        return None  # the parse layer reported it
     if isinstance(value, str) and not PERCENT_RE.match(value):
         return None
     return parse_quantity(value)
@@ -81,8 +95,12 @@ def _percent_ranges(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[
         if not low <= quantity.value <= 100:
             yield doc.finding(
                 pointer, "percent-range",
-                f"{label}: expected a percentage from {low}% to 100%, got '{value}'",
+                f"{label}: expected a percentage from {low}% to 100%, got '{_shown(value)}'",
             )
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-10:]} ({len(text)} characters)"
 
 
 def _step_rules(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Finding]:
@@ -131,7 +149,7 @@ def _step_rules(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Find
     replicas = last.get("replicas") if isinstance(last, dict) else None
     quantity = _quantity(replicas)
     if quantity is not None and not (quantity.percent and quantity.value == 100):
-        shown = f"'{replicas}'" if isinstance(replicas, str) else str(replicas)
+        shown = f"'{_shown(replicas)}'" if isinstance(replicas, str) else str(replicas)
         hint = ("; a node count cannot promise every node (N is known only when the rollout "
                 "starts): end with replicas: '100%'" if not quantity.percent
                 else "; add a last step with replicas: '100%'")
@@ -156,6 +174,17 @@ def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:
                     "applied: remove it (the file was probably copied from kubectl get)",
                     key=True, warning=True,
                 )
+        for section in ("labels", "annotations"):
+            keys = metadata.get(section)
+            for key in keys if isinstance(keys, dict) else ():
+                if isinstance(key, str) and is_helm_ownership_key(section, key):
+                    yield doc.finding(
+                        join_pointer(f"/metadata/{section}", key), "helm-ownership-metadata",
+                        f"metadata.{section}: '{key}' is Helm's ownership metadata, written by "
+                        "the vendor chart's release, not by a policy; it is never applied "
+                        "(a helm upgrade refuses an object whose managed-by is not Helm): "
+                        "remove it", key=True, warning=True,
+                    )
         if "namespace" in metadata:
             yield doc.finding(
                 "/metadata/namespace", "cluster-scoped-namespace",

@@ -4,15 +4,18 @@ The schemas in ``schemas/`` are the single source: editors use them directly, th
 structural schema is generated from ``clusteroperator.schema.json``, and this module turns each
 jsonschema error into a finding that says what was expected and what was found, with a hint for
 the known mistakes (quoted booleans, YAML 1.1 booleans, bare numbers where a percentage is meant).
+A hint suggests a replacement only if that field accepts it: each candidate value is checked
+against the field's own schema (and its percentage range) before it is offered.
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import re
 import sysconfig
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -20,8 +23,9 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from reconciler.policy.document import ParsedDocument
+from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
+from reconciler.policy.quantity import digits_value
 
 SCHEMA_FILES = {
     "clusteroperator": "clusteroperator.schema.json",
@@ -119,9 +123,15 @@ def schema_findings(doc: ParsedDocument, kind: str) -> list[Finding]:
     mapper = _ErrorMapper(doc, load_schema(kind))
     findings: list[Finding] = []
     for error in validator(kind).iter_errors(doc.obj):
+        if rejected_number(error.instance):
+            continue  # the parse layer already said why this value cannot be applied
         findings.extend(mapper.map(error))
     findings.extend(mapper.preserved_unknown_fields(load_schema(kind), doc.obj, ""))
     return findings
+
+
+def _pointer(path: Iterable[str | int]) -> str:
+    return "".join(join_pointer("", token) for token in path)
 
 
 def describe_value(value: object) -> str:
@@ -139,7 +149,7 @@ def describe_value(value: object) -> str:
     if isinstance(value, dict):
         if not value:
             return "an empty mapping {}"
-        keys = ", ".join(_quote(k) for k in list(value)[:3])
+        keys = ", ".join(_quote(str(k)) for k in itertools.islice(value, 3))
         more = ", ..." if len(value) > 3 else ""
         return f"a mapping with keys {keys}{more}"
     if isinstance(value, list):
@@ -199,7 +209,7 @@ class _ErrorMapper:
     # -- mapping ----------------------------------------------------------------------------
     def map(self, error: ValidationError) -> Iterator[Finding]:
         path = list(error.absolute_path)
-        pointer = "".join(join_pointer("", token) for token in path)
+        pointer = _pointer(path)
         label = field_label(path)
         value = error.instance
         schema: Mapping[str, Any] = error.schema if isinstance(error.schema, Mapping) else {}
@@ -207,8 +217,9 @@ class _ErrorMapper:
 
         if kind == "additionalProperties":
             allowed = list(schema.get("properties", {}))
+            known = set(allowed)
             for name in value if isinstance(value, dict) else ():
-                if name in allowed:
+                if name in known:
                     continue
                 yield self.doc.finding(
                     join_pointer(pointer, name), "unknown-field",
@@ -231,20 +242,23 @@ class _ErrorMapper:
 
     def simple(
         self, kind: str, schema: Mapping[str, Any], value: Any, path: list[str | int],
-        pointer: str, label: str, expected: str,
+        pointer: str, label: str, expected: str, field: Mapping[str, Any] | None = None,
     ) -> Finding:
+        """One finding for error ``kind`` of ``schema`` (a branch of ``field`` when the field
+        is a oneOf; hints are checked against the whole ``field``)."""
+        field = schema if field is None else field
         got = describe_value(value)
         rule = "schema-" + re.sub(r"(?<!^)(?=[A-Z])", "-", kind).lower()
         message = f"{label}: expected {expected}, got {got}"
         if kind == "type":
-            message += self.type_hint(schema, value, path)
+            message += self.type_hint(field, value, path)
         elif kind == "enum":
             rule = "schema-enum"
             message += self.enum_hint(schema, value)
         elif kind == "pattern":
             if schema.get("pattern") == PERCENT_PATTERN:
                 rule = "percent-format"
-                message += self.percent_hint(value)
+            message += self.type_hint(field, value, path)
         elif kind == "minItems":
             got = "an empty list" if value == [] else got
             message = f"{label}: expected at least {schema['minItems']} item(s), got {got}"
@@ -279,57 +293,97 @@ class _ErrorMapper:
                     continue
                 sub_schema = sub_error.schema if isinstance(sub_error.schema, Mapping) else {}
                 yield self.simple(str(sub_error.validator), sub_schema, value, path, pointer,
-                                  label, expected)
+                                  label, expected, schema)
             return
         message = f"{label}: expected {expected}, got {describe_value(value)}"
         message += self.type_hint(schema, value, path)
         yield self.doc.finding(pointer, "schema-type", message)
 
     # -- hints -----------------------------------------------------------------------------
-    def type_hint(self, schema: Mapping[str, Any], value: Any, path: list[str | int]) -> str:
-        types = {self.resolve(b).get("type") for b in schema.get("oneOf", [])}
-        types.add(schema.get("type"))
-        name = path[-1] if path else ""
-        hint = ""
-        if "boolean" in types and isinstance(value, str):
-            if value.lower() in ("true", "false"):
-                hint = (f"; remove the quotes: {_quote(value)} is a string, {value.lower()} is a "
-                        "boolean (the vendor manual's patch commands quote it by mistake)")
-            elif value.lower() in _YAML11_BOOLEANS:
-                hint = (f"; policy files are YAML 1.2, where {value} is a string, not a boolean: "
-                        "write true or false")
-            if name == "pause":
-                hint += ("; pause: true stops starting new nodes, pause: false lets the rollout "
-                         "go on (the vendor manual's pause/resume commands have them swapped)")
-        elif value is None:
-            hint = "; the value is empty: give one or remove the key"
-        elif "string" in types and isinstance(value, bool):
-            hint = f"; quote it to make it a string: '{str(value).lower()}'"
-        elif "string" in types and isinstance(value, int | float):
-            hint = f"; quote it to make it a string: '{value}'"
-        elif "integer" in types and isinstance(value, str):
-            match = _DURATION.match(value)
-            if name == "pauseDuration" and match:
-                ms = int(match.group(1)) * _DURATION_MS[match.group(2)]
-                hint = f"; pauseDuration is in milliseconds: write {ms}"
-            elif value.strip().isdigit():
-                hint = (f"; write {value.strip()} without quotes for a node count, or "
-                        f"'{value.strip()}%' for a percentage")
-        elif "integer" in types and isinstance(value, float) and value.is_integer():
-            hint = f"; write {int(value)} without a decimal point"
-        return hint
+    def accepts(self, field: Mapping[str, Any], candidate: object) -> bool:
+        """Whether ``field`` takes ``candidate``: its schema, the int64 range of Kubernetes
+        integers, and for an int-or-percent field the percentage range SPEC section 3 gives it
+        (from the integer branch's minimum to 100%, which the semantic rules check)."""
+        if rejected_number(candidate):
+            return False
+        field = self.resolve(field)
+        if not _StrictValidator(inline_refs(field, self.defs)).is_valid(candidate):
+            return False
+        if (isinstance(candidate, str) and re.match(PERCENT_PATTERN, candidate)
+                and self.takes_percent(field)):
+            branches = [self.resolve(b) for b in field.get("oneOf", [])]
+            low = next((b.get("minimum", 0) for b in branches if b.get("type") == "integer"), 0)
+            return bool(low <= digits_value(candidate[:-1]) <= 100)
+        return True
 
-    def percent_hint(self, value: Any) -> str:
-        if not isinstance(value, str):
+    def takes_percent(self, field: Mapping[str, Any]) -> bool:
+        """An int-or-percent field (SPEC section 3)."""
+        return any(self.resolve(b).get("pattern") == PERCENT_PATTERN
+                   for b in self.resolve(field).get("oneOf", []))
+
+    def type_hint(self, field: Mapping[str, Any], value: Any, path: list[str | int]) -> str:
+        """How to write ``value`` so that ``field`` takes it, if there is such a way."""
+        name = path[-1] if path else ""
+        if value is None:
+            return "; the value is empty: give one or remove the key"
+        if isinstance(value, str):
+            return self.string_hint(field, value, str(name))
+        if isinstance(value, bool):
+            text = str(value).lower()
+            return f"; quote it to make it a string: '{text}'" if self.accepts(field, text) else ""
+        if isinstance(value, int | float):
+            if self.accepts(field, str(value)):
+                return f"; quote it to make it a string: '{value}'"
+            if isinstance(value, float) and value.is_integer() and self.accepts(field, int(value)):
+                return f"; write {int(value)} without a decimal point"
+        return ""
+
+    def string_hint(self, field: Mapping[str, Any], value: str, name: str) -> str:
+        lowered, stripped = value.lower(), value.strip()
+        if lowered in ("true", "false") and self.accepts(field, lowered == "true"):
+            hint = (f"; remove the quotes: {_quote(value)} is a string, {lowered} is a "
+                    "boolean (the vendor manual's patch commands quote it by mistake)")
+            return hint + self.pause_note(field, name)
+        if lowered in _YAML11_BOOLEANS and self.accepts(field, True):
+            hint = (f"; policy files are YAML 1.2, where {value} is a string, not a boolean: "
+                    "write true or false")
+            return hint + self.pause_note(field, name)
+        if self.accepts(field, True):
+            return self.pause_note(field, name)
+        duration = _DURATION.match(value)
+        if duration and name == "pauseDuration":
+            ms = digits_value(duration.group(1)) * _DURATION_MS[duration.group(2)]
+            if self.accepts(field, ms):
+                return f"; pauseDuration is in milliseconds: write {ms}"
+        if re.fullmatch("[0-9]+", stripped):
+            number = digits_value(stripped)
+            count = self.accepts(field, number)
+            percent = self.accepts(field, stripped + "%")
+            if count and percent:
+                return (f"; write {number} without quotes for a node count, or "
+                        f"'{stripped}%' for a percentage")
+            if count and self.takes_percent(field):
+                return f"; write {number} without quotes for a node count"
+            if count:
+                return f"; write {number} without quotes: {name or 'it'} is an integer"
+            if percent:
+                return f"; write '{stripped}%' for a percentage"
             return ""
-        stripped = value.replace(" ", "")
-        if stripped != value and re.match(PERCENT_PATTERN, stripped):
-            return f"; remove the spaces: '{stripped}'"
-        if value.strip().isdigit():
-            return (f"; write {value.strip()} without quotes for a node count, or "
-                    f"'{value.strip()}%' for a percentage")
-        if value.startswith("-"):
-            return "; a percentage cannot be negative"
+        squeezed = value.replace(" ", "")
+        if (squeezed != value and re.match(PERCENT_PATTERN, squeezed)
+                and self.accepts(field, squeezed)):
+            return f"; remove the spaces: '{squeezed}'"
+        if re.match(PERCENT_PATTERN, squeezed.lstrip("-+")):
+            if self.accepts(field, squeezed.lstrip("-+")):
+                return "; a percentage cannot be negative" if value.startswith("-") else ""
+            if self.accepts(field, 1):
+                return f"; {name or 'it'} takes an integer, not a percentage"
+        return ""
+
+    def pause_note(self, field: Mapping[str, Any], name: str) -> str:
+        if name == "pause" and self.accepts(field, True):
+            return ("; pause: true stops starting new nodes, pause: false lets the rollout "
+                    "go on (the vendor manual's pause/resume commands have them swapped)")
         return ""
 
     def enum_hint(self, schema: Mapping[str, Any], value: Any) -> str:

@@ -25,8 +25,11 @@ class UpgradeStep:
         return self.pause_ms is None
 
 
-DEFAULT_MAX_PARALLEL = Quantity(1, percent=False)
-DEFAULT_MAX_UNAVAILABLE = Quantity(0, percent=False)
+# The values a real install of the vendor's operator carries (SPEC sections 3 and 7).
+DEFAULT_MAX_PARALLEL = Quantity(100, percent=True)
+DEFAULT_MAX_UNAVAILABLE = Quantity(0, percent=True)
+DEFAULT_MAX_FAILURE_THRESHOLD = 5
+DEFAULT_FALLBACK: Fallback = "pause"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,8 @@ class UpgradePolicy:
     pause: bool = False
     max_parallel: Quantity = DEFAULT_MAX_PARALLEL
     max_unavailable: Quantity = DEFAULT_MAX_UNAVAILABLE
-    max_failure_threshold: int = 1
-    fallback: Fallback = "pause"
+    max_failure_threshold: int = DEFAULT_MAX_FAILURE_THRESHOLD
+    fallback: Fallback = DEFAULT_FALLBACK
 
     @classmethod
     def from_spec(cls, raw: Mapping[str, Any] | None) -> UpgradePolicy:
@@ -49,14 +52,18 @@ class UpgradePolicy:
             )
             for step in raw.get("upgradeSteps") or ()
         )
-        fallback: Fallback = "rollback" if raw.get("fallback") == "rollback" else "pause"
+        written = raw.get("fallback")
+        fallback: Fallback = written if written in ("rollback", "pause") else DEFAULT_FALLBACK
         return cls(
             enable_rollout=bool(raw.get("enableRollout", False)),
             steps=steps,
             pause=bool(raw.get("pause", False)),
-            max_parallel=parse_quantity(raw.get("maxParallel", 1)),
-            max_unavailable=parse_quantity(raw.get("maxUnavailable", 0)),
-            max_failure_threshold=int(raw.get("maxFailureThreshold", 1)),
+            max_parallel=parse_quantity(raw["maxParallel"]) if "maxParallel" in raw
+            else DEFAULT_MAX_PARALLEL,
+            max_unavailable=parse_quantity(raw["maxUnavailable"]) if "maxUnavailable" in raw
+            else DEFAULT_MAX_UNAVAILABLE,
+            max_failure_threshold=int(raw.get("maxFailureThreshold",
+                                              DEFAULT_MAX_FAILURE_THRESHOLD)),
             fallback=fallback,
         )
 

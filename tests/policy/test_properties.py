@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
+from reconciler.policy.document import INT64_MAX, INT64_MIN
 from reconciler.policy.validation import validate_document
 
 POLICY = "/spec/driver/upgradePolicy"
@@ -27,10 +28,10 @@ def steps(draw: st.DrawFn) -> list[dict[str, Any]]:
         values = sorted(draw(st.sets(st.integers(1, 99), max_size=5)))
         targets: list[int | str] = [f"{v}%" for v in values]
     else:
-        targets = sorted(draw(st.sets(st.integers(1, 10_000), max_size=5)))
+        targets = sorted(draw(st.sets(st.integers(1, INT64_MAX), max_size=5)))
     targets.append("100%")
     pause: st.SearchStrategy[int | dict[str, Any]] = st.one_of(
-        st.integers(0, 86_400_000), st.just({}))
+        st.integers(0, INT64_MAX), st.just({}))
     return [{"replicas": t, "pauseDuration": draw(pause)} for t in targets]
 
 
@@ -41,9 +42,10 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
         policy["upgradeSteps"] = draw(steps())
     optional = {
         "pause": st.booleans(),
-        "maxParallel": st.one_of(st.integers(1, 1000), percent(1)),
-        "maxUnavailable": st.one_of(st.integers(0, 1000), percent(0)),
-        "maxFailureThreshold": st.integers(1, 100),
+        # every integer of the int64 range the field allows is valid (SPEC 3)
+        "maxParallel": st.one_of(st.integers(1, INT64_MAX), percent(1)),
+        "maxUnavailable": st.one_of(st.integers(0, INT64_MAX), percent(0)),
+        "maxFailureThreshold": st.integers(1, INT64_MAX),
         "fallback": st.sampled_from(["rollback", "pause"]),
     }
     for name, strategy in optional.items():
@@ -77,19 +79,21 @@ def test_generated_valid_policies_pass(obj: dict[str, Any], flow: bool) -> None:
     assert result.obj == obj
 
 
+#: Beyond int64 in either direction: an error at the value, whatever the field's own bounds.
+BEYOND_INT64 = st.one_of(st.integers(min_value=INT64_MAX + 1), st.integers(max_value=INT64_MIN - 1))
 # Each mutation: (field, bad values, rule expected). Fields are pointers relative to the policy.
 BAD_VALUES: dict[str, tuple[st.SearchStrategy[Any], set[str]]] = {
     "enableRollout": (st.sampled_from(["true", "false", "yes", "no", "on", "off", 1, 0, None]),
                       {"schema-type"}),
     "pause": (st.sampled_from(["true", "false", "yes", "off", 1, None, []]), {"schema-type"}),
-    "maxParallel": (st.one_of(st.integers(-100, 0), st.sampled_from(
+    "maxParallel": (st.one_of(st.integers(-100, 0), BEYOND_INT64, st.sampled_from(
         ["0%", "101%", "50 %", "-10%", "100", "1.5%", 1.5, True, None])),
-        {"schema-minimum", "percent-range", "percent-format", "schema-type"}),
-    "maxUnavailable": (st.one_of(st.integers(-100, -1), st.sampled_from(
+        {"schema-minimum", "percent-range", "percent-format", "schema-type", "integer-range"}),
+    "maxUnavailable": (st.one_of(st.integers(-100, -1), BEYOND_INT64, st.sampled_from(
         ["101%", "10 %", "ten", 0.5, False])),
-        {"schema-minimum", "percent-range", "percent-format", "schema-type"}),
-    "maxFailureThreshold": (st.one_of(st.integers(-5, 0), st.sampled_from(
-        ["3", 3.0, "10%", True])), {"schema-minimum", "schema-type"}),
+        {"schema-minimum", "percent-range", "percent-format", "schema-type", "integer-range"}),
+    "maxFailureThreshold": (st.one_of(st.integers(-5, 0), BEYOND_INT64, st.sampled_from(
+        ["3", 3.0, "10%", True])), {"schema-minimum", "schema-type", "integer-range"}),
     "fallback": (st.one_of(st.sampled_from(["Rollback", "Pause", "abort", "", 1]),
                            st.text(min_size=1).filter(lambda s: s not in ("rollback", "pause"))),
                  {"schema-enum", "schema-type"}),

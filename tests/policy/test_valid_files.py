@@ -129,6 +129,14 @@ WARNINGS = [
     ("unknown-payload-field-kept",
      replace_line(SEED_10, 8, "      name: driver-image\n      tag: x"),
      "unknown-field-preserved", 9, "/spec/driver/payload/tag"),
+    ("helm-managed-by-label",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  labels:\n"
+                  "    app.kubernetes.io/managed-by: Helm"),
+     "helm-ownership-metadata", 6, "/metadata/labels/app.kubernetes.io~1managed-by"),
+    ("helm-release-annotation",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  annotations:\n"
+                  "    meta.helm.sh/release-name: metax-operator"),
+     "helm-ownership-metadata", 6, "/metadata/annotations/meta.helm.sh~1release-name"),
 ]
 
 
@@ -146,3 +154,22 @@ def test_unknown_sections_are_preserved_as_written() -> None:
     result = validate_document(VENDOR_DEFAULT + "  extraSection:\n    nested: [1, {a: b}]\n", "x")
     assert result.ok
     assert result.obj["spec"]["extraSection"] == {"nested": [1, {"a": "b"}]}
+
+
+def test_helm_ownership_metadata_is_warned_at_each_key_and_other_metadata_is_ours() -> None:
+    text = replace_line(SEED_10, 4, """  name: cluster-operator
+  labels:
+    app.kubernetes.io/managed-by: gpu-gitops-reconciler
+    app.kubernetes.io/part-of: metax-operator
+    helm.sh/chart: metax-operator-0.9.2
+  annotations:
+    app.kubernetes.io/managed-by: Helm
+    meta.helm.sh/release-name: metax-operator
+    meta.helm.sh/release-namespace: metax-operator
+    gpu.metax-tech.com/owner: gpu-platform-team""")
+    result = validate_document(text, "w.yaml")
+    assert result.ok, result.errors
+    assert [(f.rule, f.severity, f.line, f.column) for f in result.findings] == [
+        ("helm-ownership-metadata", "warning", line, 5) for line in (6, 11, 12)]
+    assert "'app.kubernetes.io/managed-by' is Helm's ownership metadata" in (
+        result.findings[0].message)
