@@ -20,6 +20,7 @@ from reconciler.firmware.request import firmware_request_annotation
 from reconciler.gitops.edits import MISSING, read_field
 from reconciler.gitops.ownership import FieldPath, set_field
 from reconciler.kube.objects import API_VERSION, KIND
+from reconciler.policy.rules import is_helm_ownership_key
 
 SOURCE_COMMIT_ANNOTATION = "gpu.metax-tech.com/source-commit"
 FIRMWARE_REQUEST_ANNOTATION = REQUEST_ANNOTATION
@@ -29,19 +30,6 @@ PREFER_CLOUD = "PreferCloud"
 
 #: metadata a person may own in Git; everything else under metadata is the server's
 OWNED_METADATA = ("name", "labels", "annotations")
-
-#: Helm's ownership metadata (SPEC 7): never ours, so never applied. A ``helm upgrade`` of the
-#: vendor's chart refuses an object whose ``managed-by`` is not ``Helm``.
-HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
-
-
-def helm_owned(section: str, key: str) -> bool:
-    """``key`` of ``metadata.<section>`` belongs to Helm (left out of every apply)."""
-    if section == "labels":
-        return key == HELM_MANAGED_BY_LABEL
-    return section == "annotations" and key.startswith(HELM_ANNOTATION_PREFIX)
-
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
@@ -86,11 +74,11 @@ def apply_body(
     meta = _mapping(proposed.get("metadata"))
     metadata: dict[str, Any] = {"name": name}
     labels = {str(k): str(v) for k, v in _mapping(meta.get("labels")).items()
-              if not helm_owned("labels", str(k))}
+              if not is_helm_ownership_key("labels", str(k))}
     if labels:
         metadata["labels"] = labels
     annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()
-                   if not helm_owned("annotations", str(k))}
+                   if not is_helm_ownership_key("annotations", str(k))}
     annotations[SOURCE_COMMIT_ANNOTATION] = source_commit
     spec = copy.deepcopy(dict(_mapping(proposed.get("spec"))))
     body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata,
