@@ -55,7 +55,7 @@ def test_every_package_the_install_pulls_in_is_pinned_and_installed_at_its_pin()
     """The installed project's dependency closure (markers evaluated here), from the .venv
     scripts/install made: nothing unpinned, and each at the version constraints.txt says."""
     pins = pinned()
-    environment = default_environment()
+    environment = {key: str(value) for key, value in default_environment().items()}
     seen: set[str] = set()
     todo = [(PROJECT, {"test"})]
     while todo:
