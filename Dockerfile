@@ -7,10 +7,13 @@ ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY schemas/ schemas/
 COPY reconciler/ reconciler/
-RUN python -m pip wheel --no-deps --wheel-dir /dist . \
+# The runtime dependencies and the build backend at the versions constraints.txt pins (the
+# same as scripts/install's; pins of test tools the wheel does not ask for are unused).
+RUN export PIP_CONSTRAINT="$PWD/constraints.txt" \
+ && python -m pip wheel --no-deps --wheel-dir /dist . \
  && python -m venv /opt/reconciler \
  && /opt/reconciler/bin/pip install /dist/*.whl \
  && /opt/reconciler/bin/reconciler --help > /dev/null

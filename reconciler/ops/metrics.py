@@ -21,9 +21,16 @@ PREFIX: Final = "gpu_reconciler"
 ROLLOUT_PHASES: Final = ("Idling", "Progressing", "Terminating", "Disabling", "Disabled")
 STEP_STATES: Final = ("StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", "Completed")
 
+# status.upgradeStatus.condition types (reconciler.rollout.status); a caller may add others.
+ROLLOUT_CONDITIONS: Final = ("Progressing", "ManualGate", "BatchFailed", "RolledBack")
+
 # Node states the rollout reports (SPEC 4.3); a caller may add others, these always exist
 # so a dashboard shows explicit zeros.
 NODE_STATES: Final = ("upgraded", "in_flight", "pending", "failed", "unavailable", "waiting_busy")
+
+# Git operations that count their failures; rollback reasons (reconciler.rollout.status).
+GIT_OPERATIONS: Final = ("fetch", "push", "read")
+ROLLBACK_REASONS: Final = ("FailureThresholdReached", "RolloutDisabled")
 
 WEBHOOK_OUTCOMES: Final = (
     "triggered",
@@ -87,6 +94,13 @@ class Metrics:
             ["cluster", "state"],
             registry=r,
         )
+        self.rollout_condition = Gauge(
+            f"{PREFIX}_rollout_condition",
+            "Rollout conditions (status.upgradeStatus.condition): 1 while the condition of "
+            "that type is True, 0 otherwise.",
+            ["cluster", "type"],
+            registry=r,
+        )
         self.rollout_steps_total = Gauge(
             f"{PREFIX}_rollout_steps",
             "Number of steps in the active rollout's upgradeSteps.",
@@ -111,6 +125,19 @@ class Metrics:
             ["cluster", "reason"],
             registry=r,
         )
+        self.sync_rejected = Gauge(
+            f"{PREFIX}_sync_rejected",
+            "1 while the newest commit on the watched branch is rejected (nothing of it "
+            "applied; the cluster keeps the last applied commit), 0 otherwise.",
+            ["cluster"],
+            registry=r,
+        )
+        self.sync_rejections_total = Counter(
+            f"{PREFIX}_sync_rejections_total",
+            "Commits rejected, by reason (PolicyRejected, or the commit check that failed).",
+            ["cluster", "reason"],
+            registry=r,
+        )
         self.status_commits_total = Counter(
             f"{PREFIX}_status_commits_total",
             "Commits the reconciler pushed to Git, by kind (status, pause, rollback, firmware).",
@@ -119,7 +146,7 @@ class Metrics:
         )
         self.git_errors_total = Counter(
             f"{PREFIX}_git_errors_total",
-            "Git operations that failed, by operation (fetch, push, read, commit).",
+            "Git operations that failed, by operation (fetch, push, read).",
             ["operation"],
             registry=r,
         )
@@ -146,8 +173,12 @@ class Metrics:
         # behave from the first scrape.
         for outcome in WEBHOOK_OUTCOMES:
             self.webhook_requests_total.labels(outcome=outcome)
+        for operation in GIT_OPERATIONS:
+            self.git_errors_total.labels(operation=operation)
 
     def set_rollout_phase(self, cluster: str, phase: str) -> None:
+        for reason in ROLLBACK_REASONS:  # explicit zeros: the first rollback shows in increase()
+            self.rollbacks_total.labels(cluster=cluster, reason=reason)
         known = set(ROLLOUT_PHASES) | {phase}
         for value in sorted(known):
             self.rollout_phase.labels(cluster=cluster, phase=value).set(1 if value == phase else 0)
@@ -162,6 +193,19 @@ class Metrics:
             )
         if steps is not None:
             self.rollout_steps_total.labels(cluster=cluster).set(steps)
+
+    def set_rollout_conditions(self, cluster: str, true_types: set[str]) -> None:
+        """1 for each condition type in ``true_types``, 0 for the other known ones."""
+        for ctype in sorted(set(ROLLOUT_CONDITIONS) | true_types):
+            self.rollout_condition.labels(cluster=cluster, type=ctype).set(
+                1 if ctype in true_types else 0
+            )
+
+    def set_sync_rejected(self, cluster: str, rejected: bool) -> None:
+        self.sync_rejected.labels(cluster=cluster).set(1 if rejected else 0)
+
+    def count_sync_rejection(self, cluster: str, reason: str) -> None:
+        self.sync_rejections_total.labels(cluster=cluster, reason=reason).inc()
 
     def set_nodes(self, cluster: str, counts: dict[str, int]) -> None:
         """Replace the per-state node counts; states not given are 0."""

@@ -429,6 +429,8 @@ class ClusterSync:
             self._apply(source, path, data, obj, live, seen_at, head=sha)
         except SyncRejected as rejected:
             self._reject(source, rejected, live)
+        if self.metrics is not None:
+            self.metrics.set_sync_rejected(self.cluster, self.rejection is not None)
         self.handled_commit = sha
         self.handled_source = source
 
@@ -574,6 +576,8 @@ class ClusterSync:
         reason = "PolicyRejected"
         if where is not None and where.rule.startswith("Commit"):
             reason = where.rule
+        if self.metrics is not None:
+            self.metrics.count_sync_rejection(self.cluster, reason)
         record_event(self.api, self.name, live, reason=reason, warning=True,
                      message=f"commit {sha[:12]} not applied: {located}{rejected.reason}")
         if live is not None:
@@ -694,6 +698,9 @@ class ClusterSync:
         inner = upgrade.get("status") or {}
         if upgrade.get("phase"):
             self.metrics.set_rollout_phase(self.cluster, str(upgrade["phase"]))
+        self.metrics.set_rollout_conditions(self.cluster, {
+            str(c.get("type")) for c in upgrade.get("condition") or ()
+            if isinstance(c, Mapping) and c.get("status") == "True"})
         steps = ((((live.get("spec") or {}).get("driver") or {}).get("upgradePolicy") or {})
                  .get("upgradeSteps") or [])
         index = inner.get("currentStepIndex")

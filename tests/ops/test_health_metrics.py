@@ -159,7 +159,10 @@ def test_phase_change_moves_the_one(ops: OpsServer) -> None:
 def test_two_metrics_objects_do_not_collide() -> None:
     a, b = Metrics(), Metrics()
     a.count_git_error("fetch")
-    assert b'operation="fetch"' not in b.exposition()
+    assert a.registry.get_sample_value("gpu_reconciler_git_errors_total",
+                                       {"operation": "fetch"}) == 1
+    assert b.registry.get_sample_value("gpu_reconciler_git_errors_total",
+                                       {"operation": "fetch"}) == 0
 
 
 @pytest.mark.parametrize(

@@ -86,6 +86,11 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
                             state="StepPaused") == 1
         assert metric_value(text, "gpu_reconciler_nodes", cluster=CLUSTER,
                             state="upgraded") == 1
+        assert metric_value(text, "gpu_reconciler_rollout_condition", cluster=CLUSTER,
+                            type="ManualGate") == 1
+        assert metric_value(text, "gpu_reconciler_rollout_condition", cluster=CLUSTER,
+                            type="BatchFailed") == 0
+        assert metric_value(text, "gpu_reconciler_sync_rejected", cluster=CLUSTER) == 0
         assert (metric_value(text, "gpu_reconciler_merge_to_apply_seconds_count",
                              cluster=CLUSTER) or 0) >= 2
         assert metric_value(text, "gpu_reconciler_webhook_requests_total",

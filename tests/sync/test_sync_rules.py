@@ -16,6 +16,7 @@ from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
 from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.ops.metrics import Metrics
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.sync.conftest import (
@@ -51,14 +52,22 @@ def _events(kube: KubeApi, reason: str) -> list[str]:
             and e["involvedObject"].get("name") == "cluster-operator"]
 
 
+def _sample(metrics: Metrics, name: str, **labels: str) -> float | None:
+    value: float | None = metrics.registry.get_sample_value(name, labels)
+    return value
+
+
 def test_an_invalid_commit_changes_nothing_and_git_says_why(
     kube: KubeApi, small_fleet: Fleet, policy_remote: Remote, alice: Person,
     make_sync: SyncFactory, caplog: pytest.LogCaptureFixture,
 ) -> None:
     seed = policy_remote.head()  # before the sync role pushes status snapshots
-    sync = make_sync(policy_remote.url)
+    metrics = Metrics()
+    sync = make_sync(policy_remote.url, metrics=metrics)
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
     before = cluster_operator(kube)
+    wait_for(lambda: _sample(metrics, "gpu_reconciler_sync_rejected", cluster="prod-a") == 0,
+             timeout=10, what="the seed counted as not rejected")
 
     bad = policy(NEW).replace("pause: false", 'pause: "false"')  # the seed's mistake
     caplog.set_level(logging.WARNING, logger="reconciler.sync")
@@ -84,6 +93,10 @@ def test_an_invalid_commit_changes_nothing_and_git_says_why(
     events = wait_for(lambda: _events(kube, "PolicyRejected"), timeout=10, what="the event")
     assert any(sha[:12] in m and where in m for m in events)
     assert any(sha[:12] in r.getMessage() and where in r.getMessage() for r in caplog.records)
+    # the metrics the SyncRejected alert reads (deploy/alerts.yaml)
+    assert _sample(metrics, "gpu_reconciler_sync_rejected", cluster="prod-a") == 1
+    assert _sample(metrics, "gpu_reconciler_sync_rejections_total", cluster="prod-a",
+                   reason="PolicyRejected") == 1
 
     # the fix applies, and the snapshot no longer carries the rejection
     alice.pull()
@@ -91,6 +104,8 @@ def test_an_invalid_commit_changes_nothing_and_git_says_why(
     sync.trigger()
     wait_for(lambda: source_commit(kube) == fixed, timeout=20, what="the fix applied")
     assert driver(kube)["payload"]["version"] == NEW
+    wait_for(lambda: _sample(metrics, "gpu_reconciler_sync_rejected", cluster="prod-a") == 0,
+             timeout=10, what="the fix counted as not rejected")
     wait_for(lambda: "rejection" not in (status_file(policy_remote) or {"rejection": 1}),
              timeout=20, what="a snapshot without the rejection",
              observe=lambda: status_file(policy_remote))
