@@ -95,7 +95,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
     from reconciler.sim.fleet import Fleet, node_name
     from reconciler.sim.operator_install import DEFAULT_PAYLOAD
-    from reconciler.sim.prometheus import PrometheusError
+    from reconciler.sim.prometheus import PrometheusError, locate_binary
     from reconciler.sim.waiting import WaitTimeout, wait_for
 
     directory = directory or default_dir()
@@ -114,6 +114,11 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
             f"{faults_file}: fault(s) for node(s) not in the fleet: {', '.join(unknown)} "
             f"(nodes are {node_name(1, width)}..{node_name(nodes, width)})"
         )
+    if with_prometheus:
+        try:
+            locate_binary()
+        except PrometheusError as exc:
+            raise click.ClickException(str(exc)) from None
     running = _running_pid(directory)
     if running is not None:
         raise click.ClickException(

@@ -70,3 +70,18 @@ def test_up_with_prometheus_prints_its_url_before_the_kubeconfig_and_down_stops_
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
+
+
+def test_up_with_prometheus_but_no_server_installed_fails_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "dev"
+    result = subprocess.run(
+        [*RECONCILER, "dev-cluster", "up", "--nodes", "1", "--prometheus", "--dir", str(state)],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PROMETHEUS_BIN": str(tmp_path / "no-prometheus")},
+    )
+    assert result.returncode == 1
+    assert f"no Prometheus server at {tmp_path / 'no-prometheus'}" in result.stderr
+    assert "scripts/install" in result.stderr and "Traceback" not in result.stderr
+    assert not state.exists()  # no control plane was started
