@@ -11,6 +11,7 @@ log can be read.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -27,9 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Self
 
-from reconciler.sim.control_plane import _die_with_parent, free_ports
+from reconciler.sim.control_plane import free_ports
 
 DEFAULT_BINARY = "/usr/bin/prometheus"
+
+
+def _die_with_parent() -> None:
+    # A crashed test run or dev cluster must not leave its Prometheus behind (PR_SET_PDEATHSIG).
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 class PrometheusError(RuntimeError):
