@@ -9,8 +9,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from reconciler.sim.fleet import Fleet
 
 DIR_HELP = ("State directory (kubeconfig, logs, pid file). Default: $RECONCILER_DEV_CLUSTER_DIR, "
             "else $XDG_STATE_HOME/gpu-reconciler/dev-cluster (~/.local/state/...).")
@@ -79,8 +83,11 @@ def dev_cluster() -> None:
               help="Seed for drawn install times.")
 @click.option("--timeout", type=float, default=600, show_default=True,
               help="Seconds to wait for the fleet to be Ready.")
+@click.option("--prometheus", "with_prometheus", is_flag=True,
+              help="Also run a Prometheus server on loopback that scrapes the fleet's MX Exporter "
+                   "metrics; its URL is printed on stderr.")
 def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_version: str | None,
-       directory: Path | None, seed: int, timeout: float) -> None:
+       directory: Path | None, seed: int, timeout: float, with_prometheus: bool) -> None:
     """Start the control plane and the fleet; print the kubeconfig path once the fleet is Ready;
     run until Ctrl-C or `reconciler dev-cluster down`."""
     from reconciler.policy.payload import Payload
@@ -88,6 +95,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
     from reconciler.sim.fleet import Fleet, node_name
     from reconciler.sim.operator_install import DEFAULT_PAYLOAD
+    from reconciler.sim.prometheus import PrometheusError, locate_binary
     from reconciler.sim.waiting import WaitTimeout, wait_for
 
     directory = directory or default_dir()
@@ -106,6 +114,11 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
             f"{faults_file}: fault(s) for node(s) not in the fleet: {', '.join(unknown)} "
             f"(nodes are {node_name(1, width)}..{node_name(nodes, width)})"
         )
+    if with_prometheus:
+        try:
+            locate_binary()
+        except PrometheusError as exc:
+            raise click.ClickException(str(exc)) from None
     running = _running_pid(directory)
     if running is not None:
         raise click.ClickException(
@@ -128,6 +141,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     (directory / "up.pid").write_text(f"{os.getpid()}\n")
     plane = ControlPlane(workdir=directory)
     fleet: Fleet | None = None
+    telemetry = _Telemetry()
     code = 0
     try:
         started = time.monotonic()
@@ -145,6 +159,8 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         wait_for(lambda: stop.is_set() or len(ready_fleet.ready_driver_nodes()) >= expected,
                  timeout=timeout, what=f"{expected} Ready driver pods",
                  observe=lambda: f"{len(ready_fleet.ready_driver_nodes())} Ready", interval=0.2)
+        if with_prometheus and not stop.is_set():
+            telemetry.start(fleet, nodes, directory, timeout)
         if not stop.is_set():
             _say(f"{expected}/{nodes} driver pods Ready in {time.monotonic() - started:.1f} s"
                  + (f" ({len(broken)} faulty)" if broken else "")
@@ -153,12 +169,14 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
             sys.stdout.flush()
         stop.wait()
         _say("stopping")
-    except (ControlPlaneError, WaitTimeout, TimeoutError) as exc:
+    except (ControlPlaneError, WaitTimeout, TimeoutError, PrometheusError) as exc:
         plane.mark_failed()
+        telemetry.mark_failed()
         _say(f"error: {exc}")
         _say(f"logs kept in {plane.logs}")
         code = 1
     finally:
+        telemetry.stop()
         if fleet is not None:
             fleet.stop(cleanup=False)
         plane.stop()
@@ -171,6 +189,52 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     if code:
         sys.exit(code)
     _say("stopped")
+
+
+class _Telemetry:
+    """``up --prometheus``: the fleet's MX Exporter stand-in and a Prometheus scraping it."""
+
+    def __init__(self) -> None:
+        from reconciler.sim.mx_exporter import MxExporter
+        from reconciler.sim.prometheus import PrometheusServer
+
+        self.exporter: MxExporter | None = None
+        self.prometheus: PrometheusServer | None = None
+
+    def start(self, fleet: Fleet, nodes: int, directory: Path, timeout: float) -> None:
+        from reconciler.sim.mx_exporter import MxExporter
+        from reconciler.sim.prometheus import PrometheusServer
+        from reconciler.sim.waiting import wait_for
+
+        self.exporter = MxExporter.for_fleet(fleet).start()
+        interval = prometheus_interval(nodes)
+        self.prometheus = PrometheusServer([self.exporter.scrape_target()],
+                                           scrape_interval=interval,
+                                           workdir=directory / "prometheus").start()
+        prometheus = self.prometheus
+        # Ready for queries once the first scrape is in, not merely once the server answers.
+        wait_for(lambda: any(r["value"][1] == "1"
+                             for r in prometheus.query('up{job="mx-exporter"}')),
+                 timeout=max(timeout, 10 * interval), what="Prometheus's first scrape",
+                 interval=0.2)
+        _say(f"prometheus {prometheus.url} scrapes the MX Exporter metrics at "
+             f"{self.exporter.url} every {interval:g} s (logs {prometheus.log_path})")
+
+    def mark_failed(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.mark_failed()
+
+    def stop(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
+
+
+def prometheus_interval(nodes: int) -> float:
+    """1 s for a small fleet; longer for a big one, whose scrape takes longer
+    (docs/dev-cluster.md has the measured figures)."""
+    return float(max(1, -(-nodes // 1000)))
 
 
 @dev_cluster.command("down")

@@ -7,9 +7,12 @@ File format (YAML)::
       - {node: node-0004, fault: crashloop, version: 2.33.0.9}
       - {node: node-0005, fault: node-notready}
       - {node: node-0006, fault: firmware-no-report}
+      - {node: node-0007, fault: gpu-unavailable, version: 2.33.0.9}  # pod Ready, GPUs not
 
 A fault with ``version`` applies only while the node runs that driver version (``2.33.0.9``
 and ``2.33.0.9-amd64`` are the same version); it disappears when the node runs another one.
+The GPU faults change only what the node's MX Exporter reports (``reconciler.sim.mx_exporter``):
+the driver pod turns Ready as usual.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ class FaultKind(StrEnum):
     NODE_NOT_READY = "node-notready"  # the node's Ready condition goes False
     FIRMWARE_NO_REPORT = "firmware-no-report"  # never emits NodeNeedReboot
     FIRMWARE_WRONG_VERSION = "firmware-wrong-version"  # comes back from reboot on the old VBIOS
+    GPU_UNAVAILABLE = "gpu-unavailable"  # pod Ready, mx_gpu_state 0 on some GPUs
+    GPU_THROTTLING = "gpu-throttling"  # pod Ready, mx_clk_thr non-zero on some GPUs
 
 
 POD_FAULTS = frozenset({FaultKind.IMAGE_PULL, FaultKind.CRASH_LOOP, FaultKind.NEVER_READY})
+GPU_FAULTS = frozenset({FaultKind.GPU_UNAVAILABLE, FaultKind.GPU_THROTTLING})
 
 
 class FaultFileError(ValueError):

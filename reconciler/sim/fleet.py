@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
 from reconciler.kube.objects import (
@@ -76,6 +76,8 @@ WORKLOAD_NAMESPACE = "gpu-workloads"
 EVENT_NAMESPACE = "default"
 DRIVER_MANAGER = "driver-manager"
 
+T = TypeVar("T")
+
 # A duration: fixed seconds, a uniform (low, high) range, or a function of a seeded RNG.
 Duration = float | tuple[float, float] | Callable[[random.Random], float]
 
@@ -98,6 +100,14 @@ def image_version(image: str) -> str | None:
     """The tag of ``registry/name:tag`` (None without one)."""
     last = image.rsplit("/", 1)[-1]
     return last.split(":", 1)[1] if ":" in last else None
+
+
+def _gpu_limit(container: JSON) -> int:
+    limit = ((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, 0)
+    try:
+        return max(0, int(limit))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _now() -> str:
@@ -139,6 +149,7 @@ class SimPod:
     restarts: int = 0
     deleting: bool = False
     waiting_reason: str | None = None
+    gpu_requests: dict[str, int] = field(default_factory=dict)  # container -> GPUs it asked for
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,6 +321,12 @@ class Fleet:
             if view.ready and not view.deleting
             and (wanted is None or (view.version and normalize_version(view.version) == wanted))
         )
+
+    def read_state(self, reader: Callable[[list[SimNode], list[SimPod]], T]) -> T:
+        """``reader(nodes, pods)`` under the fleet's lock: a consistent view of every node and
+        bound pod for observers such as the MX Exporter stand-in (they must not keep them)."""
+        with self._lock:
+            return reader(list(self.nodes.values()), list(self.pods.values()))
 
     def pod_view(self, node: str) -> DriverPodView | None:
         return self.driver_pods().get(node)
@@ -689,6 +706,7 @@ class Fleet:
             revision=(meta.get("labels") or {}).get(REVISION_HASH_LABEL),
             containers=list(images), images=images,
             created=str(meta.get("creationTimestamp") or _now()),
+            gpu_requests={str(c["name"]): _gpu_limit(c) for c in containers if _gpu_limit(c)},
         )
 
     def _pod_faults(self, pod: SimPod) -> set[FaultKind]:
