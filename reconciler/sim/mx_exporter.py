@@ -33,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from reconciler.kube.objects import OPERATOR_NAMESPACE
-from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler
+from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler, ServerLimits
 from reconciler.policy.payload import ARCH_SUFFIXES
 from reconciler.sim.faults import FaultKind
 from reconciler.sim.prometheus import ScrapeTarget
@@ -253,7 +253,11 @@ class MxExporter:
     def start(self) -> MxExporter:
         self.render()  # fills the cache, so the first scrape is as quick as the next ones
         self._server = BackgroundHTTPServer(self._host, self._port, _Handler, self,
-                                            name="mx-exporter", max_connections=16)
+                                            name="mx-exporter",
+                                            # a scrape at 10,000 nodes is ~110 MiB that
+                                            # Prometheus reads as it parses: give it time
+                                            limits=ServerLimits(max_connections=16,
+                                                                write_grace=120.0))
         self._server.start()
         return self
 
