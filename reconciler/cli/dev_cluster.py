@@ -12,6 +12,12 @@ from pathlib import Path
 
 import click
 
+from reconciler.cli.numbers import MAX_SECONDS, BoundedInt, FiniteFloat
+from reconciler.files import printable
+
+#: The SPEC's largest rollout; every simulated node is a Node, a Pod and a kubelet loop.
+MAX_NODES = 10_000
+
 DIR_HELP = ("State directory (kubeconfig, logs, pid file). Default: $RECONCILER_DEV_CLUSTER_DIR, "
             "else $XDG_STATE_HOME/gpu-reconciler/dev-cluster (~/.local/state/...).")
 
@@ -38,20 +44,23 @@ def _running_pid(directory: Path) -> int | None:
 
 
 def _parse_seconds(value: str) -> float | tuple[float, float]:
-    """``5`` (fixed) or ``3-8`` (uniform range)."""
+    """``5`` (fixed) or ``3-8`` (uniform range), finite, at most MAX_SECONDS."""
     try:
+        if len(value) > 80:
+            raise ValueError
         if "-" in value.strip("-"):
             low, high = (float(v) for v in value.split("-", 1))
-            if not 0 <= low <= high:
+            if not 0 <= low <= high <= MAX_SECONDS:  # False for nan
                 raise ValueError
             return (low, high)
         fixed = float(value)
-        if fixed < 0:
+        if not 0 <= fixed <= MAX_SECONDS:
             raise ValueError
         return fixed
     except ValueError:
         raise click.BadParameter(
-            f"expected seconds such as 5 or a range such as 3-8, got {value!r}"
+            f"expected seconds from 0 to {MAX_SECONDS:g} such as 5, or a range such as 3-8, "
+            f"got {printable(value[:80])!r}", param_hint="--install-seconds"
         ) from None
 
 
@@ -65,9 +74,9 @@ def dev_cluster() -> None:
 
 
 @dev_cluster.command("up")
-@click.option("--nodes", type=click.IntRange(min=0), default=10, show_default=True,
-              help="GPU nodes to simulate (node-0001 ...).")
-@click.option("--faults", "faults_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--nodes", type=BoundedInt(0, MAX_NODES), default=10, show_default=True,
+              help=f"GPU nodes to simulate (node-0001 ...), at most {MAX_NODES:,}.")
+@click.option("--faults", "faults_file", type=click.Path(path_type=Path),
               help="YAML fault file: faults: [{node: node-0003, fault: imagepull, version: V}]")
 @click.option("--install-seconds", default="5", show_default=True,
               help="Driver install time per pod: seconds, or a uniform range LOW-HIGH.")
@@ -75,9 +84,9 @@ def dev_cluster() -> None:
               help="Driver version the fleet starts on (default: the simulator's 2.31.0.6).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=None, help=DIR_HELP)
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=BoundedInt(0, 2**63 - 1), default=0, show_default=True,
               help="Seed for drawn install times.")
-@click.option("--timeout", type=float, default=600, show_default=True,
+@click.option("--timeout", type=FiniteFloat(0, min_open=True), default=600, show_default=True,
               help="Seconds to wait for the fleet to be Ready.")
 def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_version: str | None,
        directory: Path | None, seed: int, timeout: float) -> None:
@@ -97,15 +106,15 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         try:
             faults = load_faults(faults_file)
         except FaultFileError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(printable(str(exc))) from None
     width = max(4, len(str(nodes)))
     known = {node_name(i, width) for i in range(1, nodes + 1)}
     unknown = sorted({f.node for f in faults} - known)
     if unknown:
-        raise click.UsageError(
+        raise click.UsageError(printable(
             f"{faults_file}: fault(s) for node(s) not in the fleet: {', '.join(unknown)} "
             f"(nodes are {node_name(1, width)}..{node_name(nodes, width)})"
-        )
+        ))
     running = _running_pid(directory)
     if running is not None:
         raise click.ClickException(
@@ -176,7 +185,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
 @dev_cluster.command("down")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=None, help=DIR_HELP)
-@click.option("--timeout", type=float, default=60, show_default=True,
+@click.option("--timeout", type=FiniteFloat(0, min_open=True), default=60, show_default=True,
               help="Seconds to wait for it to stop.")
 def down(directory: Path | None, timeout: float) -> None:
     """Stop the dev cluster started by `reconciler dev-cluster up` (every process it started)."""

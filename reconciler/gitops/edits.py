@@ -24,6 +24,7 @@ from ruamel.yaml.scalarstring import ScalarString
 from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.status_policy import snapshot_key
 from reconciler.policy.payload import normalize_version
 
@@ -275,8 +276,8 @@ def parse_status(text: bytes | str | None) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        data = YAML(typ="safe").load(text)
-    except YAMLError:
+        data = parse_yaml(text, "status")
+    except YamlRefused:
         return None
     return data if isinstance(data, dict) else None
 

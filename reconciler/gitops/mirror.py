@@ -120,6 +120,11 @@ class Mirror:
     def repo(self) -> git.Repo:
         return self._repo
 
+    @property
+    def read_lock(self) -> threading.RLock:
+        """Held around object reads through ``repo`` (one shared ``git cat-file``)."""
+        return self._read_lock
+
     def _git(
         self, *args: str, env: Mapping[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
