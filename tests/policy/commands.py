@@ -19,3 +19,26 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(
         ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com", *args], cwd=cwd,
         capture_output=True, text=True, check=True).stdout
+
+
+#: Address space of a child run on hostile input: a command that reads /dev/zero or a huge file
+#: into memory fails fast instead of eating the machine.
+CHILD_ADDRESS_SPACE = 2 * 1024**3
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_ADDRESS_SPACE, CHILD_ADDRESS_SPACE))
+
+
+def reconciler(cwd: Path, *args: str, timeout: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``reconciler ARGS`` as a child process bounded in memory (RLIMIT_AS) and time: a hang
+    raises ``TimeoutExpired``, so a test that returns proves the command ended."""
+    import os
+
+    code = "from reconciler.cli.main import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, check=False, preexec_fn=_limit_memory,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
