@@ -59,7 +59,7 @@ def _parse_seconds(value: str) -> float | tuple[float, float]:
         return fixed
     except ValueError:
         raise click.BadParameter(
-            f"expected seconds from 0 to {MAX_SECONDS:g} such as 5, or a range such as 3-8, "
+            f"expected seconds from 0 to {int(MAX_SECONDS)} such as 5, or a range such as 3-8, "
             f"got {printable(value[:80])!r}", param_hint="--install-seconds"
         ) from None
 
@@ -79,7 +79,8 @@ def dev_cluster() -> None:
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path),
               help="YAML fault file: faults: [{node: node-0003, fault: imagepull, version: V}]")
 @click.option("--install-seconds", default="5", show_default=True,
-              help="Driver install time per pod: seconds, or a uniform range LOW-HIGH.")
+              help=f"Driver install time per pod: seconds, or a uniform range LOW-HIGH, from 0 "
+                   f"to {int(MAX_SECONDS)} (a year).")
 @click.option("--payload-version", default=None,
               help="Driver version the fleet starts on (default: the simulator's 2.31.0.6).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),

@@ -24,6 +24,6 @@ def parse_duration_seconds(text: str) -> float:
                 f"expected a duration like 30s, 10m or 1h, or a number of seconds, got {shown!r}"
             ) from None
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
-        raise ValueError(f"expected a duration from 0 to {MAX_SECONDS:g} seconds (a year), "
+        raise ValueError(f"expected a duration from 0 to {int(MAX_SECONDS)} seconds (a year), "
                          f"got {shown!r}")
     return seconds
