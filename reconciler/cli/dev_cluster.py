@@ -59,8 +59,8 @@ def _parse_seconds(value: str) -> float | tuple[float, float]:
         return fixed
     except ValueError:
         raise click.BadParameter(
-            f"expected seconds from 0 to {int(MAX_SECONDS)} such as 5, or a range such as 3-8, "
-            f"got {printable(value[:80])!r}", param_hint="--install-seconds"
+            f"expected seconds such as 5 or a range such as 3-8 (from 0 to "
+            f"{int(MAX_SECONDS)}), got {printable(value[:80])!r}", param_hint="--install-seconds"
         ) from None
 
 

@@ -150,6 +150,14 @@ def read_field(doc: Any, field: Sequence[str]) -> Any:
 
 def edit_policy_text(text: str, edits: Sequence[FieldEdit]) -> EditResult:
     """Apply ``edits`` to the ``ClusterOperator`` document of a policy file, all or nothing."""
+    from reconciler.policy.document import parse_document
+
+    # the round-trip loader recurses once per nesting level: bound the file first
+    bounds = [f for f in parse_document(text, "policy file").findings
+              if f.rule in ("too-deep", "file-too-large", "alias-bomb")]
+    if bounds:
+        return EditResult(EditOutcome.NOT_FOUND, detail=f"policy file is not usable: "
+                                                        f"{bounds[0].message}")
     yaml = _round_trip_yaml(text)
     try:
         docs = list(yaml.load_all(text))
