@@ -468,7 +468,7 @@ def format_github(findings: Iterable[Finding]) -> str:
     )
 
 
-class ExistingPath(click.ParamType):  # type: ignore[type-arg]
+class ExistingPath(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
     """A path that exists as a directory entry: a link (even a dangling one) or a FIFO is taken
     as given, so validating it reports what it is instead of following it."""
 

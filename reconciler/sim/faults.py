@@ -102,7 +102,10 @@ def load_faults(path: Path) -> list[Fault]:
     try:
         raw = read_bounded(path)
     except FileRefused as refused:
-        raise FaultFileError(f"{path}: cannot read: {refused.reason}") from None
+        reason = refused.reason
+        if not reason.startswith("cannot read"):
+            reason = f"cannot read: {reason}"
+        raise FaultFileError(f"{path}: {reason}") from None
     doc = parse_document(raw, str(path))
     errors = [f for f in doc.findings if f.is_error]
     if errors and errors[0].rule != "empty-document":

@@ -260,3 +260,20 @@ def test_run_repo_config_and_firmware_config_are_refused_as_usage_errors(tmp_pat
                             str(path))
         assert result.returncode == 2, (path, result.stderr)
         assert reason in result.stderr, result.stderr
+
+
+def test_links_and_fifos_among_many_files_are_reported_by_the_worker_pool(tmp_path: Path) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(70):
+        (folder / f"c{i:03}.yaml").write_text(SEED_10)
+    (folder / "c010.yaml").unlink()
+    (folder / "c010.yaml").symlink_to("/dev/zero")
+    (folder / "c020.yaml").unlink()
+    _fifo(folder / "c020.yaml")
+    result = reconciler(tmp_path, "validate", "many", env={"RECONCILER_JOBS": "2"})
+    assert result.returncode == 1, result.stderr
+    assert [line.split(" [")[-1] for line in result.stdout.splitlines()] == [
+        "symlink]", "not-regular-file]"]
+    assert result.stdout.startswith("many/c010.yaml:1:1: error: a symbolic link (to "
+                                    "'/dev/zero')")
