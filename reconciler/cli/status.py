@@ -168,8 +168,8 @@ def _render(item: StatusReport) -> None:
     summary.add_row("phase", _t(item.phase + (" (upgrading)" if item.upgrading else "")))
     summary.add_row("step", _t(f"{item.step} {item.step_state}".strip()))
     summary.add_row("driver", _t(item.version or "?"))
-    summary.add_row("nodes on the new driver", f"{item.nodes_ready}/{item.nodes_total}")
-    summary.add_row("failures", f"{item.failures} (fallback at {item.max_failures})")
+    summary.add_row("nodes on the new driver", _t(f"{item.nodes_ready}/{item.nodes_total}"))
+    summary.add_row("failures", _t(f"{item.failures} (fallback at {item.max_failures})"))
     if item.message:
         summary.add_row("message", _t(item.message))
     summary.add_row("source commit", _t((item.source_commit or "unknown")[:12]))

@@ -277,3 +277,17 @@ def test_links_and_fifos_among_many_files_are_reported_by_the_worker_pool(tmp_pa
         "symlink]", "not-regular-file]"]
     assert result.stdout.startswith("many/c010.yaml:1:1: error: a symbolic link (to "
                                     "'/dev/zero')")
+
+
+def test_status_from_git_refuses_a_linked_snapshot_by_name(repo: Path, tmp_path: Path) -> None:
+    snapshot = repo / "status/lab-10.yaml"
+    snapshot.unlink()
+    snapshot.symlink_to("/dev/zero")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "snapshot as a link")
+    for args in (["--cluster", "lab-10"], []):
+        result = reconciler(repo, "status", "--repo", str(repo), *args,
+                            "--state-dir", str(tmp_path / "state"))
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "error: status/lab-10.yaml: a symbolic link (to '/dev/zero'), not followed" \
+            in result.stderr
