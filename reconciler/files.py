@@ -144,6 +144,8 @@ def _escape_char(char: str) -> str:
     if char in _NAMED:
         return _NAMED[char]
     code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte of a file name that is not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
@@ -152,7 +154,8 @@ def unsafe(char: str) -> bool:
         return False
     # controls (C0, DEL, C1: ESC and CSI start terminal sequences), line/paragraph separators,
     # and format characters such as the bidirectional overrides that reorder what is shown
-    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp")
+    # and lone surrogates (file names that are not UTF-8), which no terminal can be sent
+    return unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp")
 
 
 def printable(text: str) -> str:

@@ -149,3 +149,20 @@ def test_status_prints_snapshot_text_escaped_and_never_as_markup(
     _no_raw(result.stdout)
     assert "[bold red]gate[/bold red] \\e[31mred" in result.stdout
     assert "[/nope]" in result.stdout
+
+
+@pytest.mark.parametrize("output_format", ["text", "github", "json"])
+def test_a_file_name_that_is_not_utf8_is_shown_not_a_traceback(
+    tmp_path: Path, output_format: str
+) -> None:
+    (tmp_path / "files").mkdir()
+    with open(bytes(tmp_path / "files") + b"/bad\xff\x1b.yaml", "w") as handle:
+        handle.write("kind: [\n")
+    result = reconciler(tmp_path, "validate", "--format", output_format, "files")
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    _no_raw(result.stdout)
+    if output_format == "json":
+        assert json.loads(result.stdout)[0]["file"] == "files/bad\udcff\x1b.yaml"
+    else:
+        assert "files/bad\\xff\\e.yaml" in result.stdout
