@@ -444,7 +444,7 @@ def format_json(findings: Iterable[Finding]) -> str:
 
 
 def printable_json(text: str) -> str:
-    if text.isprintable():
+    if text.isascii() and "\x7f" not in text:  # json already escaped C0 controls
         return text
     return "".join(json.dumps(c)[1:-1] if c != "\n" and unsafe(c) else c for c in text)
 
