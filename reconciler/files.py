@@ -19,8 +19,8 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Literal
 
-#: A policy file is a few kilobytes; the parser's limit (reconciler.policy.document) is the same.
-MAX_FILE_BYTES = 1024 * 1024
+# one limit for a file on disk, a blob in a commit and the parser
+from reconciler.policy.document import MAX_FILE_BYTES
 
 Problem = Literal["symlink", "not-regular-file", "file-too-large", "unreadable-file"]
 

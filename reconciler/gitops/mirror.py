@@ -20,6 +20,7 @@ from pathlib import Path
 import git
 from git.exc import BadName, GitCommandError
 
+from reconciler.files import MAX_FILE_BYTES
 from reconciler.gitops.commits import CommitInfo, Identity, Person
 from reconciler.gitops.errors import GitOpsError, PushDeclined, PushRejected, RemoteUnavailable
 
@@ -306,8 +307,8 @@ class Mirror:
         return stdout
 
 
-#: no file the reconciler reads or rewrites is larger (reconciler.files.MAX_FILE_BYTES)
-MAX_BLOB_BYTES = 1024 * 1024
+#: no file the reconciler reads or rewrites is larger
+MAX_BLOB_BYTES = MAX_FILE_BYTES
 
 
 def read_blob(repo: git.Repo, commit: str, path: str) -> bytes | None:
