@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 # one limit for a file on disk, a blob in a commit and the parser
-from reconciler.policy.document import MAX_FILE_BYTES
+from reconciler.policy.document import MAX_FILE_BYTES as MAX_FILE_BYTES
 
 Problem = Literal["symlink", "not-regular-file", "file-too-large", "unreadable-file"]
 
