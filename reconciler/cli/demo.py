@@ -7,15 +7,17 @@ from pathlib import Path
 
 import click
 
+from reconciler.cli.numbers import BoundedInt, FiniteFloat
+
 
 @click.command("demo")
-@click.option("--nodes", type=click.IntRange(min=4, max=200), default=10, show_default=True,
+@click.option("--nodes", type=BoundedInt(4, 200), default=10, show_default=True,
               help="Simulated GPU nodes (the vendor manual's scenario has 10).")
-@click.option("--install-seconds", type=click.FloatRange(min=0), default=3.0, show_default=True,
+@click.option("--install-seconds", type=FiniteFloat(0), default=3.0, show_default=True,
               help="Simulated driver install time per node (a real install takes minutes).")
-@click.option("--review-seconds", type=click.FloatRange(min=0), default=3.0, show_default=True,
+@click.option("--review-seconds", type=FiniteFloat(0), default=3.0, show_default=True,
               help="How long the person at the gate looks at the canary nodes.")
-@click.option("--timeout", type=click.FloatRange(min=10), default=600, show_default=True,
+@click.option("--timeout", type=FiniteFloat(10), default=600, show_default=True,
               help="Give up (and clean up) after this many seconds.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the demo's repositories, control plane and logs go "

@@ -13,6 +13,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from reconciler.cli.numbers import MAX_SECONDS, BoundedInt, FiniteFloat
+from reconciler.files import printable
+
+#: The SPEC's largest rollout; every simulated node is a Node, a Pod and a kubelet loop.
+MAX_NODES = 10_000
+
 if TYPE_CHECKING:
     from reconciler.sim.fleet import Fleet
 
@@ -42,20 +48,23 @@ def _running_pid(directory: Path) -> int | None:
 
 
 def _parse_seconds(value: str) -> float | tuple[float, float]:
-    """``5`` (fixed) or ``3-8`` (uniform range)."""
+    """``5`` (fixed) or ``3-8`` (uniform range), finite, at most MAX_SECONDS."""
     try:
+        if len(value) > 80:
+            raise ValueError
         if "-" in value.strip("-"):
             low, high = (float(v) for v in value.split("-", 1))
-            if not 0 <= low <= high:
+            if not 0 <= low <= high <= MAX_SECONDS:  # False for nan
                 raise ValueError
             return (low, high)
         fixed = float(value)
-        if fixed < 0:
+        if not 0 <= fixed <= MAX_SECONDS:
             raise ValueError
         return fixed
     except ValueError:
         raise click.BadParameter(
-            f"expected seconds such as 5 or a range such as 3-8, got {value!r}"
+            f"expected seconds such as 5 or a range such as 3-8 (from 0 to "
+            f"{int(MAX_SECONDS)}), got {printable(value[:80])!r}", param_hint="--install-seconds"
         ) from None
 
 
@@ -69,19 +78,20 @@ def dev_cluster() -> None:
 
 
 @dev_cluster.command("up")
-@click.option("--nodes", type=click.IntRange(min=0), default=10, show_default=True,
-              help="GPU nodes to simulate (node-0001 ...).")
-@click.option("--faults", "faults_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--nodes", type=BoundedInt(0, MAX_NODES), default=10, show_default=True,
+              help=f"GPU nodes to simulate (node-0001 ...), at most {MAX_NODES:,}.")
+@click.option("--faults", "faults_file", type=click.Path(path_type=Path),
               help="YAML fault file: faults: [{node: node-0003, fault: imagepull, version: V}]")
 @click.option("--install-seconds", default="5", show_default=True,
-              help="Driver install time per pod: seconds, or a uniform range LOW-HIGH.")
+              help=f"Driver install time per pod: seconds, or a uniform range LOW-HIGH, from 0 "
+                   f"to {int(MAX_SECONDS)} (a year).")
 @click.option("--payload-version", default=None,
               help="Driver version the fleet starts on (default: the simulator's 2.31.0.6).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=None, help=DIR_HELP)
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=BoundedInt(0, 2**63 - 1), default=0, show_default=True,
               help="Seed for drawn install times.")
-@click.option("--timeout", type=float, default=600, show_default=True,
+@click.option("--timeout", type=FiniteFloat(0, min_open=True), default=600, show_default=True,
               help="Seconds to wait for the fleet to be Ready.")
 @click.option("--prometheus", "with_prometheus", is_flag=True,
               help="Also run a Prometheus server on loopback that scrapes the fleet's MX Exporter "
@@ -105,15 +115,15 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         try:
             faults = load_faults(faults_file)
         except FaultFileError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(printable(str(exc))) from None
     width = max(4, len(str(nodes)))
     known = {node_name(i, width) for i in range(1, nodes + 1)}
     unknown = sorted({f.node for f in faults} - known)
     if unknown:
-        raise click.UsageError(
+        raise click.UsageError(printable(
             f"{faults_file}: fault(s) for node(s) not in the fleet: {', '.join(unknown)} "
             f"(nodes are {node_name(1, width)}..{node_name(nodes, width)})"
-        )
+        ))
     if with_prometheus:
         try:
             locate_binary()
@@ -240,7 +250,7 @@ def prometheus_interval(nodes: int) -> float:
 @dev_cluster.command("down")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               default=None, help=DIR_HELP)
-@click.option("--timeout", type=float, default=60, show_default=True,
+@click.option("--timeout", type=FiniteFloat(0, min_open=True), default=60, show_default=True,
               help="Seconds to wait for it to stop.")
 def down(directory: Path | None, timeout: float) -> None:
     """Stop the dev cluster started by `reconciler dev-cluster up` (every process it started)."""

@@ -13,7 +13,6 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
 
 import click
@@ -25,13 +24,17 @@ def load_settings(path: str | None) -> FirmwareSettings:
     """The ``firmware`` section of a repository config file, validated; defaults without one."""
     if path is None:
         return FirmwareSettings()
+    from reconciler.files import FileRefused, printable, read_bounded
     from reconciler.policy.validation import validate_repo_config
 
-    data = Path(path).read_bytes()
+    try:
+        data = read_bounded(path)
+    except FileRefused as refused:
+        raise SettingsError(printable(str(refused))) from None
     result = validate_repo_config(data, path)
     if not result.ok:
         raise SettingsError("\n".join(
-            f"{f.file}:{f.line}:{f.column}: {f.message}" for f in result.errors))
+            printable(f"{f.file}:{f.line}:{f.column}: {f.message}") for f in result.errors))
     obj = result.obj if isinstance(result.obj, dict) else {}
     return FirmwareSettings.from_config(obj.get("firmware"))
 

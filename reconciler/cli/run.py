@@ -192,6 +192,8 @@ class _Settings:
                     f"--role {role} needs {' and '.join(missing)} (or run --role controller "
                     "for the rollout controller alone)")
         ready = _duration(o["ready_timeout"], "--ready-timeout")
+        if o["repo_config"]:
+            o["repo_config_data"] = _read_repo_config(o["repo_config"])
         lease = tuple(_duration(o[k], f"--{k.replace('_', '-')}") or 0.0
                       for k in ("lease_duration", "renew_deadline", "retry_period"))
         return cls(
@@ -327,20 +329,32 @@ def _serve(s: _Settings) -> int:
 
 def _repo_config(o: dict[str, Any], sync: Any) -> dict[str, Any]:
     """``reconciler.yaml`` at the branch head (the controllers' settings), or --repo-config."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    from reconciler.files import YamlRefused, parse_yaml
+    from reconciler.gitops.reader import PolicyFileRefused
 
-    text: bytes | None = None
     if o["repo_config"]:
-        text = Path(o["repo_config"]).read_bytes()
-    elif sync is not None:
-        head = sync.repo.mirror.head(o["branch"])
-        text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
+        return dict(o["repo_config_data"])
+    text: bytes | None = None
     try:
-        data = YAML(typ="safe").load(text) if text else None
-    except YAMLError as exc:
-        log.warning("reconciler.yaml is not valid YAML (%s); using defaults", exc)
+        if sync is not None:
+            head = sync.repo.mirror.head(o["branch"])
+            text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
+        data = parse_yaml(text, "reconciler.yaml") if text else None
+    except (PolicyFileRefused, YamlRefused) as exc:
+        log.warning("reconciler.yaml unusable (%s); using defaults", exc)
         return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_repo_config(path: str) -> dict[str, Any]:
+    """--repo-config, read at start: a link, a FIFO, an oversized or unparsable file is a usage
+    error naming it (bounded like a policy file, never followed)."""
+    from reconciler.files import FileRefused, YamlRefused, parse_yaml, printable, read_bounded
+
+    try:
+        data = parse_yaml(read_bounded(path), path)
+    except (FileRefused, YamlRefused) as exc:
+        raise click.BadParameter(printable(str(exc)), param_hint="--repo-config") from None
     return data if isinstance(data, dict) else {}
 
 

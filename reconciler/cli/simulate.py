@@ -17,6 +17,8 @@ from typing import Any, NoReturn, cast
 
 import click
 
+from reconciler.cli.numbers import BoundedInt, FiniteFloat
+from reconciler.files import FileRefused, printable, read_bounded
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -41,12 +43,17 @@ _HEADER = (
 )
 
 
+#: 10 times the SPEC's largest rollout (10,000 nodes); the run is linear in the fleet.
+MAX_NODES = 100_000
+
+
 class InputError(click.ClickException):
     exit_code = 2
 
 
 def _fail(message: str) -> NoReturn:
-    raise InputError(message)
+    """Exit 2 with ``message``; control characters from the files it quotes are escaped."""
+    raise InputError("\n".join(printable(line) for line in message.split("\n")))
 
 
 def _wrap(text: str, obj: Any) -> tuple[str, int, int, str]:
@@ -78,13 +85,14 @@ def _unwrap(finding: Finding, shift: int, indent: int, prefix: str, file: str) -
 def load_driver_spec(path: Path) -> dict[str, Any]:
     """``spec.driver`` of a policy file (full object or bare fragment), validated."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"cannot read policy file {path}: {exc}")
-    parsed = parse_only(text, str(path))
+        data = read_bounded(path)
+    except FileRefused as refused:
+        _fail(f"cannot read policy file {path}: {refused.reason}")
+    parsed = parse_only(data, str(path))
     if parsed.obj is None or any(f.is_error for f in parsed.findings):
         _fail("\n".join(_unwrap(f, 0, 0, "", str(path)) for f in parsed.findings)
               or f"{path}: empty policy file")
+    text = data.decode("utf-8").removeprefix("\ufeff")
     wrapped, shift, indent, prefix = _wrap(text, parsed.obj)
     result = validate_document(wrapped, str(path))
     if not result.ok:
@@ -102,19 +110,31 @@ def load_driver_spec(path: Path) -> dict[str, Any]:
 
 
 def load_faults(path: Path | None, nodes: int) -> dict[str, Fault]:
+    """The ``--faults`` file: read and parsed with the policy files' bounds (no link, a regular
+    file of at most 1 MiB, 100 levels of nesting); every problem is located at file:line:col."""
     if path is None:
         return {}
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    from reconciler.policy.document import parse_document
 
     try:
-        data = YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, YAMLError) as exc:
-        _fail(f"cannot read faults file {path}: {exc}")
+        raw = read_bounded(path)
+    except FileRefused as refused:
+        _fail(f"cannot read faults file {path}: {refused.reason}")
+    doc = parse_document(raw, str(path))
+    errors = [f for f in doc.findings if f.is_error]
+    if errors:
+        _fail("cannot read faults file: " + "\n".join(
+            f"{f.file}:{f.line}:{f.column}: {f.message}" for f in errors))
+    data = doc.obj
+
+    def at(pointer: str) -> str:
+        loc = doc.locate(pointer)
+        return f"{path}:{loc.line}:{loc.column}"
+
     entries = data.get("faults") if isinstance(data, Mapping) else None
     if not isinstance(data, Mapping) or set(data) - {"faults"} or not isinstance(entries, list):
-        _fail(f"{path}: expected a mapping with one key 'faults' holding a list of "
-              "{node, fault} entries")
+        _fail(f"{at('/faults' if isinstance(data, Mapping) else '')}: expected a mapping with "
+              "one key 'faults' holding a list of {node, fault} entries")
     width = max(4, len(str(nodes)))
 
     def known(name: object) -> bool:
@@ -126,18 +146,21 @@ def load_faults(path: Path | None, nodes: int) -> dict[str, Fault]:
     faults: dict[str, Fault] = {}
     gpu_faults: dict[str, str] = {}
     for index, entry in enumerate(entries):
-        where = f"{path}: faults[{index}]"
+        item = f"/faults/{index}"
+        where = f"{at(item)}: faults[{index}]"
         if not isinstance(entry, Mapping) or set(entry) != {"node", "fault"}:
-            _fail(f"{where}: expected exactly the keys 'node' and 'fault', got {entry!r}")
+            shown = sorted(map(str, entry)) if isinstance(entry, Mapping) else type(entry).__name__
+            _fail(f"{where}: expected exactly the keys 'node' and 'fault', got {shown}")
         node, fault = entry["node"], entry["fault"]
         if not known(node):
-            _fail(f"{where}.node: no node named {node!r} in a fleet of {nodes} nodes "
-                  f"(names run {node_name(1, width)} .. {node_name(nodes, width)})")
+            _fail(f"{at(item + '/node')}: faults[{index}].node: no node named {node!r} in a "
+                  f"fleet of {nodes} nodes (names run {node_name(1, width)} .. "
+                  f"{node_name(nodes, width)})")
         if fault not in FAULTS and fault not in GPU_FAULTS:
-            _fail(f"{where}.fault: unknown fault {fault!r}; expected one of "
-                  f"{', '.join((*FAULTS, *sorted(GPU_FAULTS)))}")
+            _fail(f"{at(item + '/fault')}: faults[{index}].fault: unknown fault {fault!r}; "
+                  f"expected one of {', '.join((*FAULTS, *sorted(GPU_FAULTS)))}")
         if node in faults or node in gpu_faults:
-            _fail(f"{where}.node: {node} already has a fault "
+            _fail(f"{at(item + '/node')}: faults[{index}].node: {node} already has a fault "
                   f"({faults.get(node) or gpu_faults.get(node)})")
         if fault in GPU_FAULTS:
             gpu_faults[node] = str(fault)
@@ -249,20 +272,21 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
 
 
 @click.command("simulate")
-@click.argument("policy_file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Fleet size.")
+@click.argument("policy_file", type=click.Path(path_type=Path))
+@click.option("--nodes", type=BoundedInt(1, MAX_NODES), required=True,
+              help=f"Fleet size, at most {MAX_NODES:,} (about 20 s and 0.5 GB at the most).")
 @click.option("--from-version", required=True, help="Driver version every node runs at start.")
-@click.option("--faults", "faults_file", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--faults", "faults_file", type=click.Path(path_type=Path),
               help="YAML: faults: [{node: node-0003, fault: imagepull|crashloop|never-ready|"
                    "node-notready|gpu-unavailable|gpu-throttling}]")
-@click.option("--install-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@click.option("--install-seconds", type=FiniteFloat(0), default=60.0, show_default=True,
               help="Time from deleting a node's driver pod to the new pod being Ready.")
-@click.option("--auto-confirm", type=click.FloatRange(min=0), default=None,
+@click.option("--auto-confirm", type=FiniteFloat(0), default=None,
               help="Confirm each manual gate this many seconds after it opens "
                    "(default: stop at the first gate).")
-@click.option("--until", type=click.FloatRange(min=0), default=DEFAULT_UNTIL, show_default=True,
+@click.option("--until", type=FiniteFloat(0), default=DEFAULT_UNTIL, show_default=True,
               help="Bound on virtual time, seconds.")
-@click.option("--ready-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0,
+@click.option("--ready-timeout", type=FiniteFloat(0, min_open=True), default=600.0,
               show_default=True, help="readyTimeout of the reconciler, seconds.")
 @click.option("--cordon-ahead/--no-cordon-ahead", "cordon_ahead", default=True,
               show_default=True,
@@ -291,8 +315,8 @@ def simulate(
     if Payload.from_spec(dict(payload, version=from_version)).image == Payload.from_spec(
         payload
     ).image:
-        click.echo(f"note: {from_version} and {payload.get('version')} name the same image; "
-                   "no rollout starts", err=True)
+        click.echo(printable(f"note: {from_version} and {payload.get('version')} name the "
+                             "same image; no rollout starts"), err=True)
     config = SimConfig(
         nodes=nodes,
         from_version=from_version,
@@ -306,5 +330,7 @@ def simulate(
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
     else:
-        click.echo(render_text(result, driver, config))
+        # names and versions come from the policy file and the command line
+        click.echo("\n".join(printable(line) for line in
+                             render_text(result, driver, config).split("\n")))
     raise SystemExit(0 if result.completed else 1)

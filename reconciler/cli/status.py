@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from reconciler.files import printable
 from reconciler.sync.status_view import StatusReport, firmware_lines, report
 
 
@@ -66,7 +67,7 @@ def _from_git(repo: str, cluster: str | None, branch: str, state_dir: str | None
                            now=now)]
         found = read_status_snapshots(repo, branch=branch, state_dir=state_dir)
     except GitOpsError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(1)
     if not found.snapshots:
         click.echo(f"error: no status snapshots on {found.branch} ({found.commit[:12]})",
@@ -156,24 +157,27 @@ def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], dict[str, Any
 def _render(item: StatusReport) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # everything shown comes from Git or the cluster: plain text (no rich markup), control
+    # characters escaped
     console = Console(highlight=False)
-    summary = Table(title=f"cluster {item.cluster}", show_header=False, title_justify="left")
+    summary = Table(title=_t(f"cluster {item.cluster}"), show_header=False, title_justify="left")
     summary.add_column(style="bold")
     summary.add_column()
-    summary.add_row("phase", item.phase + (" (upgrading)" if item.upgrading else ""))
-    summary.add_row("step", f"{item.step} {item.step_state}".strip())
-    summary.add_row("driver", item.version or "?")
-    summary.add_row("nodes on the new driver", f"{item.nodes_ready}/{item.nodes_total}")
-    summary.add_row("failures", f"{item.failures} (fallback at {item.max_failures})")
+    summary.add_row("phase", _t(item.phase + (" (upgrading)" if item.upgrading else "")))
+    summary.add_row("step", _t(f"{item.step} {item.step_state}".strip()))
+    summary.add_row("driver", _t(item.version or "?"))
+    summary.add_row("nodes on the new driver", _t(f"{item.nodes_ready}/{item.nodes_total}"))
+    summary.add_row("failures", _t(f"{item.failures} (fallback at {item.max_failures})"))
     if item.message:
-        summary.add_row("message", item.message)
-    summary.add_row("source commit", (item.source_commit or "unknown")[:12])
+        summary.add_row("message", _t(item.message))
+    summary.add_row("source commit", _t((item.source_commit or "unknown")[:12]))
     if item.observed_at:
-        summary.add_row("observed", item.observed_at)
+        summary.add_row("observed", _t(item.observed_at))
     if item.source:
-        summary.add_row("read from", f"Git {item.source.get('branch')} "
-                                      f"{str(item.source.get('commit', ''))[:12]}")
+        summary.add_row("read from", _t(f"Git {item.source.get('branch')} "
+                                        f"{str(item.source.get('commit', ''))[:12]}"))
     console.print(summary)
     if item.steps:
         steps = Table(title="batches", title_justify="left")
@@ -181,13 +185,13 @@ def _render(item: StatusReport) -> None:
             steps.add_column(column)
         for row in item.steps:
             style = "bold" if row.state not in ("done", "pending") else None
-            steps.add_row(str(row.step), str(row.target), str(row.nodes), row.pause, row.state,
+            steps.add_row(*map(_t, (row.step, row.target, row.nodes, row.pause, row.state)),
                           style=style)
         console.print(steps)
     if item.waiting_for:
         console.print("[bold]waiting for[/bold]")
         for line in item.waiting_for:
-            console.print(f"  - {line}")
+            console.print(_t(f"  - {line}"))
     else:
         console.print("[bold]waiting for[/bold] nothing")
     failing = [c for c in item.conditions if c.get("status") == "True"
@@ -197,25 +201,35 @@ def _render(item: StatusReport) -> None:
         for column in ("type", "reason", "message"):
             table.add_column(column)
         for condition in failing:
-            table.add_row(condition["type"], condition["reason"], condition["message"])
+            table.add_row(*map(_t, (condition["type"], condition["reason"],
+                                    condition["message"])))
         console.print(table)
     if item.rejection:
-        table = Table(title=f"rejected commit {str(item.rejection.get('commit'))[:12]}",
+        table = Table(title=_t(f"rejected commit {str(item.rejection.get('commit'))[:12]}"),
                       title_justify="left")
         for column in ("file", "line", "reason"):
             table.add_column(column)
         for finding in item.rejection.get("findings") or ():
-            table.add_row(str(finding.get("file")), str(finding.get("line")),
-                          str(finding.get("message")))
+            table.add_row(*map(_t, (finding.get("file"), finding.get("line"),
+                                    finding.get("message"))))
         console.print(table)
     if item.firmware:
         summary_line, node_rows = firmware_lines(item.firmware)
-        console.print(f"[bold]firmware[/bold] {summary_line}")
+        console.print(Text.assemble(("firmware", "bold"), " ", _t(summary_line)))
         if node_rows:
             table = Table(title_justify="left")
             for column in ("node", "stage", "message"):
                 table.add_column(column)
             for node, stage, message in node_rows:
-                table.add_row(node, stage, message)
+                table.add_row(_t(node), _t(stage), _t(message))
             console.print(table)
     console.print()
+
+
+def _t(value: object) -> Any:
+    """``value`` as rich plain text: never read as markup, control characters escaped."""
+    from rich.text import Text
+
+    from reconciler.files import printable
+
+    return Text(printable(str(value)))

@@ -17,8 +17,9 @@ from typing import Any
 
 import click
 
+from reconciler.files import FileRefused, link_refusal, printable, read_bounded, unsafe
 from reconciler.firmware.preflight import firmware_preflight_rule
-from reconciler.policy.document import parse_document
+from reconciler.policy.document import Location, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
 from reconciler.policy.schema import SchemasMissingError, load_schema
@@ -42,17 +43,26 @@ class Job:
     firmware_phase: str | None = None
     #: the cluster's last status snapshot (facts for the firmware preflight), if known
     snapshot: Mapping[str, Any] | None = None
+    #: found before reading: a symbolic link on the way to the file (not followed)
+    refused: FileRefused | None = None
+    #: findings about the job's inputs (its cluster's status snapshot cannot be read)
+    notes: tuple[Finding, ...] = ()
+
+
+def _lexical(path: Path) -> Path:
+    """``path`` made absolute without resolving links: what the repository holds at that place
+    (resolving would validate a link's target instead of the link)."""
+    return Path(os.path.abspath(path))
 
 
 @dataclass(slots=True)
 class Repository:
     root: Path
     config: RepoConfig
-    config_result: ValidationResult | None
 
     def relative(self, path: Path) -> Path | None:
         try:
-            return path.resolve().relative_to(self.root)
+            return _lexical(path).relative_to(self.root)
         except ValueError:
             return None
 
@@ -74,70 +84,123 @@ class Repository:
             return None
         return rel.parts[len(prefix)]
 
-    def cluster_files(self) -> list[Path]:
+    def link_above(self, path: Path) -> FileRefused | None:
+        """A symbolic link among the folders between the root and ``path`` (the daemon sees
+        such a folder as a link in the commit, not as a folder)."""
+        rel = self.relative(path)
+        if rel is None:
+            return None
+        folder = self.root
+        for part in rel.parts[:-1]:
+            folder = folder / part
+            if folder.is_symlink():
+                return link_refusal(_shown(folder), _readlink(folder))
+        return None
+
+    def cluster_files(self) -> tuple[list[Path], list[Finding]]:
+        """Every entry a cluster folder's policy could be (links and FIFOs too: reading refuses
+        them, located), and a finding for each cluster folder without a policy file."""
         clusters = self.root / self.config.clusters_dir
+        if clusters.is_symlink():
+            return [clusters], []
         if not clusters.is_dir():
-            return []
-        return sorted(
-            p for p in clusters.glob("*/*") if p.suffix in _YAML_SUFFIXES and p.is_file()
-        )
+            return [], []
+        files: list[Path] = []
+        missing: list[Finding] = []
+        for folder in sorted(clusters.iterdir()):
+            if folder.name.startswith("."):
+                continue
+            if folder.is_symlink():
+                files.append(folder)
+                continue
+            if not folder.is_dir():
+                continue
+            found = sorted(p for p in folder.iterdir() if p.name.endswith(_YAML_SUFFIXES))
+            if not found:
+                shown = _shown(folder)
+                missing.append(Finding(
+                    shown, 1, 1, "", "no-policy", "error",
+                    f"cluster folder '{folder.name}' holds no policy file (*.yaml, *.yml): the "
+                    "reconciler would apply nothing there; add its ClusterOperator or remove "
+                    "the folder",
+                ))
+            files.extend(found)
+        return files, missing
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def find_repository(start: Path) -> Repository:
     """The policy repository around ``start``: the nearest folder with reconciler.yaml, else the
-    enclosing git work tree, else ``start`` itself; with its config (defaults if absent)."""
-    start = start.resolve()
-    if start.is_file():
+    enclosing git work tree, else ``start`` itself; with its config (defaults if absent or
+    unusable: validating reconciler.yaml reports why)."""
+    start = _lexical(start)
+    if not start.is_dir() or start.is_symlink():
         start = start.parent
     root: Path | None = None
     for folder in (start, *start.parents):
-        if (folder / CONFIG_FILE).is_file():
-            root = folder
-            break
-        if (folder / ".git").exists():
+        if os.path.lexists(folder / CONFIG_FILE) or os.path.lexists(folder / ".git"):
             root = folder
             break
     root = root or start
     config_path = root / CONFIG_FILE
-    if not config_path.is_file():
-        return Repository(root, RepoConfig(), None)
-    result = validate_document(config_path.read_bytes(), _shown(config_path), kind="repo-config")
-    config = RepoConfig.from_obj(result.obj) if result.ok else RepoConfig()
-    return Repository(root, config, result)
+    if not os.path.lexists(config_path):
+        return Repository(root, RepoConfig())
+    try:
+        data = read_bounded(config_path)
+    except FileRefused:
+        return Repository(root, RepoConfig())
+    result = validate_document(data, _shown(config_path), kind="repo-config")
+    return Repository(root, RepoConfig.from_obj(result.obj) if result.ok else RepoConfig())
 
 
 def _shown(path: Path) -> str:
     """A path as a compiler shows it: relative to the current folder when below it."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(_lexical(path).relative_to(Path.cwd()))
     except ValueError:
         return str(path)
 
 
-def collect_files(repo: Repository, paths: Sequence[Path]) -> list[Path]:
+def collect_files(repo: Repository, paths: Sequence[Path]) -> tuple[list[Path], list[Finding]]:
+    """The files to validate and the findings of the walk itself (cluster folders without a
+    policy). A symbolic link or a FIFO among them is kept: reading it refuses it, located;
+    folders are walked without following links."""
     if not paths:
         return _repository_files(repo)
     files: list[Path] = []
+    findings: list[Finding] = []
     for path in paths:
-        if path.is_dir():
-            if path.resolve() == repo.root and (repo.root / repo.config.clusters_dir).is_dir():
-                files.extend(_repository_files(repo))
+        if path.is_dir() and not path.is_symlink():
+            if _lexical(path) == repo.root and (repo.root / repo.config.clusters_dir).is_dir():
+                more, missing = _repository_files(repo)
+                files.extend(more)
+                findings.extend(missing)
                 continue
             for current, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files.extend(Path(current) / n for n in sorted(names)
+                here = Path(current)
+                links = sorted(d for d in dirs if (here / d).is_symlink())
+                files.extend(here / d for d in links if not d.startswith("."))
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in links)
+                files.extend(here / n for n in sorted(names)
                              if n.endswith(_YAML_SUFFIXES) and not n.startswith("."))
         else:
             files.append(path)
     unique: dict[Path, Path] = {}
     for file in files:
-        unique.setdefault(file.resolve(), file)
-    return list(unique.values())
+        unique.setdefault(_lexical(file), file)
+    return list(unique.values()), findings
 
 
-def _repository_files(repo: Repository) -> list[Path]:
+def _repository_files(repo: Repository) -> tuple[list[Path], list[Finding]]:
     config = repo.root / CONFIG_FILE
-    return ([config] if config.is_file() else []) + repo.cluster_files()
+    files, missing = repo.cluster_files()
+    return ([config] if os.path.lexists(config) else []) + files, missing
 
 
 # -- --against: the previous spec from a git ref, the phase from the status snapshot ---------
@@ -154,6 +217,10 @@ class GitState:
             raise click.UsageError(f"--against needs a git repository; {repo.root} is not in one")\
                 from exc
         self.top = Path(self.git.working_tree_dir or repo.root).resolve()
+        try:
+            self.root_in_top = repo.root.resolve().relative_to(self.top)
+        except ValueError:
+            self.root_in_top = Path()
         self.repo = repo
         self.ref = ref
         try:
@@ -162,20 +229,25 @@ class GitState:
             raise click.UsageError(f"--against: unknown git ref '{ref}'") from exc
 
     def read(self, path: Path, ref: str | None = None) -> bytes | None:
+        """The file at the ref as the daemon reads it (a link or an oversized blob raises
+        FileRefused), None when the ref has no file there."""
         import git
 
+        from reconciler.gitops.reader import read_tree_file
+
+        rel = self.repo.relative(path)
+        if rel is None:
+            return None
         try:
             commit = self.commit if ref is None else self.git.commit(ref)
-            rel = path.resolve().relative_to(self.top).as_posix()
-            blob = commit.tree / rel
-            data: bytes = blob.data_stream.read()
-            return data
-        except (KeyError, ValueError, git.BadName, git.GitCommandError):
+            return read_tree_file(commit, (self.root_in_top / rel).as_posix())
+        except (ValueError, git.BadName, git.GitCommandError):
             return None
 
-    def snapshot(self, cluster: str) -> Mapping[str, Any] | None:
+    def snapshot(self, cluster: str, notes: list[Finding]) -> Mapping[str, Any] | None:
         """The cluster's last status snapshot: on the status branch when one is configured (the
-        remote-tracking one next to the ref first), else at the ref; else the working tree's."""
+        remote-tracking one next to the ref first), else at the ref; else the working tree's.
+        One that cannot be read adds a finding to ``notes``."""
         path = self.repo.root / self.repo.config.status_file(cluster)
         refs: list[str | None] = [None]
         branch = self.repo.config.status_branch
@@ -183,19 +255,27 @@ class GitState:
             remote = self.ref.split("/", 1)[0] if "/" in self.ref else None
             refs = [*([f"{remote}/{branch}"] if remote else []), branch, None]
         data = None
-        for ref in refs:
-            data = self.read(path, ref)
-            if data is not None:
-                break
-        if data is None and path.is_file():
-            data = path.read_bytes()
+        try:
+            for ref in refs:
+                data = self.read(path, ref)
+                if data is not None:
+                    break
+            if data is None and os.path.lexists(path):
+                data = read_bounded(path)
+        except FileRefused as refused:
+            notes.append(_refused_finding(refused, _shown(path)))
+            return None
         if data is None:
             return None
         doc = parse_document(data, str(path))
         return doc.obj if isinstance(doc.obj, dict) else None
 
-    def previous_object(self, path: Path) -> dict[str, Any] | None:
-        data = self.read(path)
+    def previous_object(self, path: Path, notes: list[Finding]) -> dict[str, Any] | None:
+        try:
+            data = self.read(path)
+        except FileRefused as refused:
+            notes.append(_refused_finding(refused, f"{self.ref}:{_shown(path)}"))
+            return None
         if data is None:
             return None  # a new file: no transition to check
         doc = parse_document(data, str(path))
@@ -233,48 +313,69 @@ def _phases(snapshot: Mapping[str, Any] | None) -> tuple[str | None, str | None]
 
 def plan_jobs(repo: Repository, files: Sequence[Path], against: str | None) -> list[Job]:
     state = GitState(repo, against) if against else None
-    snapshots: dict[str, Mapping[str, Any] | None] = {}
+    snapshots: dict[str, tuple[Mapping[str, Any] | None, tuple[Finding, ...]]] = {}
     jobs: list[Job] = []
     for path in files:
         kind = repo.kind_of(path)
         cluster = repo.cluster_of(path) if kind == "clusteroperator" else None
-        job = Job(path, _shown(path), kind, cluster)
+        job = Job(path, _shown(path), kind, cluster, refused=repo.link_above(path))
         if state is not None and kind == "clusteroperator":
             snapshot = None
+            notes: list[Finding] = []
             if cluster is not None:
                 if cluster not in snapshots:
-                    snapshots[cluster] = state.snapshot(cluster)
-                snapshot = snapshots[cluster]
+                    found: list[Finding] = []
+                    snapshots[cluster] = (state.snapshot(cluster, found), tuple(found))
+                snapshot, cluster_notes = snapshots[cluster]
+                notes.extend(cluster_notes)
             phase, fw_phase = _phases(snapshot)
-            previous = live_spec(state.previous_object(path), snapshot)
-            job = Job(path, job.shown, kind, cluster, previous, phase, fw_phase, snapshot)
+            previous = live_spec(state.previous_object(path, notes), snapshot)
+            job = Job(path, job.shown, kind, cluster, previous, phase, fw_phase, snapshot,
+                      job.refused, tuple(notes))
         jobs.append(job)
     return jobs
 
 
 # -- running ---------------------------------------------------------------------------------
 
+def _refused_finding(refused: FileRefused, shown: str) -> Finding:
+    return Finding(shown, 1, 1, "", refused.problem, "error", refused.reason)
+
+
 def run_job(job: Job) -> ValidationResult:
+    if job.refused is not None:
+        return ValidationResult(job.shown, [_refused_finding(job.refused, job.refused.path),
+                                            *job.notes])
     try:
-        data = job.path.read_bytes()
-    except OSError as exc:
-        return ValidationResult(job.shown, [Finding(
-            job.shown, 1, 1, "", "unreadable-file", "error",
-            f"cannot read the file: {exc.strerror or exc}",
-        )])
+        data = read_bounded(job.path)
+    except FileRefused as refused:
+        return ValidationResult(job.shown, [_refused_finding(refused, job.shown), *job.notes])
     extra_rules = [firmware_preflight_rule(job.snapshot)] if job.snapshot is not None else []
-    return validate_document(
+    result = validate_document(
         data, job.shown, previous=job.previous, phase=job.phase,
         firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
     )
+    if job.notes:
+        result.findings.extend(job.notes)
+    return result
+
+
+#: More workers than this only add forking: validation is CPU-bound.
+MAX_JOBS = 64
 
 
 def worker_count() -> int:
-    """Worker processes: ``RECONCILER_JOBS`` if set (1 = in this process), else every core."""
-    configured = os.environ.get("RECONCILER_JOBS", "")
-    if configured.isdigit() and int(configured) > 0:
-        return int(configured)
-    return min(os.cpu_count() or 1, 8)
+    """Worker processes: ``RECONCILER_JOBS`` if set (1 = in this process, at most 64), else
+    every core (at most 8); any other value is a usage error."""
+    configured = os.environ.get("RECONCILER_JOBS", "").strip()
+    if not configured:
+        return min(os.cpu_count() or 1, 8)
+    if not (configured.isascii() and configured.isdigit()
+            and 1 <= int(configured[:4]) <= MAX_JOBS and len(configured) <= 4):
+        raise click.UsageError(
+            f"RECONCILER_JOBS must be a number of processes from 1 to {MAX_JOBS}, "
+            f"got '{printable(configured[:40])}'")
+    return int(configured)
 
 
 def run_jobs(jobs: Sequence[Job]) -> list[ValidationResult]:
@@ -312,8 +413,10 @@ def duplicate_objects(
         if result.obj.get("kind") != "ClusterOperator":
             continue
         if job.cluster in first:
-            doc = parse_document(job.path.read_bytes(), job.shown)
-            loc = doc.locate("/kind")
+            try:
+                loc = parse_document(read_bounded(job.path), job.shown).locate("/kind")
+            except FileRefused:
+                loc = Location(1, 1)
             yield Finding(
                 job.shown, loc.line, loc.column, "/kind", "duplicate-object", "error",
                 f"cluster '{job.cluster}' already has a ClusterOperator in {first[job.cluster]}; "
@@ -326,17 +429,30 @@ def duplicate_objects(
 # -- output ------------------------------------------------------------------------------------
 
 def format_text(findings: Iterable[Finding]) -> str:
+    """One line per finding; control characters of file names and content are escaped."""
     return "".join(
-        f"{f.file}:{f.line}:{f.column}: {f.severity}: {f.message} [{f.rule}]\n" for f in findings
+        f"{printable(f.file)}:{f.line}:{f.column}: {f.severity}: {printable(f.message)} "
+        f"[{printable(f.rule)}]\n" for f in findings
     )
 
 
 def format_json(findings: Iterable[Finding]) -> str:
-    return json.dumps([f.as_dict() for f in findings], indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps([f.as_dict() for f in findings], indent=2, ensure_ascii=False) + "\n"
+    # json escapes C0 controls only; C1 (CSI), line separators and bidi overrides get \u
+    # escapes too (outside strings the output is ASCII, so this changes no structure)
+    return printable_json(text)
+
+
+def printable_json(text: str) -> str:
+    if text.isascii() and "\x7f" not in text:  # json already escaped C0 controls
+        return text
+    return "".join(json.dumps(c)[1:-1] if c != "\n" and unsafe(c) else c for c in text)
 
 
 def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's message: visible escapes for control characters (ESC would reach
+    the log raw), then GitHub's own escapes."""
+    return printable(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_property(text: str) -> str:
@@ -352,12 +468,25 @@ def format_github(findings: Iterable[Finding]) -> str:
     )
 
 
+class ExistingPath(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
+    """A path that exists as a directory entry: a link (even a dangling one) or a FIFO is taken
+    as given, so validating it reports what it is instead of following it."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Path:
+        path = Path(value)
+        if not os.path.lexists(path):
+            self.fail(f"'{printable(str(value))}' does not exist", param, ctx)
+        return path
+
+
 FORMATTERS = {"text": format_text, "json": format_json, "github": format_github}
 
 
 @click.command("validate")
-@click.argument("paths", nargs=-1, metavar="[PATH]...",
-                type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, metavar="[PATH]...", type=ExistingPath())
 @click.option("--against", "against", metavar="GIT_REF",
               help="Check transition rules: previous spec from this ref, rollout phase from the "
                    "cluster's status snapshot.")
@@ -370,10 +499,10 @@ def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -
     Exit status: 0 valid, 1 errors found, 2 usage error.
     """
     repo = find_repository(paths[0] if paths else Path.cwd())
-    files = collect_files(repo, list(paths))
-    if not files:
+    files, walk_findings = collect_files(repo, list(paths))
+    if not files and not walk_findings:
         where = ", ".join(map(str, paths)) or str(repo.root / repo.config.clusters_dir)
-        raise click.UsageError(f"no policy files (*.yaml, *.yml) found in {where}")
+        raise click.UsageError(f"no policy files (*.yaml, *.yml) found in {printable(where)}")
     jobs = plan_jobs(repo, files, against)
     try:
         for kind in {job.kind for job in jobs}:
@@ -383,6 +512,7 @@ def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -
     results = run_jobs(jobs)
     findings = [f for r in results for f in r.findings]
     findings.extend(duplicate_objects(jobs, results))
+    findings.extend(walk_findings)
     findings = sort_findings(findings)
     sys.stdout.write(FORMATTERS[output_format](findings))
     errors = sum(f.is_error for f in findings)

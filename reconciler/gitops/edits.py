@@ -24,6 +24,7 @@ from ruamel.yaml.scalarstring import ScalarString
 from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.status_policy import snapshot_key
 from reconciler.policy.payload import normalize_version
 
@@ -149,6 +150,14 @@ def read_field(doc: Any, field: Sequence[str]) -> Any:
 
 def edit_policy_text(text: str, edits: Sequence[FieldEdit]) -> EditResult:
     """Apply ``edits`` to the ``ClusterOperator`` document of a policy file, all or nothing."""
+    from reconciler.policy.document import parse_document
+
+    # the round-trip loader recurses once per nesting level: bound the file first
+    bounds = [f for f in parse_document(text, "policy file").findings
+              if f.rule in ("too-deep", "file-too-large", "alias-bomb")]
+    if bounds:
+        return EditResult(EditOutcome.NOT_FOUND, detail=f"policy file is not usable: "
+                                                        f"{bounds[0].message}")
     yaml = _round_trip_yaml(text)
     try:
         docs = list(yaml.load_all(text))
@@ -275,8 +284,8 @@ def parse_status(text: bytes | str | None) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        data = YAML(typ="safe").load(text)
-    except YAMLError:
+        data = parse_yaml(text, "status")
+    except YamlRefused:
         return None
     return data if isinstance(data, dict) else None
 

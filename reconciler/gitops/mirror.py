@@ -22,6 +22,7 @@ from pathlib import Path
 import git
 from git.exc import BadName, GitCommandError
 
+from reconciler.files import MAX_FILE_BYTES
 from reconciler.gitops.commits import CommitInfo, Identity, Person
 from reconciler.gitops.credentials import (
     CredentialsError,
@@ -150,6 +151,11 @@ class Mirror:
     @property
     def repo(self) -> git.Repo:
         return self._repo
+
+    @property
+    def read_lock(self) -> threading.RLock:
+        """Held around object reads through ``repo`` (one shared ``git cat-file``)."""
+        return self._read_lock
 
     def _git(
         self, *args: str, env: Mapping[str, str] | None = None, timeout: float | None = None,
@@ -358,16 +364,25 @@ class Mirror:
         return stdout
 
 
+#: no file the reconciler reads or rewrites is larger
+MAX_BLOB_BYTES = MAX_FILE_BYTES
+
+
 def read_blob(repo: git.Repo, commit: str, path: str) -> bytes | None:
-    """The file's bytes at ``commit`` of ``repo``, None when the path is not a file there."""
+    """The file's bytes at ``commit`` of ``repo``, None when the path is not a regular file
+    there (absent, a folder, a symbolic link) or is larger than MAX_BLOB_BYTES (known from the
+    object header before reading). Policy and config files are read with
+    ``gitops.reader.read_tree_file``, which says why instead."""
     try:
         item = repo.commit(commit).tree / path
     except KeyError:
         return None
-    if item.type != "blob":
+    if item.type != "blob" or int(item.mode) & 0o170000 == 0o120000:
         return None
-    data: bytes = item.data_stream.read()
-    return data
+    if int(item.size) > MAX_BLOB_BYTES:
+        return None
+    data: bytes = item.data_stream.read(MAX_BLOB_BYTES + 1)
+    return data if len(data) <= MAX_BLOB_BYTES else None
 
 
 def list_tree(repo: git.Repo, commit: str, directory: str) -> list[str]:

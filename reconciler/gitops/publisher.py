@@ -25,9 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
+from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.commits import (
     CHANGE_ID_TRAILER,
     Identity,
@@ -334,8 +332,8 @@ class Publisher:
                 continue
             text = data.decode("utf-8", errors="replace")
             try:
-                docs = list(YAML(typ="safe").load_all(text))
-            except YAMLError:
+                docs = [parse_yaml(text, path)]
+            except YamlRefused:
                 continue
             if any(is_cluster_operator(doc) for doc in docs):
                 return path, text

@@ -13,6 +13,7 @@ from typing import Any
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from reconciler.files import FileRefused
 from reconciler.gitops.credentials import redact
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import GitOpsError, StatusNotFound
@@ -21,9 +22,8 @@ from reconciler.gitops.mirror import (
     default_state_dir,
     is_local_path,
     list_tree,
-    read_blob,
 )
-from reconciler.gitops.reader import parse_config
+from reconciler.gitops.reader import PolicyFileRefused, parse_config, read_tree_file
 from reconciler.policy.repo_config import CONFIG_FILE
 
 
@@ -98,7 +98,11 @@ class _LocalReader:
         return None
 
     def read(self, commit: str, path: str) -> bytes | None:
-        return read_blob(self.repo, commit, path)
+        """Bounded, links refused (``PolicyFileRefused``), as the daemon reads a commit."""
+        try:
+            return read_tree_file(self.repo.commit(commit), path)
+        except FileRefused as refused:
+            raise PolicyFileRefused(refused) from None
 
     def list_dir(self, commit: str, directory: str) -> list[str]:
         return list_tree(self.repo, commit, directory)
@@ -112,7 +116,11 @@ class _MirrorReader:
         return self.mirror.head(branch)
 
     def read(self, commit: str, path: str) -> bytes | None:
-        return self.mirror.read_file(commit, path)
+        with self.mirror.read_lock:
+            try:
+                return read_tree_file(self.mirror.repo.commit(commit), path)
+            except FileRefused as refused:
+                raise PolicyFileRefused(refused) from None
 
     def list_dir(self, commit: str, directory: str) -> list[str]:
         return self.mirror.list_dir(commit, directory)

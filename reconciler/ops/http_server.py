@@ -48,7 +48,8 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     """``"127.0.0.1:8080"``, ``":8080"`` (all interfaces), ``"[::1]:8080"`` -> (host, port)."""
     text = address.strip()
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    # ASCII digits only, few of them: int() refuses thousands of digits with a ValueError
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
         raise ListenAddressError(
             f"listen address {address!r} must be HOST:PORT (e.g. 127.0.0.1:8080, :8080, [::1]:8080)"
         )

@@ -18,9 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 CONFIG_FILE = "reconciler.yaml"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -130,14 +127,14 @@ class RepoConfig:
     @classmethod
     def from_yaml(cls, text: bytes | str | None) -> RepoConfig:
         """Parse the file's text (YAML 1.2); None or empty text gives the defaults."""
+        from reconciler.files import YamlRefused, parse_yaml
+
         if not text:
             return cls()
         try:
-            data = YAML(typ="safe").load(text)
-        except YAMLError as exc:
-            raise RepoConfigError(f"{CONFIG_FILE}: not valid YAML: {exc}") from exc
-        except ValueError as exc:  # e.g. an integer of more than 4300 digits
-            raise RepoConfigError(f"{CONFIG_FILE}: unreadable value: {exc}") from exc
+            data = parse_yaml(text, CONFIG_FILE)
+        except YamlRefused as exc:
+            raise RepoConfigError(f"not valid YAML: {exc}") from exc
         return cls.from_mapping(data)
 
 

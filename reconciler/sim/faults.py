@@ -17,14 +17,11 @@ the driver pod turns Ready as usual.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
-
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from reconciler.policy.payload import normalize_version
 
@@ -61,19 +58,26 @@ class Fault:
         return version is not None and normalize_version(version) == normalize_version(self.version)
 
 
-def parse_faults(data: Any, *, source: str = "faults") -> list[Fault]:
-    """Faults from decoded YAML/JSON data (``{"faults": [...]}``)."""
+def parse_faults(
+    data: Any, *, source: str = "faults", locate: Callable[[str], str] | None = None
+) -> list[Fault]:
+    """Faults from decoded YAML/JSON data (``{"faults": [...]}``); ``locate`` turns a JSON
+    pointer into ``file:line:col`` for the messages (default: ``source``)."""
+    def at(pointer: str) -> str:
+        return locate(pointer) if locate is not None else source
+
     if data is None:
         return []
     if not isinstance(data, Mapping) or set(data) - {"faults"}:
-        raise FaultFileError(f"{source}: expected a mapping with one key 'faults'")
+        raise FaultFileError(f"{at('')}: expected a mapping with one key 'faults'")
     entries = data.get("faults") or []
     if not isinstance(entries, list):
-        raise FaultFileError(f"{source}: 'faults' must be a list")
+        raise FaultFileError(f"{at('/faults')}: 'faults' must be a list")
     kinds = ", ".join(k.value for k in FaultKind)
     faults = []
     for index, entry in enumerate(entries):
-        where = f"{source}: faults[{index}]"
+        item = f"/faults/{index}"
+        where = f"{at(item)}: faults[{index}]"
         if not isinstance(entry, Mapping):
             raise FaultFileError(f"{where}: expected a mapping with 'node' and 'fault'")
         unknown = set(entry) - {"node", "fault", "version"}
@@ -81,28 +85,45 @@ def parse_faults(data: Any, *, source: str = "faults") -> list[Fault]:
             raise FaultFileError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
         node, kind, version = entry.get("node"), entry.get("fault"), entry.get("version")
         if not isinstance(node, str) or not node:
-            raise FaultFileError(f"{where}: 'node' must be a node name such as node-0003")
+            raise FaultFileError(f"{at(item + '/node')}: faults[{index}]: 'node' must be a node "
+                                 "name such as node-0003")
         if kind not in {k.value for k in FaultKind}:
-            raise FaultFileError(f"{where}: 'fault' must be one of {kinds}, got {kind!r}")
+            raise FaultFileError(f"{at(item + '/fault')}: faults[{index}]: 'fault' must be one "
+                                 f"of {kinds}, got {kind!r}")
         if version is not None and not isinstance(version, str):
             raise FaultFileError(
-                f"{where}: 'version' must be a string (quote it: '{version}'), "
-                f"got {type(version).__name__}"
+                f"{at(item + '/version')}: faults[{index}]: 'version' must be a string (quote "
+                f"it: '{version}'), got {type(version).__name__}"
             )
         faults.append(Fault(node=node, kind=FaultKind(kind), version=version))
     return faults
 
 
 def load_faults(path: Path) -> list[Fault]:
+    """The fault file at ``path``, read like a policy file: no link, a regular file of at most
+    1 MiB, parsed with the same nesting and alias bounds; errors are located (file:line:col)."""
+    from reconciler.files import FileRefused, read_bounded
+    from reconciler.policy.document import parse_document
+
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise FaultFileError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        data = YAML(typ="safe", pure=True).load(text)
-    except YAMLError as exc:
-        raise FaultFileError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_faults(data, source=str(path))
+        raw = read_bounded(path)
+    except FileRefused as refused:
+        reason = refused.reason
+        if not reason.startswith("cannot read"):
+            reason = f"cannot read: {reason}"
+        raise FaultFileError(f"{path}: {reason}") from None
+    doc = parse_document(raw, str(path))
+    errors = [f for f in doc.findings if f.is_error]
+    if errors and errors[0].rule != "empty-document":
+        first = errors[0]
+        raise FaultFileError(f"{first.file}:{first.line}:{first.column}: not valid YAML: "
+                             f"{first.message}")
+
+    def locate(pointer: str) -> str:
+        loc = doc.locate(pointer)
+        return f"{path}:{loc.line}:{loc.column}"
+
+    return parse_faults(None if errors else doc.obj, source=str(path), locate=locate)
 
 
 def faults_by_node(faults: Iterable[Fault]) -> dict[str, list[Fault]]:

@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
+from reconciler.files import YamlRefused, parse_yaml
 from reconciler.firmware.status_view import firmware_snapshot
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
@@ -41,6 +39,7 @@ from reconciler.gitops.ownership import (
     set_field,
 )
 from reconciler.gitops.publisher import PendingChange, Skipped
+from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.source import NewCommit
 from reconciler.gitops.status_policy import build_snapshot, step_label
@@ -429,6 +428,10 @@ class ClusterSync:
             self._apply(source, path, data, obj, live, seen_at, head=sha)
         except SyncRejected as rejected:
             self._reject(source, rejected, live)
+        except PolicyFileRefused as exc:  # a link or an oversized file in the commit
+            refused = exc.refused
+            self._reject(source, SyncRejected(f"{refused.path}: {refused.reason}", [
+                _finding(refused.path, refused.problem, refused.reason)]), live)
         if self.metrics is not None:
             self.metrics.set_sync_rejected(self.cluster, self.rejection is not None)
         self.handled_commit = sha
@@ -748,8 +751,8 @@ def _repo_signature_mode(text: bytes | None) -> str | None:
     if not text:
         return None
     try:
-        data = YAML(typ="safe").load(text)
-    except YAMLError:
+        data = parse_yaml(text, "reconciler.yaml")
+    except YamlRefused:
         return None
     section = data.get("signatures") if isinstance(data, Mapping) else None
     mode = section.get("mode") if isinstance(section, Mapping) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -22,13 +23,23 @@ def git(cwd: Path, *args: str) -> str:
         capture_output=True, text=True, check=True).stdout
 
 
-#: Address-space limit of a hostile-input child: generous for the interpreter and its imports,
-#: far below what an input that blows up memory would take.
+#: Address space of a child run on hostile input: a command that reads /dev/zero or a huge file
+#: into memory fails fast instead of eating the machine.
 CHILD_ADDRESS_SPACE = 2 * 1024**3
 
 
-def _limit_address_space() -> None:
+def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_ADDRESS_SPACE, CHILD_ADDRESS_SPACE))
+
+
+def reconciler(cwd: Path, *args: str, timeout: float = 60,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``reconciler ARGS`` as a child process bounded in memory (RLIMIT_AS) and time: a hang
+    raises ``TimeoutExpired``, so a test that returns proves the command ended."""
+    code = "from reconciler.cli.main import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, check=False, preexec_fn=_limit_memory,
+                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
 
 
 def validate_bounded(
@@ -36,7 +47,4 @@ def validate_bounded(
 ) -> subprocess.CompletedProcess[str]:
     """``reconciler validate ARGS`` as a child with an address-space limit and a hang bound
     (``subprocess.TimeoutExpired`` fails the test); for hostile input."""
-    code = "from reconciler.cli.main import main; main()"
-    return subprocess.run([sys.executable, "-c", code, "validate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, check=False,
-                          preexec_fn=_limit_address_space)
+    return reconciler(cwd, "validate", *args, timeout=timeout)
