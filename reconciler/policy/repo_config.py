@@ -133,8 +133,8 @@ class RepoConfig:
             return cls()
         try:
             data = parse_yaml(text, CONFIG_FILE)
-        except YamlRefused as exc:
-            raise RepoConfigError(f"not valid YAML: {exc}") from exc
+        except YamlRefused as exc:  # located: "reconciler.yaml:LINE:COL: what is wrong"
+            raise RepoConfigError(str(exc)) from exc
         return cls.from_mapping(data)
 
 

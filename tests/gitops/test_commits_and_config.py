@@ -79,7 +79,7 @@ def test_durations(raw: object, seconds: float) -> None:
         ("status: [a]", "status: expected a mapping"),
         ("status: {path: ../outside}", "must be a path inside the repository"),
         ("clustersDir: 3", "clustersDir: expected a non-empty relative path"),
-        ("sync: {fetchInterval: 30s", "not valid YAML"),
+        ("sync: {fetchInterval: 30s", "reconciler.yaml:1:26: invalid YAML"),
     ],
 )
 def test_config_errors_name_the_key(text: str, message: str) -> None:
