@@ -130,15 +130,15 @@ def shown_failure(section: Mapping[str, Any] | None) -> PassFailure | None:
 def with_failure_condition(section: Mapping[str, Any] | None, failure: PassFailure, now: float,
                            *, failed: bool) -> dict[str, Any] | None:
     """A status section (``upgradeStatus``, ``firmwareUpgrade``) with the ``PlanningFailed``
-    condition set (``failed``) or cleared; None when that changes nothing (nothing to write:
-    a failure that lasts writes its condition once, and only a condition that is True is
-    cleared)."""
+    condition set (``failed``) or cleared (False; also when the pass that planned dropped it,
+    as a rollout's start drops old conditions); None when that changes nothing (nothing to
+    write: a failure that lasts writes its condition once)."""
     current = find_condition(section or {}, PLANNING_FAILED)
     if failed:
         value, reason = "True", failure.reason
         message = f"planning pass failed: {failure.message}"
     else:
-        if current is None or current.get("status") != "True":
+        if current is not None and current.get("status") != "True":
             return None
         value, reason = "False", PLANNING_RECOVERED
         message = f"passes plan again (the last failure: {failure.reason})"
@@ -351,7 +351,7 @@ class WatchDrivenWorker:
             log.info("%s plans again after %s", self.role, cleared.reason)
         # also a condition whose clearing was lost (a failed or overtaken status write), or one
         # a previous leader left
-        shown = self._shown_failure()
+        shown = self._shown_failure() or cleared
         if shown is not None:
             self._clear_failure(shown)
         return requeue_at
