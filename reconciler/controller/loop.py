@@ -664,11 +664,11 @@ class RolloutController(WatchDrivenWorker):
     # -- a planning pass that raised ----------------------------------------------------------
 
     def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
-        self._plan_failure_condition(failure, failed=True)
-        if event:
+        if event:  # first: the status may be what the planner could not read
             self._failure_event("Warning", PLANNING_FAILED,
                                 f"planning pass failed ({failure.reason}): {failure.message}; "
                                 "retrying with back-off")
+        self._plan_failure_condition(failure, failed=True)
 
     def _shown_failure(self) -> PassFailure | None:
         with self._lock:

@@ -190,7 +190,7 @@ class WatchDrivenWorker:
 
     def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
         """Shows a failing pass on the ClusterOperator: the ``PlanningFailed`` condition in the
-        controller's status section and, when ``event``, a Warning Event. Never raises."""
+        controller's status section and, when ``event``, a Warning Event."""
 
     def _shown_failure(self) -> PassFailure | None:
         """The failure the status (planned or stored) shows as a True ``PlanningFailed``."""
@@ -198,7 +198,7 @@ class WatchDrivenWorker:
 
     def _clear_failure(self, failure: PassFailure) -> None:
         """A pass planned again after ``failure``: the condition goes to False, and a Normal
-        Event says so. Never raises."""
+        Event says so."""
 
     def _cluster_operator_name(self) -> str:
         raise NotImplementedError
@@ -343,7 +343,10 @@ class WatchDrivenWorker:
                           self.failures.report_every, exc_info=exc)
             else:
                 log.debug("%s planning pass failed again: %s", self.role, failure.message)
-            self._report_failure(failure, event=report)
+            try:
+                self._report_failure(failure, event=report)
+            except Exception:  # e.g. a status section too garbled to carry a condition
+                log.exception("%s could not report the failed pass", self.role)
             return self.failures.retry_at
         self._api_backoff = 0.2
         cleared = self.failures.succeeded()
@@ -351,7 +354,10 @@ class WatchDrivenWorker:
             log.info("%s plans again after %s", self.role, cleared.reason)
         # also a condition whose clearing was lost (a failed or overtaken status write), or one
         # a previous leader left
-        shown = self._shown_failure() or cleared
-        if shown is not None:
-            self._clear_failure(shown)
+        try:
+            shown = self._shown_failure() or cleared
+            if shown is not None:
+                self._clear_failure(shown)
+        except Exception:
+            log.exception("%s could not clear the %s condition", self.role, PLANNING_FAILED)
         return requeue_at

@@ -379,11 +379,11 @@ class FirmwareController(WatchDrivenWorker):
     # -- a planning pass that raised ----------------------------------------------------------
 
     def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
-        self._write_failure_condition(failure, failed=True)
-        if event:
+        if event:  # first: the status may be what the planner could not read
             self._failure_event(RecordEvent(
                 PLANNING_FAILED, f"planning pass failed ({failure.reason}): {failure.message}; "
                 "retrying with back-off", "Warning"))
+        self._write_failure_condition(failure, failed=True)
 
     def _shown_failure(self) -> PassFailure | None:
         with self._lock:

@@ -212,3 +212,16 @@ def test_a_firmware_planning_pass_that_raises_is_a_condition_and_a_rate_limited_
     cleared = planning_condition(statuses[-1])
     assert cleared["status"] == "False" and cleared["reason"] == PLANNING_RECOVERED
     assert [e.reason for e in events] == [PLANNING_FAILED, PLANNING_RECOVERED]
+
+
+def test_a_status_too_garbled_to_carry_the_condition_still_gets_the_event_and_back_off(
+    rollout: tuple[RolloutController, Clock, list[RecordEvent]],
+) -> None:
+    controller, clock, events = rollout
+    garbled = cluster_operator(GOOD_POLICY, 30)
+    garbled["status"]["upgradeStatus"] = {"phase": "Progressing",
+                                           "condition": ["not a condition"]}
+    controller._on_cluster_operator("ADDED", garbled)
+    assert controller.run_pass() == clock.now + 1.0, "the worker thread lives on"
+    assert [(e.type, e.reason) for e in events] == [("Warning", PLANNING_FAILED)]
+    assert "AttributeError" in events[0].message
