@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass, field
+from typing import Literal
 
 from reconciler.controller.act import ActionExecutor, Target
 from reconciler.controller.observe import (
@@ -30,7 +31,17 @@ from reconciler.controller.observe import (
     pick_driver_pod,
     requests_gpu,
 )
-from reconciler.controller.worker import WatchDrivenWorker, generation, newer, same_version
+from reconciler.controller.worker import (
+    PLANNING_FAILED,
+    PLANNING_RECOVERED,
+    PassFailure,
+    WatchDrivenWorker,
+    generation,
+    newer,
+    same_version,
+    shown_failure,
+    with_failure_condition,
+)
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key, without_managed_fields
@@ -649,6 +660,54 @@ class RolloutController(WatchDrivenWorker):
 
     def _write_status(self, upgrade_status: JSON) -> None:
         self._write_status_section("upgradeStatus", upgrade_status)
+
+    # -- a planning pass that raised ----------------------------------------------------------
+
+    def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
+        if event:  # first: the status may be what the planner could not read
+            self._failure_event("Warning", PLANNING_FAILED,
+                                f"planning pass failed ({failure.reason}): {failure.message}; "
+                                "retrying with back-off")
+        self._plan_failure_condition(failure, failed=True)
+
+    def _shown_failure(self) -> PassFailure | None:
+        with self._lock:
+            if self._planned_status is not None:
+                return shown_failure(self._planned_status)
+            co = self._cluster_operator
+            return shown_failure((co or {}).get("status", {}).get("upgradeStatus"))
+
+    def _clear_failure(self, failure: PassFailure) -> None:
+        if self._plan_failure_condition(failure, failed=False):
+            self._failure_event("Normal", PLANNING_RECOVERED,
+                                f"planning passes succeed again (the last failure: "
+                                f"{failure.reason})")
+
+    def _plan_failure_condition(self, failure: PassFailure, *, failed: bool) -> bool:
+        """The condition goes into the newest planned status (or the stored one), through the
+        status writer like any planned status."""
+        with self._status_ready:
+            co = self._cluster_operator
+            if co is None:
+                return False
+            stored = (co.get("status") or {}).get("upgradeStatus")
+            base = self._planned_status if self._planned_status is not None else stored
+            status = with_failure_condition(base, failure, self.clock(), failed=failed)
+            if status is None:
+                return False
+            if self._planned_status is None:
+                self._status_base = stored
+            self._planned_status = status
+            self._planned_after = frozenset(self._in_flight)
+            self._status_ready.notify_all()
+            return True
+
+    def _failure_event(self, kind: Literal["Normal", "Warning"], reason: str,
+                       message: str) -> None:
+        with self._lock:
+            co = self._cluster_operator
+        if co is not None:
+            self._events.submit(self.executor.execute, RecordEvent(kind, reason, message), co)
 
     def _cluster_operator_name(self) -> str:
         return self.target.cluster_operator

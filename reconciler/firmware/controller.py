@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.controller.observe import requests_gpu
-from reconciler.controller.worker import WatchDrivenWorker, newer
+from reconciler.controller.worker import (
+    PLANNING_FAILED,
+    PLANNING_RECOVERED,
+    PassFailure,
+    WatchDrivenWorker,
+    newer,
+    shown_failure,
+    with_failure_condition,
+)
 from reconciler.firmware.actions import (
     ApplyFirmwareSpec,
     CordonNode,
@@ -367,6 +375,49 @@ class FirmwareController(WatchDrivenWorker):
 
     def _write_status(self, firmware: JSON) -> None:
         self._write_status_section("firmwareUpgrade", firmware)
+
+    # -- a planning pass that raised ----------------------------------------------------------
+
+    def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
+        if event:  # first: the status may be what the planner could not read
+            self._failure_event(RecordEvent(
+                PLANNING_FAILED, f"planning pass failed ({failure.reason}): {failure.message}; "
+                "retrying with back-off", "Warning"))
+        self._write_failure_condition(failure, failed=True)
+
+    def _shown_failure(self) -> PassFailure | None:
+        with self._lock:
+            co = self._co
+        return shown_failure(((co or {}).get("status") or {}).get("firmwareUpgrade"))
+
+    def _clear_failure(self, failure: PassFailure) -> None:
+        if self._write_failure_condition(failure, failed=False):
+            self._failure_event(RecordEvent(
+                PLANNING_RECOVERED,
+                f"planning passes succeed again (the last failure: {failure.reason})"))
+
+    def _write_failure_condition(self, failure: PassFailure, *, failed: bool) -> bool:
+        with self._lock:
+            co = self._co
+        if co is None:
+            return False
+        status = with_failure_condition((co.get("status") or {}).get("firmwareUpgrade"),
+                                        failure, self.clock(), failed=failed)
+        if status is None:
+            return False
+        try:
+            self._write_status(status)
+        except Exception as exc:  # the next failed pass (or the next success) tries again
+            log.warning("%s: could not write the %s condition: %s", self.role, PLANNING_FAILED,
+                        exc)
+            return False
+        return True
+
+    def _failure_event(self, action: RecordEvent) -> None:
+        with self._lock:
+            co = self._co
+        if co is not None:
+            self._record_event(action, co)
 
     def _cluster_operator_name(self) -> str:
         return self.cluster_operator

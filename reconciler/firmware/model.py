@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -195,7 +196,17 @@ class FirmwareSnapshot:
     done: str | None = None
 
 
+#: the last and first instants RFC 3339 (four-digit years) can write; later or earlier ones
+#: are clamped to them
+_LATEST = float(calendar.timegm((9999, 12, 31, 23, 59, 59, 0, 0, 0)))
+_EARLIEST = float(calendar.timegm((1, 1, 1, 0, 0, 0, 0, 0, 0)))
+
+
 def format_time(epoch: float) -> str:
+    if not epoch < _LATEST:  # NaN included
+        return "9999-12-31T23:59:59Z"
+    if epoch <= _EARLIEST:
+        return "0001-01-01T00:00:00Z"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
@@ -210,6 +221,8 @@ def parse_time(text: Any) -> float | None:
 
 
 def format_duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "forever" if seconds > 0 else "?"
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)

@@ -112,4 +112,6 @@ class PlannerSettings:
 
     def backoff(self, attempt: int) -> float:
         """Back-off after the ``attempt``-th failed attempt (1-based)."""
-        return min(self.retry_backoff * 2.0 ** max(attempt - 1, 0), self.retry_backoff_max)
+        # the attempt comes from an annotation anyone can edit: 2.0 ** 2000 would overflow
+        doublings = min(max(attempt - 1, 0), 64)
+        return min(self.retry_backoff * 2.0 ** doublings, self.retry_backoff_max)

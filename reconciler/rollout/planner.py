@@ -529,12 +529,33 @@ class _Planner:
         return count >= self.policy.max_failure_threshold
 
     def _steps(self, scan: NodeScan, revision: str) -> None:
+        """Decide the current step; a step begun in this pass whose target is already reached
+        (targets capped at N, a node that joined) and that is no gate is decided in this same
+        pass too, and so on: no node of it starts, so it need not go on record first (decision
+        9), and a step that is done waits for nothing but its pause."""
+        targets = self.policy.step_targets(self.total)
+        fresh_epoch = False
+        while self._step(scan, revision, targets, fresh_epoch=fresh_epoch):
+            index = int(self.inner["currentStepIndex"])
+            if targets[index - 1] > scan.ready or self.policy.steps[index - 1].pause_ms is None:
+                # its nodes start, or its gate opens (pause: true written back to Git), in the
+                # next pass, once the step is on record: a restart finds the gate it set
+                return
+            self.again = False
+            fresh_epoch = True
+
+    def _step(
+        self, scan: NodeScan, revision: str, targets: list[int], *, fresh_epoch: bool
+    ) -> bool:
+        """The current step; True when it advanced to the next one (which is StepUpgradeInit).
+        ``fresh_epoch``: the step began in this pass, so no failure counts against it yet."""
         policy, inner = self.policy, self.inner
         steps = policy.steps
         total = self.total
-        targets = policy.step_targets(total)
         threshold = policy.max_failure_threshold
-        counter = min(threshold, scan.epoch_failures + len(scan.new_failures))
+        counter = 0 if fresh_epoch else min(
+            threshold, scan.epoch_failures + len(scan.new_failures)
+        )
         inner["currentFailureRetry"] = counter
         inner["totalUpgradeReplicas"] = total
         inner["totalUpgradeReadyReplicas"] = scan.ready
@@ -549,7 +570,7 @@ class _Planner:
         if st.condition_true(self.status, st.COND_BATCH_FAILED):
             if policy.pause:
                 inner["currentStepState"] = st.STEP_PAUSED
-                return
+                return False
             st.set_condition(
                 self.status, st.COND_BATCH_FAILED, "False", "Resumed",
                 "a person resumed the batch", self.now_text,
@@ -561,15 +582,14 @@ class _Planner:
         if st.condition_true(self.status, st.COND_MANUAL_GATE):
             if policy.pause:
                 inner["currentStepState"] = st.STEP_PAUSED
-                return
+                return False
             st.set_condition(
                 self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
                 f"step {index} confirmed", self.now_text,
             )
             self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
             if scan.ready >= target:
-                self._advance(index, revision)
-                return
+                return self._advance(index, revision)
             # a node joined during the gate: the step is done (and confirmed) once it is Ready
             st.set_condition(
                 self.status, st.COND_MANUAL_GATE, "False", GATE_CONFIRMED_PENDING,
@@ -578,15 +598,14 @@ class _Planner:
             )
         if counter >= threshold:
             self._fallback(scan, index)
-            return
+            return False
         if scan.ready >= target:
             step = steps[index - 1]
             if step.pause_ms is None and self._gate_confirmed():  # see GATE_CONFIRMED_PENDING
                 if policy.pause:
                     inner["currentStepState"] = st.STEP_PAUSED
-                    return
-                self._advance(index, revision)
-                return
+                    return False
+                return self._advance(index, revision)
             if step.pause_ms is None:
                 st.set_condition(
                     self.status, st.COND_MANUAL_GATE, "True", "WaitingForConfirmation",
@@ -600,9 +619,9 @@ class _Planner:
                 self._event(
                     "GateOpened", f"step {index} done: waiting for a person", step=index
                 )
-                return
+                return False
             if not inner["recheckTime"]:
-                inner["recheckTime"] = st.format_time(self.now + step.pause_ms / 1000)
+                inner["recheckTime"] = st.format_time(st.after_ms(self.now, step.pause_ms))
                 self._event(
                     "StepCompleted",
                     f"step {index} done ({scan.ready}/{total} nodes); pausing "
@@ -611,15 +630,14 @@ class _Planner:
                 )
             recheck = st.parse_time_or(inner["recheckTime"], self.now)
             if self.now + CLOCK_SLACK >= recheck and not policy.pause:
-                self._advance(index, revision)
-                return
+                return self._advance(index, revision)
             inner["currentStepState"] = st.STEP_PAUSED
             self.requeue.append(recheck)
-            return
+            return False
         if policy.pause:
             inner["currentStepState"] = st.STEP_PAUSED
             inner["message"] = inner["message"] or "paused: spec.driver.upgradePolicy.pause"
-            return
+            return False
         inner["currentStepState"] = st.STEP_UPGRADE
         next_wave = 0
         if steps[index - 1].pause_ms == 0 and index < len(steps):
@@ -628,7 +646,7 @@ class _Planner:
             next_batch = max(targets[index] - max(targets[:index]), 0)
             next_wave = min(policy.batch_max_parallel(next_batch), next_batch)
         self._start_nodes(scan, revision, target, batch, next_wave)
-        return
+        return False
 
     def _gate_confirmed(self) -> bool:
         gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}

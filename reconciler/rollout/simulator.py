@@ -351,7 +351,10 @@ class Simulation:
         return result, False
 
     def _plan(self) -> None:
-        for _ in range(8 + len(self.config.crash_calls)):
+        """Plan until the planner asks for nothing more at this instant, as the controller
+        does (it plans again at once after a structural action or ``again``)."""
+        # a few passes per step at most (record the step, open its gate, start its nodes)
+        for _ in range(8 + 3 * len(self.policy.steps) + len(self.config.crash_calls)):
             phase = self.status.get("phase")
             result, crashed = self._plan_once()
             if crashed:
@@ -364,7 +367,11 @@ class Simulation:
                     raise AssertionError(f"planner not idempotent at t={self.t}: {moves[:3]}")
             if not structural and not result.again and result.status.get("phase") == phase:
                 return
-        return
+        # still not settled: go on a millisecond later rather than wait for an unrelated event
+        at = round(self.t + 0.001, 3)
+        if at not in self.wakes:
+            self.wakes.add(at)
+            self._push(at, "wake")
 
     def _stop_reason(self, started: bool) -> str | None:
         phase = self.status.get("phase")

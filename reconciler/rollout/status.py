@@ -50,12 +50,35 @@ INNER_FIELDS: Final = (
 )
 
 
+#: the instants RFC 3339 (four-digit years) can write: a deadline past the last one (a pause of
+#: up to 2^63-1 ms is valid policy) is written as the last one, i.e. never reached in practice
+LATEST_TIME: Final = datetime.max.replace(microsecond=999000, tzinfo=UTC).timestamp()
+LATEST_TIME_TEXT: Final = "9999-12-31T23:59:59.999Z"
+EARLIEST_TIME: Final = datetime.min.replace(tzinfo=UTC).timestamp()
+EARLIEST_TIME_TEXT: Final = "0001-01-01T00:00:00Z"
+
+
 def format_time(t: float) -> str:
-    """RFC 3339 in UTC; milliseconds only when the instant has a fraction of a second."""
+    """RFC 3339 in UTC; milliseconds only when the instant has a fraction of a second. Instants
+    outside years 1..9999 are clamped to the nearest one that can be written."""
+    if not t < LATEST_TIME:  # NaN too: no deadline can be computed, so none is ever reached
+        return LATEST_TIME_TEXT
+    if t <= EARLIEST_TIME:
+        return EARLIEST_TIME_TEXT
     moment = datetime.fromtimestamp(t, UTC)
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def after_ms(t: float, ms: int) -> float:
+    """``ms`` milliseconds after ``t``, clamped to the instants ``format_time`` can write (no
+    integer of any size overflows: the comparison is exact)."""
+    if ms >= (LATEST_TIME - t) * 1000:
+        return LATEST_TIME
+    if ms <= (EARLIEST_TIME - t) * 1000:
+        return EARLIEST_TIME
+    return t + ms / 1000
 
 
 def parse_time(text: str) -> float:

@@ -339,3 +339,50 @@ def test_nodes_next_in_line_are_cordoned_ahead_and_released_while_paused(
     assert sorted(observer.deletions) == names
     assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
     assert _node_states(kube, names) == {name: ("done", False) for name in names}
+
+
+def test_a_planning_pass_that_raises_shows_on_the_cluster_operator_until_it_plans_again(
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The condition goes through the status subresource and the Event to the API server;
+    passes are retried with a back-off, reported once; the pass that plans again clears it.
+    Then the 2^62 ms pause that used to raise in every pass: a pause until year 9999."""
+    import time
+
+    from reconciler.controller import loop
+
+    fleet = fleet_factory(nodes=3)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60, what="3 Ready pods")
+    wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30, what="a first status")
+    real_plan = loop.plan
+    broken = True
+
+    def planner(*args: Any) -> Any:
+        if broken:
+            raise RuntimeError("planner bug")
+        return real_plan(*args)
+
+    monkeypatch.setattr(loop, "plan", planner)
+    person_patch(kube, {"payload": {"version": NEW}, "upgradePolicy": _policy(
+        upgradeSteps=[{"replicas": 1, "pauseDuration": 2**62},
+                      {"replicas": "100%", "pauseDuration": 0}])})
+    failed = wait_for(lambda: _conditions(kube).get("PlanningFailed"), timeout=30,
+                      what="the PlanningFailed condition", observe=lambda: _conditions(kube))
+    assert failed["status"] == "True" and failed["reason"] == "RuntimeError"
+    assert "planner bug" in failed["message"]
+    time.sleep(4)  # passes at +1, +3 s fail again
+    assert controller.failures.count >= 3
+    assert event_reasons(kube).count("PlanningFailed") == 1
+    assert fleet.ready_driver_nodes(NEW) == []
+    broken = False
+    _wait_state(kube, timeout=60, phase="Progressing", currentStepIndex=1,
+                currentStepState="StepPaused")
+    status = upgrade_status(kube)
+    assert status["status"]["recheckTime"] == "9999-12-31T23:59:59.999Z"
+    cleared = _conditions(kube)["PlanningFailed"]
+    assert cleared["status"] == "False" and cleared["reason"] == "PlanningRecovered"
+    reasons = wait_for(lambda: (r := event_reasons(kube)) and "PlanningRecovered" in r and r,
+                       timeout=10, what="the recovery event")
+    assert reasons.count("PlanningFailed") == 1
+    assert fleet.ready_driver_nodes(NEW) == ["node-0001"]

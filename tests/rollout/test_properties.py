@@ -23,9 +23,9 @@ from reconciler.rollout.model import (
     RolloutNode,
     RolloutSnapshot,
 )
-from reconciler.rollout.planner import Plan
+from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH, SimConfig, Simulation
-from reconciler.rollout.status import parse_time
+from reconciler.rollout.status import LATEST_TIME, parse_time
 
 from .world import NEW_PAYLOAD, NEW_REV, OLD_REV, OLD_VERSION
 
@@ -309,3 +309,65 @@ def test_invariants_hold_when_people_and_nodes_act_mid_rollout(scenario: dict[st
         # without faults only a person (pause, disable) or a busy node stops a rollout
         kinds = {kind for _, kind, _ in scenario["interventions"]}
         assert kinds & {"pause", "disable", "busy"}, result.stop_reason
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+int64 = s.one_of(
+    s.integers(min_value=INT64_MIN, max_value=INT64_MAX),
+    s.sampled_from([INT64_MIN, -1, 0, 1, 2**62, INT64_MAX]),
+)
+int64_or_percent = s.one_of(
+    int64, s.integers(min_value=0, max_value=INT64_MAX).map(lambda p: f"{p}%"),
+)
+
+
+@s.composite
+def int64_policies(draw: Any) -> dict[str, Any]:
+    """Any policy whose integers are Kubernetes int64 (validation accepts fewer of them)."""
+    raw_steps = [
+        {"replicas": draw(int64_or_percent),
+         "pauseDuration": draw(s.one_of(int64, s.just({})))}
+        for _ in range(draw(s.integers(min_value=0, max_value=5)))
+    ]
+    return {
+        # mostly rollouts that run: disabled or paused ones plan little
+        "enableRollout": draw(s.sampled_from([True, True, True, False])),
+        "upgradeSteps": raw_steps,
+        "pause": draw(s.sampled_from([False, False, False, True])),
+        "maxParallel": draw(int64_or_percent),
+        "maxUnavailable": draw(int64_or_percent),
+        "maxFailureThreshold": draw(int64),
+        "fallback": draw(s.sampled_from(["pause", "rollback"])),
+    }
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=int64_policies(),
+    n=s.integers(min_value=1, max_value=6),
+    faults=s.lists(s.sampled_from(["imagepull", "crashloop", "never-ready", "node-notready"]),
+                   max_size=2),
+    confirm=s.integers(min_value=0, max_value=600),
+    late=s.floats(min_value=0, max_value=LATEST_TIME - EPOCH - 1),
+)
+def test_plan_never_raises_for_any_int64_policy(
+    policy: dict[str, Any], n: int, faults: list[str], confirm: int, late: float,
+) -> None:
+    """The simulator plans every pass of a rollout (pauses, gates confirmed, failures,
+    fallbacks) for a day of virtual time; then the planner plans the state it reached at any
+    later instant up to year 9999."""
+    config = SimConfig(
+        nodes=n, from_version=OLD_VERSION, install_seconds=60, auto_confirm=confirm,
+        until=86400, settings=SETTINGS,
+        faults={f"node-{i:04d}": f for i, f in enumerate(faults, start=1)},  # type: ignore
+    )
+    sim = Simulation({"payload": NEW_PAYLOAD, "upgradePolicy": policy}, config)
+    result = sim.run()
+    event(f"stop: {result.stop_reason}")
+    assert result.planning_calls >= 1
+    later = plan(sim._snapshot(), EPOCH + late, SETTINGS)
+    recheck = (later.status.get("status") or {}).get("recheckTime")
+    if recheck:
+        assert parse_time(recheck) <= LATEST_TIME
+    if later.requeue_at is not None:
+        assert later.requeue_at <= LATEST_TIME + SETTINGS.ready_timeout

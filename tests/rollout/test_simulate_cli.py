@@ -4,6 +4,9 @@ timelines computed by hand in the comments."""
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +274,101 @@ def test_missing_policy_file_is_a_clear_error(tmp_path: Path) -> None:
     result = simulate(tmp_path / "nope.yaml", "--nodes", "3", "--from-version", "1")
     assert result.exit_code == 2
     assert "cannot read policy file" in result.stderr
+
+
+# ----------------------------------------------------------------------------- steps past N
+
+
+def policy_file(tmp_path: Path, steps: list[tuple[object, object]], **fields: object) -> Path:
+    """A bare ``driver:`` fragment with the payload and these steps (pause ``None``: a gate)."""
+    body = {"maxParallel": 1, "maxUnavailable": 0, "maxFailureThreshold": 5,
+            "fallback": "pause", **fields}
+    lines = [
+        "driver:",
+        "  payload: {registry: reg.local/metax, name: driver-image, version: 2.33.0.9}",
+        "  upgradePolicy:",
+        "    enableRollout: true",
+        "    upgradeSteps:",
+        *(f"      - {{replicas: {json.dumps(r)}, pauseDuration: {'{}' if p is None else p}}}"
+          for r, p in steps),
+        *(f"    {key}: {json.dumps(value)}" for key, value in body.items()),
+    ]
+    path = tmp_path / "policy.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_steps_past_the_fleet_size_without_a_pause_add_no_time(tmp_path: Path) -> None:
+    # 3 nodes, one at a time, 60 s each: 180 s. Steps 3..50 and 100% all resolve to 3 nodes and
+    # are done the moment step 3 is; each advances at 180 (it waited for the next readyTimeout
+    # wake-up, 600 s after a deletion, before)
+    path = policy_file(tmp_path, [*((i, 0) for i in range(1, 51)), ("100%", 0)])
+    code, out = as_json(path, "--nodes", "3", "--from-version", "2.32.0.6")
+    assert code == 0 and out["completed"] is True
+    assert out["duration_seconds"] == 180
+    assert types_at(out, "StepStarted") == [60, 120] + [180] * 48
+    assert types_at(out, "RolloutCompleted") == [180]
+    assert out["final"]["status"]["currentStepIndex"] == 51
+
+
+def test_gates_and_pauses_past_the_fleet_size_wait_only_for_themselves(tmp_path: Path) -> None:
+    # 180 s for the 3 nodes; step 4 (a gate, confirmed 45 s after it opens at 180): 225;
+    # steps 5..20 at once; step 21 pauses 30 s: 255; 100% at once
+    path = policy_file(tmp_path, [(1, 0), (2, 0), (3, 0), (4, None),
+                                  *((i, 0) for i in range(5, 21)), (21, 30_000), ("100%", 0)])
+    code, out = as_json(path, "--nodes", "3", "--from-version", "2.32.0.6",
+                        "--auto-confirm", "45")
+    assert code == 0 and out["completed"] is True
+    assert out["duration_seconds"] == 255
+    assert types_at(out, "GateOpened") == [180]
+    assert types_at(out, "StepStarted") == [60, 120, 180] + [225] * 17 + [255]
+
+
+# ----------------------------------------------------------------------------- int64 policies
+
+
+INT64_MAX = 2**63 - 1
+
+
+def run_child(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``reconciler simulate`` in a child process with 2 GiB of address space."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    return subprocess.run(
+        [sys.executable, "-m", "reconciler.cli.main", "simulate", *map(str, args)],
+        capture_output=True, text=True, timeout=120, preexec_fn=limit, check=False,
+    )
+
+
+@pytest.mark.parametrize("pause", [2**62, INT64_MAX])
+def test_an_int64_pause_waits_until_year_9999_in_a_child_process(
+    tmp_path: Path, pause: int,
+) -> None:
+    """Every other integer at int64's maximum too: the step is capped at N, maxParallel at the
+    batch; the pause's end is clamped to the last instant RFC 3339 can write."""
+    path = policy_file(tmp_path, [(INT64_MAX, pause), ("100%", INT64_MAX)],
+                       maxParallel=INT64_MAX, maxUnavailable=INT64_MAX,
+                       maxFailureThreshold=INT64_MAX)
+    done = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6", "--format", "json")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    out = json.loads(done.stdout)
+    assert out["stop_reason"] == "until" and out["duration_seconds"] == 7 * 86400
+    inner = out["final"]["status"]
+    assert inner["currentStepIndex"] == 1 and inner["currentStepState"] == "StepPaused"
+    assert inner["recheckTime"] == "9999-12-31T23:59:59.999Z"
+    assert {n["version"] for n in out["nodes"]} == {"2.33.0.9"}
+    assert out["max_in_flight"] == 3
+    # run on past year 9999: both pauses end there and the rollout completes, nothing overflows
+    done = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6", "--format", "json",
+                     "--until", "1e15")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stop_reason"] == "completed"
+    # 9999-12-31T23:59:59.999Z less the simulator's time 0 (2026-01-01T00:00:00Z)
+    assert out["duration_seconds"] == 253402300799.999 - 1767225600.0
+    text = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6")
+    assert text.returncode == 1 and "Traceback" not in text.stderr
+    assert "stopped at --until" in text.stdout
