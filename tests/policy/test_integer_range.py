@@ -181,7 +181,7 @@ def test_an_out_of_range_replicas_starts_no_step_order_errors() -> None:
 
 def test_repo_config_for_the_git_side_refuses_a_huge_integer_at_its_place_not_traceback() -> None:
     # the Git side parses with the policy files' parser, so the refusal is located
-    with pytest.raises(RepoConfigError, match=r"reconciler\.yaml:2:18: .*int64"):
+    with pytest.raises(RepoConfigError, match=r"reconciler\.yaml:2:18: integer .*signed 64-bit"):
         RepoConfig.from_yaml("sync:\n  fetchInterval: " + "9" * 5000 + "\n")
     with pytest.raises(RepoConfigError, match=r"reconciler\.yaml:2:18: 1e400 is not a finite"):
         RepoConfig.from_yaml("sync:\n  fetchInterval: 1e400\n")
