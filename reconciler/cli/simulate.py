@@ -26,6 +26,7 @@ from reconciler.policy.validation import parse_only, validate_document
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.simulator import (
     DEFAULT_UNTIL,
+    EPOCH,
     FAULTS,
     Fault,
     SimConfig,
@@ -35,6 +36,7 @@ from reconciler.rollout.simulator import (
 from reconciler.rollout.simulator import (
     simulate as run_simulation,
 )
+from reconciler.rollout.status import LATEST_TIME
 from reconciler.sim.faults import GPU_FAULTS
 
 _HEADER = (
@@ -49,6 +51,10 @@ MAX_NODES = 100_000
 
 class InputError(click.ClickException):
     exit_code = 2
+
+
+#: virtual time runs from the simulator's EPOCH up to the last instant RFC 3339 can write
+LAST_VIRTUAL_SECOND = LATEST_TIME - EPOCH
 
 
 def _fail(message: str) -> NoReturn:
@@ -284,8 +290,10 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
 @click.option("--auto-confirm", type=FiniteFloat(0), default=None,
               help="Confirm each manual gate this many seconds after it opens "
                    "(default: stop at the first gate).")
-@click.option("--until", type=FiniteFloat(0), default=DEFAULT_UNTIL, show_default=True,
-              help="Bound on virtual time, seconds.")
+@click.option("--until", type=FiniteFloat(0, LAST_VIRTUAL_SECOND), default=DEFAULT_UNTIL,
+              show_default=True,
+              help="Bound on virtual time, seconds (at most the end of year 9999, the last "
+                   "instant a status can record).")
 @click.option("--ready-timeout", type=FiniteFloat(0, min_open=True), default=600.0,
               show_default=True, help="readyTimeout of the reconciler, seconds.")
 @click.option("--cordon-ahead/--no-cordon-ahead", "cordon_ahead", default=True,

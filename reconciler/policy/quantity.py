@@ -5,7 +5,6 @@ A percentage is digits followed by ``%`` and nothing else; percentages round up.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -32,7 +31,9 @@ class Quantity:
 
     def resolve(self, base: int, *, minimum: int = 0) -> int:
         """Absolute value against ``base`` (percent rounds up), never below ``minimum``."""
-        resolved = math.ceil(self.value * base / 100) if self.percent else self.value
+        # integer ceiling: exact for any size (a float loses digits past 2**53 and overflows
+        # past ~10**308, and a CR patched around validation can carry such a percentage)
+        resolved = -(-self.value * base // 100) if self.percent else self.value
         return max(resolved, minimum)
 
     def __str__(self) -> str:

@@ -47,6 +47,8 @@ def test_every_numeric_option_refuses_non_finite_huge_and_negative_values(
     for value in BAD:
         if option == "--seed" and value in HUGE_INTS[:1]:
             continue  # a seed of a billion is a fine seed
+        if option == "--until" and value in HUGE_INTS[:1]:
+            continue  # virtual time: 31 years cost nothing (the bound is year 9999)
         result = reconciler(tmp_path, *args, f"{option}={value}", timeout=30)
         shown = value[:20]
         assert result.returncode == 2, (option, shown, result.stderr[-500:])

@@ -160,3 +160,14 @@ def test_a_garbage_attempt_count_does_not_overflow_the_retry_back_off() -> None:
     assert w.annotation("node-0001", ANN_TARGET) == NEW_REV
     assert w.annotation("node-0001", ANN_FAILED_AT) == format_time(EPOCH + 5)
     assert result.requeue_at == EPOCH + 5 + w.settings.retry_backoff_max
+
+
+def test_a_percentage_resolves_exactly_at_any_size() -> None:
+    from reconciler.policy.quantity import Quantity
+
+    # a CR patched around validation may carry a percentage of hundreds of digits
+    huge = Quantity(10**400, percent=True)
+    assert huge.resolve(3) == 3 * 10**398
+    # exact past 2**53, where a float would round: ceil(33 * (2**60 + 1) / 100)
+    assert Quantity(33, percent=True).resolve(2**60 + 1) == -(-33 * (2**60 + 1) // 100)
+    assert Quantity(1, percent=True).resolve(1) == 1 and Quantity(0, percent=True).resolve(7) == 0

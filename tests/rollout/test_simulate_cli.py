@@ -363,7 +363,7 @@ def test_an_int64_pause_waits_until_year_9999_in_a_child_process(
     assert out["max_in_flight"] == 3
     # run on past year 9999: both pauses end there and the rollout completes, nothing overflows
     done = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6", "--format", "json",
-                     "--until", "1e15")
+                     "--until", str(253402300799.999 - 1767225600.0))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["stop_reason"] == "completed"
@@ -372,3 +372,6 @@ def test_an_int64_pause_waits_until_year_9999_in_a_child_process(
     text = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6")
     assert text.returncode == 1 and "Traceback" not in text.stderr
     assert "stopped at --until" in text.stdout
+    # past the last instant a status can record, --until is a usage error
+    beyond = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6", "--until", "1e15")
+    assert beyond.returncode == 2 and "--until" in beyond.stderr
