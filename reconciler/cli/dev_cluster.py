@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from reconciler import clock
 from reconciler.cli.numbers import MAX_SECONDS, BoundedInt, FiniteFloat
 from reconciler.files import printable
 
@@ -154,7 +155,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     telemetry = _Telemetry()
     code = 0
     try:
-        started = time.monotonic()
+        started = clock.monotonic()
         plane.start()
         _say(f"control plane up in {plane.boot_seconds:.1f} s ({plane.server})")
         fleet = Fleet(plane.api(pool_size=24), nodes=nodes, faults=faults,
@@ -172,7 +173,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         if with_prometheus and not stop.is_set():
             telemetry.start(fleet, nodes, directory, timeout)
         if not stop.is_set():
-            _say(f"{expected}/{nodes} driver pods Ready in {time.monotonic() - started:.1f} s"
+            _say(f"{expected}/{nodes} driver pods Ready in {clock.monotonic() - started:.1f} s"
                  + (f" ({len(broken)} faulty)" if broken else "")
                  + "; Ctrl-C or `reconciler dev-cluster down` stops it")
             click.echo(str(plane.kubeconfig))
@@ -261,9 +262,9 @@ def down(directory: Path | None, timeout: float) -> None:
         click.echo(f"no dev cluster is running in {directory}")
         return
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     while _running_pid(directory) == pid and Path(f"/proc/{pid}").exists():
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise click.ClickException(f"dev cluster (pid {pid}) still running after {timeout:g} s")
         time.sleep(0.1)
     click.echo(f"dev cluster in {directory} stopped")

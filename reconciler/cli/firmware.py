@@ -1,8 +1,7 @@
-"""The firmware orchestrator alone, until SIGTERM or Ctrl-C (``python -m reconciler.firmware``;
-the click command ``firmware`` is ready for the ``reconciler`` command map).
+"""The firmware orchestrator alone, until SIGTERM or Ctrl-C (``reconciler firmware``).
 
-    python -m reconciler.firmware --kubeconfig FILE [--config reconciler.yaml]
-                                  [--cluster-operator cluster-operator] [--log-level info]
+    reconciler firmware --kubeconfig FILE [--config reconciler.yaml]
+                      [--cluster-operator cluster-operator] [--log-level info]
 
 Exit 0 on a clean stop, 2 on bad usage or a bad config file (the message says where).
 """

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import click
 
+from reconciler import clock
 from reconciler.files import printable
 from reconciler.sync.status_view import StatusReport, firmware_lines, report
 
@@ -40,7 +40,7 @@ from reconciler.sync.status_view import StatusReport, firmware_lines, report
 def status(cluster: str | None, source: str, output_format: str, repo: str, branch: str,
            state_dir: str | None, kubeconfig: str | None, cluster_operator: str) -> None:
     """Phase, step i/n, per-batch progress, failures, and what the rollout waits for."""
-    now = time.time()
+    now = clock.wall()
     if source == "cluster":
         if not kubeconfig:
             raise click.UsageError("--from cluster needs --kubeconfig (or $KUBECONFIG)")

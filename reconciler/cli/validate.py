@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import click
@@ -206,43 +206,28 @@ def _repository_files(repo: Repository) -> tuple[list[Path], list[Finding]]:
 # -- --against: the previous spec from a git ref, the phase from the status snapshot ---------
 
 class GitState:
-    """Reads files at a git ref (GitPython, imported only when --against is used)."""
+    """Reads files at a git ref (``gitops.ref_reader``, imported only when --against is used)."""
 
     def __init__(self, repo: Repository, ref: str) -> None:
-        import git
+        from reconciler.gitops.ref_reader import NotARepository, RefReader, UnknownRef
 
         try:
-            self.git = git.Repo(repo.root, search_parent_directories=True)
-        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+            self.reader = RefReader(repo.root, ref)
+        except NotARepository as exc:
             raise click.UsageError(f"--against needs a git repository; {repo.root} is not in one")\
                 from exc
-        self.top = Path(self.git.working_tree_dir or repo.root).resolve()
-        try:
-            self.root_in_top = repo.root.resolve().relative_to(self.top)
-        except ValueError:
-            self.root_in_top = Path()
+        except UnknownRef as exc:
+            raise click.UsageError(f"--against: unknown git ref '{ref}'") from exc
         self.repo = repo
         self.ref = ref
-        try:
-            self.commit = self.git.commit(ref)
-        except (git.BadName, ValueError, git.GitCommandError) as exc:
-            raise click.UsageError(f"--against: unknown git ref '{ref}'") from exc
 
     def read(self, path: Path, ref: str | None = None) -> bytes | None:
         """The file at the ref as the daemon reads it (a link or an oversized blob raises
         FileRefused), None when the ref has no file there."""
-        import git
-
-        from reconciler.gitops.reader import read_tree_file
-
         rel = self.repo.relative(path)
         if rel is None:
             return None
-        try:
-            commit = self.commit if ref is None else self.git.commit(ref)
-            return read_tree_file(commit, (self.root_in_top / rel).as_posix())
-        except (ValueError, git.BadName, git.GitCommandError):
-            return None
+        return self.reader.read(PurePosixPath(rel.as_posix()), ref)
 
     def snapshot(self, cluster: str, notes: list[Finding]) -> Mapping[str, Any] | None:
         """The cluster's last status snapshot: on the status branch when one is configured (the

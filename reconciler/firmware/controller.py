@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler import clock
 from reconciler.controller.observe import requests_gpu
 from reconciler.controller.worker import (
     PLANNING_FAILED,
@@ -129,7 +129,7 @@ class FirmwareController(WatchDrivenWorker):
         *,
         cluster_operator: str = CLUSTER_OPERATOR_NAME,
         settings: FirmwareSettings | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = clock.wall,
         settle_seconds: float = 0.02,
         is_leader: Callable[[], bool] = lambda: True,
         hook_env: Mapping[str, str] | None = None,

@@ -18,13 +18,13 @@ import logging
 import os
 import re
 import stat
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from reconciler.clock import monotonic, wall
 from reconciler.ops.http_server import (
     BackgroundHTTPServer,
     QuietHandler,
@@ -195,8 +195,8 @@ class WebhookReceiver:
     metrics: Metrics | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     path: str = DEFAULT_PATH
-    clock: Callable[[], float] = field(default=time.monotonic)
-    wall_clock: Callable[[], float] = field(default=time.time)
+    clock: Callable[[], float] = field(default=monotonic)
+    wall_clock: Callable[[], float] = field(default=wall)
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     #: seconds between two refusal warnings for one reason and client (read at construction)
     warn_interval: float = 10.0

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.cluster
 
 ENTRIES = {
     # the orchestrator alone
-    "standalone": ["-m", "reconciler.firmware", "--config", "{config}"],
+    "standalone": ["-m", "reconciler.cli.main", "firmware", "--config", "{config}"],
     # the daemon's controller role (rollout controller and firmware orchestrator)
     "reconciler-run": ["-m", "reconciler.cli.main", "run", "--role", "controller",
                        "--repo-config", "{config}"],

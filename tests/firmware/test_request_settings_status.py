@@ -103,7 +103,7 @@ def test_standalone_entry_rejects_a_bad_config(tmp_path: Path) -> None:
     config.write_text("firmware:\n  reboot:\n    mode: hook\n")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
-    done = subprocess.run([sys.executable, "-m", "reconciler.firmware", "--kubeconfig",
+    done = subprocess.run([sys.executable, "-m", "reconciler.cli.main", "firmware", "--kubeconfig",
                            str(kubeconfig), "--config", str(config)],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2

@@ -1,0 +1,77 @@
+"""The layers the README draws, enforced: import-linter's contracts (``.importlinter``) and the
+one clock seam (``reconciler/clock.py``)."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+#: code that keeps a virtual or display clock of its own (issue 16)
+OWN_CLOCKS = ("reconciler/sim/", "reconciler/demo/")
+CLOCK_SEAM = "reconciler/clock.py"
+CLOCK_READS = {("time", "time"), ("time", "monotonic"), ("time", "time_ns"),
+               ("time", "monotonic_ns"), ("datetime", "now"), ("datetime", "utcnow"),
+               ("datetime", "today")}
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(cwd / ".importlinter"), "--no-cache"],
+                          cwd=cwd, capture_output=True, text=True, timeout=300, check=False,
+                          env={"PATH": str(LINT_IMPORTS.parent), "PYTHONPATH": str(cwd)})
+
+
+def test_the_tree_keeps_every_layer_contract() -> None:
+    done = _lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "BROKEN" not in done.stdout and "KEPT" in done.stdout
+
+
+def test_a_planner_that_imports_kubernetes_breaks_the_pure_contract(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    planner = tmp_path / "reconciler" / "rollout" / "planner.py"
+    planner.write_text(planner.read_text() + "\nimport kubernetes  # noqa\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "reconciler.rollout.planner -> kubernetes" in done.stdout
+    assert "BROKEN" in done.stdout
+
+
+def _clock_reads(path: Path, root: Path = ROOT) -> list[str]:
+    """``module.attr`` reads of a machine clock in ``path``: calls, references (a default of
+    ``time.monotonic`` reads the clock later) and ``from time import monotonic``."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and (node.value.id, node.attr) in CLOCK_READS):
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}")
+        if isinstance(node, ast.ImportFrom) and node.module in ("time", "datetime"):
+            for alias in node.names:
+                if (node.module, alias.name) in CLOCK_READS:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: from {node.module} "
+                                 f"import {alias.name}")
+    return found
+
+
+def test_only_the_clock_seam_reads_the_machines_clocks() -> None:
+    reads = [read for path in sorted((ROOT / "reconciler").rglob("*.py"))
+             if not str(path.relative_to(ROOT)).startswith(OWN_CLOCKS)
+             and str(path.relative_to(ROOT)) != CLOCK_SEAM
+             for read in _clock_reads(path)]
+    assert reads == []
+
+
+def test_the_clock_check_sees_calls_references_and_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import time\nfrom datetime import datetime\nfrom time import monotonic\n"
+                      "a = time.time()\nb = datetime.now()\ndef f(clock=time.monotonic): ...\n"
+                      "time.sleep(1)\n")
+    assert [r.split(": ", 1)[1] for r in _clock_reads(sample, tmp_path)] == [
+        "from time import monotonic", "time.time", "datetime.now", "time.monotonic"]
