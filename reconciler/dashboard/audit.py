@@ -187,7 +187,7 @@ class GitAudit:
                 entries = self._history(head, "policy", cluster_dir)
                 if status_head is not None:
                     entries += self._history(status_head, "status", status_file)
-                entries.sort(key=lambda e: (e["at"], e["sha"]), reverse=True)
+                entries.sort(key=lambda e: e["at"], reverse=True)  # stable: Git order in a second
                 files = self._files(head, cluster_dir)
                 _, _, policy_path = _policy_fields(files)
                 self.context = GitContext(

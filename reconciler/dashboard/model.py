@@ -55,6 +55,9 @@ NODE_STATES: tuple[str, ...] = (
 )
 STATE_INDEX = {name: index for index, name in enumerate(NODE_STATES)}
 ACTIVE_PHASES = ("Progressing", "Terminating", "Disabling")
+#: kinds of "waiting for" that stop the rollout until a person acts (a gate does not: the
+#: prediction counts it and says so); health, window and promotion holds will join them
+HOLDING_KINDS = frozenset({"fallback", "policy-pause", "rejection"})
 _UNAVAILABLE_WHY = {"not-ready": "NotReady",
                     "left-alone": "cordoned by someone else, or no driver pod"}
 _STEP_RE = re.compile(r"\bstep (\d+)")
@@ -606,6 +609,8 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     rows = node_rows(facts, target=target, active=active, targets=targets, epoch=epoch)
     steps = _steps(rep, policy, targets, rows, facts.events, prediction, now=now)
     index = _int(inner.get("currentStepIndex"))
+    waiting = waiting_for(rep, upgrade, raw_policy, rows, now=now, object_name=object_name,
+                          git=git) if facts.cluster_operator is not None else []
     header: dict[str, Any] = {
         "phase": phase,
         "upgrading": rep.upgrading,
@@ -625,6 +630,11 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
         "sourceCommit": rep.source_commit,
         "prediction": _predicted_end(rep, steps, prediction, upgrade, now=now),
     }
+    held = [w for w in waiting if w.kind in HOLDING_KINDS]
+    if header["prediction"] is not None and held:
+        # nothing moves until a person acts: no end can be predicted
+        header["prediction"] = {**header["prediction"], "at": None,
+                                "note": f"held: {held[0].title}"}
     return DashboardView(
         cluster=facts.cluster,
         object_name=object_name,
@@ -632,8 +642,7 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
         found=facts.cluster_operator is not None,
         header=header,
         steps=steps,
-        waiting=waiting_for(rep, upgrade, raw_policy, rows, now=now, object_name=object_name,
-                            git=git) if facts.cluster_operator is not None else [],
+        waiting=waiting,
         nodes=rows,
         audit=audit,
         error=facts.error if facts.cluster_operator is not None or facts.error else

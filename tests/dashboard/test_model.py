@@ -276,3 +276,14 @@ def test_audit_entries_say_what_each_commit_did(facts: dict[str, Any], kind: str
     entry = classify(CommitFacts(**{**base, **facts}))
     assert entry["kind"] == kind
     assert entry["mergedBy"] == (None if facts.get("own") else "Bo <bo@x>")
+
+
+def test_no_end_is_predicted_while_a_person_must_act() -> None:
+    nodes = _fleet(3)
+    conditions = [{"type": "BatchFailed", "status": "True", "reason": "FailureThresholdReached",
+                   "message": "3 failures", "lastTransitionTime": "x"}]
+    facts = _rollout(nodes, state="StepPaused", conditions=conditions, pause=True)
+    prediction = Prediction((10.0, 20.0), (10.0, 10.0), 5.0, True, 3)
+    header = build_view(facts, now=NOW, prediction=prediction).header
+    assert header["prediction"]["at"] is None
+    assert header["prediction"]["note"].startswith("held: a person: the batch failed")

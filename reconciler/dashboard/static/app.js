@@ -41,8 +41,8 @@
     setText("on-new", h.nodesOnNew + "/" + h.nodesTotal);
     setText("failures", h.failures + " (fallback at " + h.maxFailures + ")");
     const p = h.prediction;
-    setText("predicted", p ? when(p.at) + " (in " + dur(p.remainingSeconds) + ")" +
-      (p.gatesLeft ? " + " + p.gatesLeft + " gate(s)" : "") : "-");
+    setText("predicted", !p ? "-" : !p.at ? p.note : when(p.at) + " (in " +
+      dur(p.remainingSeconds) + ")" + (p.gatesLeft ? " + " + p.gatesLeft + " gate(s)" : ""));
     if (p) $("predicted").title = p.note + "; install time " + p.installSeconds + " s";
     setText("message", h.message);
     const err = $("error");
