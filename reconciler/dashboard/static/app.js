@@ -237,6 +237,7 @@
 
   // ---------------------------------------------------------------- loop
   function apply(data) {
+    const started = performance.now();
     const view = data.view, fleet = view.fleet;
     if (fleet.names) {
       state.names = fleet.names; state.steps = fleet.steps; state.key = fleet.key;
@@ -252,7 +253,11 @@
     state.version = data.version;
     state.view = view;
     document.body.dataset.version = String(data.version);
-    document.body.dataset.rendered = String(performance.now());
+    // for the benchmark: when this version was on the page, and what applying it cost
+    const done = performance.now();
+    document.body.dataset.rendered = String(done);
+    document.body.dataset.appliedAt = String(performance.timeOrigin + done);
+    document.body.dataset.applyMs = String(done - started);
   }
 
   async function poll() {
