@@ -49,14 +49,16 @@ def dashboard(cluster: str, repo: str | None, branch: str, state_dir: str | None
         raise click.UsageError(f"cannot use kubeconfig {kubeconfig}: {exc}") from exc
     audit = None
     if repo:
+        from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
         from reconciler.gitops.errors import GitOpsError
 
         try:
             audit = GitAudit(repo, cluster=cluster, branch=branch, state_dir=state_dir)
+        except (InvalidGitRepositoryError, NoSuchPathError) as exc:
+            raise click.UsageError(f"{repo} is not a Git repository") from exc
         except (GitOpsError, OSError, ValueError) as exc:
             raise click.UsageError(f"cannot read the repository {repo}: {exc}") from exc
-        except Exception as exc:  # GitPython: not a repository, no such path
-            raise click.UsageError(f"{repo} is not a Git repository ({exc})") from exc
     warning = describe_listen(host)
     if warning:
         click.echo(warning, err=True)
