@@ -96,3 +96,55 @@ def test_serves_read_only_warns_beyond_loopback_and_stops_on_sigterm(
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_demo_serves_the_dashboard_of_its_rollout(tmp_path: Path) -> None:
+    import os
+    import threading
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "reconciler.cli.main", "demo", "--plain", "--install-seconds",
+         "1", "--review-seconds", "4", "--timeout", "400", "--workdir", str(tmp_path),
+         "--dashboard", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+    lines: list[str] = []
+    assert child.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(child.stdout or ()), daemon=True)
+    reader.start()
+    seen: dict[str, set[str]] = {"kinds": set(), "waiting": set(), "phases": set()}
+    try:
+        url = None
+        deadline = time.monotonic() + 300
+        while child.poll() is None and time.monotonic() < deadline:
+            if url is None:
+                url = next((line.split("dashboard: ", 1)[1].split()[0] for line in list(lines)
+                            if "dashboard: http://" in line), None)
+            if url is not None:
+                host, port = url.removeprefix("http://").rstrip("/").split(":")
+                try:
+                    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+                    connection.request("GET", "/api/view")
+                    view = json.loads(connection.getresponse().read())["view"]
+                except (OSError, ValueError):
+                    view = None  # the demo is ending
+                if view is not None and view["found"]:
+                    seen["phases"].add(view["header"]["phase"])
+                    seen["waiting"] |= {w["kind"] for w in view["waiting"]}
+                    seen["kinds"] |= {a["kind"] for a in view["audit"] or ()}
+            time.sleep(0.3)
+        assert child.wait(timeout=120) == 0, "".join(lines)[-4000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    reader.join(timeout=10)
+    out = "".join(lines)
+    assert url is not None, out[-3000:]
+    assert out.index("dashboard: http://") < out.index("Alice merged pull request #1")
+    assert "Progressing" in seen["phases"]
+    assert "gate" in seen["waiting"]
+    assert {"version", "write-back", "status", "gate-release"} <= seen["kinds"], seen
