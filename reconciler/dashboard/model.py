@@ -58,8 +58,7 @@ ACTIVE_PHASES = ("Progressing", "Terminating", "Disabling")
 #: kinds of "waiting for" that stop the rollout until a person acts (a gate does not: the
 #: prediction counts it and says so); health, window and promotion holds will join them
 HOLDING_KINDS = frozenset({"fallback", "policy-pause", "rejection"})
-_UNAVAILABLE_WHY = {"not-ready": "NotReady",
-                    "left-alone": "cordoned by someone else, or no driver pod"}
+_UNAVAILABLE_WHY = {"not-ready": "NotReady", "left-alone": "cordoned by someone else"}
 _STEP_RE = re.compile(r"\bstep (\d+)")
 
 
@@ -544,7 +543,9 @@ def waiting_for(rep: StatusReport, upgrade: Mapping[str, Any], raw_policy: Mappi
             items=tuple(f"{r.name}: {', '.join(r.busy_pods)}" for r in busy),
             action="let these pods finish (or move them off the nodes); the nodes then upgrade",
         ))
-    unavailable = [r for r in rows if r.state in ("not-ready", "left-alone")]
+    # rollout nodes only: a GPU node without a driver pod is not one (SPEC 4.3)
+    unavailable = [r for r in rows if r.state == "not-ready"
+                   or (r.state == "left-alone" and r.pod)]
     if active and unavailable:
         out.append(Waiting(
             kind="unavailable",

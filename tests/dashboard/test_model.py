@@ -117,6 +117,14 @@ def test_nodes_are_grouped_by_the_step_they_went_in_started_nodes_first() -> Non
                          annotations=_ann("upgrading", **{ANN_DELETED_AT: st.format_time(
                              NOW - 5)}))
     nodes[0] = NodeFacts("node-0001", pod=_old_pod(), workloads=("ml/train",))
+    alone = [NodeFacts("node-0005", pod=None),
+             NodeFacts("node-0006", pod=_old_pod(), unschedulable=True)]
+    view = build_view(_rollout([*nodes, *alone]), now=NOW)
+    # nodes the rollout leaves alone: a node without a driver pod is not a rollout node, so
+    # it is not "unavailable"; one cordoned by someone else is
+    (unavailable,) = [w for w in view.waiting if w.kind == "unavailable"]
+    assert unavailable.items == ("node-0006: cordoned by someone else",)
+    assert [r.state for r in view.nodes[-2:]] == ["left-alone", "left-alone"]
     view = build_view(_rollout(nodes), now=NOW)
     assert [(r.name, r.step, r.state) for r in view.nodes] == [
         ("node-0004", 1, "upgraded"), ("node-0002", 1, "in-flight"),

@@ -4,7 +4,7 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const state = { version: null, key: "", names: [], steps: [], states: "", cells: [],
-                  legend: [], selected: null, view: null, lastSeen: 0 };
+                  legend: [], selected: null, view: null, detailsTimer: 0 };
 
   function el(tag, text, cls) {
     const node = document.createElement(tag);
@@ -163,10 +163,15 @@
       box.hidden = false;
     };
     fill(null);
-    fetch("/api/node?name=" + encodeURIComponent(name), { cache: "no-store" })
-      .then((r) => r.ok ? r.json() : null)
-      .then((row) => { if (row && box.dataset.node === name) fill(row); })
-      .catch(() => {});
+    // the full details once the pointer rests on the cell (not for every cell it crosses)
+    clearTimeout(state.detailsTimer);
+    state.detailsTimer = setTimeout(() => {
+      if (box.dataset.node !== name) return;
+      fetch("/api/node?name=" + encodeURIComponent(name), { cache: "no-store" })
+        .then((r) => r.ok ? r.json() : null)
+        .then((row) => { if (row && box.dataset.node === name) fill(row); })
+        .catch(() => {});
+    }, pinned ? 0 : 60);
   }
 
   function cellIndex(target) {
