@@ -17,13 +17,14 @@ from playwright.sync_api import BrowserContext, Page
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
+from reconciler.controller.observe import is_driver_pod
 from reconciler.dashboard.audit import GitAudit
 from reconciler.dashboard.model import ClusterFacts, NodeFacts
 from reconciler.dashboard.server import DashboardApp, serve
 from reconciler.dashboard.source import ClusterSource
 from reconciler.dashboard.synthetic import synthetic_facts
-from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME
+from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, OPERATOR_NAMESPACE
 from reconciler.ops.http_server import BackgroundHTTPServer
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.faults import Fault, FaultKind
@@ -102,6 +103,34 @@ def _open(page: Page, url: str) -> None:
     page.goto(url + "/")
     page.wait_for_selector("body[data-version]", timeout=30_000)
     page.evaluate("window.__marker = 'loaded once'")
+
+
+def _api_counts(kube: KubeApi) -> tuple[int, int]:
+    """(GPU nodes, nodes whose driver pod is Ready on NEW), read from the API server."""
+    nodes = kube.list(resource_path("v1", "nodes"),
+                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"})["items"]
+    pods = kube.list(resource_path("v1", "pods", namespace=OPERATOR_NAMESPACE))["items"]
+    ready = {
+        p["spec"]["nodeName"] for p in pods
+        if is_driver_pod(p) and not p["metadata"].get("deletionTimestamp")
+        and p["spec"]["containers"][0]["image"].split(":")[-1].startswith(NEW)
+        and any(c["type"] == "Ready" and c["status"] == "True"
+                for c in (p.get("status") or {}).get("conditions") or ())
+    }
+    return len(nodes), len(ready)
+
+
+def _agree(page: Page, kube: KubeApi, old: int | None = None) -> tuple[dict[str, int],
+                                                                       int] | None:
+    """The page's counts and the API's Ready-on-new count, once they agree (every GPU node a
+    cell, the cells on the new version = the API's driver pods Ready on it)."""
+    counts = _counts(page)
+    total, on_new = _api_counts(kube)
+    if sum(counts.values()) != total or counts["upgraded"] + counts["verifying"] != on_new:
+        return None
+    if old is not None and counts["old"] != old:
+        return None
+    return counts, on_new
 
 
 def _counts(page: Page) -> dict[str, int]:
@@ -246,10 +275,11 @@ def test_dashboard_of_a_real_rollout_counts_gate_failure_and_live_updates(
         assert change == "clusters/dev/cluster-operator.yaml:10\n- pause: true\n+ pause: false"
         assert "merge a change of clusters/dev/cluster-operator.yaml:10" in gate.inner_text()
         # the map's counts are the API's
-        counts = _counts(page)
-        assert sum(counts.values()) == len(fleet.node_names) == 10
-        assert counts["upgraded"] + counts["verifying"] == len(fleet.ready_driver_nodes(NEW))
-        assert counts["upgraded"] == 2
+        counts, on_new = wait_for(lambda: _agree(page, kube, old=8), timeout=20,
+                                  what="the page's counts to match the API at the gate",
+                                  observe=lambda: (_counts(page), _api_counts(kube)))
+        assert on_new == 2 and counts["upgraded"] == 2
+        assert page.locator("#on-new").inner_text() == "2/10"
         assert page.locator("#map [data-node]").count() == 10
         assert page.locator("#step").inner_text().startswith("1/3")
         # released: the page follows without a reload
@@ -273,9 +303,11 @@ def test_dashboard_of_a_real_rollout_counts_gate_failure_and_live_updates(
         fallback.wait_for(timeout=60_000)
         assert "node-0004: ErrImagePull" in fallback.inner_text()
         assert "2 of 2 failures" in fallback.inner_text()
-        counts = _counts(page)
-        assert counts["failed"] == 1
-        assert counts["upgraded"] + counts["verifying"] == len(fleet.ready_driver_nodes(NEW))
+        # nodes in flight when the fallback fired finish: the page follows the API
+        counts, on_new = wait_for(lambda: _agree(page, kube), timeout=20,
+                                  what="the page's counts to match the API",
+                                  observe=lambda: (_counts(page), _api_counts(kube)))
+        assert counts["failed"] == 1 and on_new >= 2
         assert page.evaluate("window.__marker") == "loaded once"
         shot = tmp_path / "dashboard-real-rollout.png"
         page.screenshot(path=str(shot), full_page=True)
