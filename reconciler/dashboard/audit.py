@@ -187,7 +187,13 @@ class GitAudit:
                 entries = self._history(head, "policy", cluster_dir)
                 if status_head is not None:
                     entries += self._history(status_head, "status", status_file)
-                entries.sort(key=lambda e: e["at"], reverse=True)  # stable: Git order in a second
+                if status_head == head:  # one branch: its own order, newest first
+                    rank = {c.hexsha: i for i, c in enumerate(self._repo.iter_commits(
+                        head, paths=[cluster_dir, status_file], first_parent=True,
+                        max_count=2 * HISTORY_LIMIT))}
+                    entries.sort(key=lambda e: rank.get(e["sha"], len(rank)))
+                else:
+                    entries.sort(key=lambda e: e["at"], reverse=True)
                 files = self._files(head, cluster_dir)
                 _, _, policy_path = _policy_fields(files)
                 self.context = GitContext(
