@@ -27,8 +27,13 @@ from reconciler.cli.numbers import BoundedInt, FiniteFloat
               help="Live screen, or one line per change (default: live on a terminal).")
 @click.option("--examples", type=click.Path(file_okay=False, exists=True, path_type=Path),
               default=None, help="The example policy repository (default: examples-repo/).")
+@click.option("--dashboard", "dashboard", is_flag=False, flag_value="127.0.0.1:8090",
+              default=None, metavar="[HOST:PORT]",
+              help="Serve `reconciler dashboard` of the demo's cluster during the demo "
+                   "(default address 127.0.0.1:8090; port 0 picks one).")
 def demo(nodes: int, install_seconds: float, review_seconds: float, timeout: float,
-         workdir: Path | None, keep: bool, live: bool | None, examples: Path | None) -> None:
+         workdir: Path | None, keep: bool, live: bool | None, examples: Path | None,
+         dashboard: str | None) -> None:
     """Merge-to-upgrade, end to end, on a local control plane with simulated GPU nodes.
 
     Starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback, a
@@ -42,5 +47,5 @@ def demo(nodes: int, install_seconds: float, review_seconds: float, timeout: flo
 
     options = DemoOptions(nodes=nodes, install_seconds=install_seconds,
                           review_seconds=review_seconds, timeout=timeout, workdir=workdir,
-                          keep=keep, live=live, examples=examples)
+                          keep=keep, live=live, examples=examples, dashboard=dashboard)
     sys.exit(Demo(options).run())

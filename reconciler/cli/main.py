@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, str] = {
     "firmware": "firmware:firmware",
     "status": "status:status",
     "demo": "demo:demo",
+    "dashboard": "dashboard:dashboard",
 }
 
 

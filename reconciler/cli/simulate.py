@@ -302,6 +302,8 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
                    "does.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
+@click.option("--html", "html_file", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Also write the predicted rollout as a self-contained page.")
 def simulate(
     policy_file: Path,
     nodes: int,
@@ -313,6 +315,7 @@ def simulate(
     ready_timeout: float,
     cordon_ahead: bool,
     fmt: str,
+    html_file: Path | None,
 ) -> None:
     """Simulate the rollout POLICY_FILE asks for on a virtual fleet (no cluster)."""
     driver = load_driver_spec(policy_file)
@@ -335,6 +338,14 @@ def simulate(
         settings=PlannerSettings(ready_timeout=ready_timeout, cordon_ahead=cordon_ahead),
     )
     result = run_simulation(driver, config)
+    if html_file is not None:
+        from reconciler.dashboard.simulate_page import write_simulation_page
+
+        try:
+            size = write_simulation_page(html_file, result, driver, config)
+        except OSError as exc:
+            _fail(f"cannot write {html_file}: {exc}")
+        click.echo(f"wrote {html_file} ({size} bytes)", err=True)
     if fmt == "json":
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

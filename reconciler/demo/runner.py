@@ -68,6 +68,8 @@ class DemoOptions:
     keep: bool = False
     live: bool | None = None  # None: live when the output is a terminal
     examples: Path | None = None
+    #: serve ``reconciler dashboard`` of the demo's cluster at this HOST:PORT (None: do not)
+    dashboard: str | None = None
 
 
 def _die_with_parent() -> None:
@@ -101,6 +103,7 @@ class Demo:
         self.live: Live | None = None
         self.note = (f"simulated driver install: {options.install_seconds:g} s per node "
                      "(a real one takes minutes)")
+        self._dashboard: list[Any] = []  # what to stop: server, app, source
 
     # -- output ------------------------------------------------------------------------------
 
@@ -185,6 +188,9 @@ class Demo:
             yield
             failed = False
         finally:
+            for part in reversed(self._dashboard):
+                with contextlib.suppress(Exception):
+                    part.stop()
             self._stop_daemon()
             if self.live is not None:
                 self.live.stop()
@@ -236,6 +242,28 @@ class Demo:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(daemon.pid, signal.SIGKILL)
 
+    def _start_dashboard(self, listen: str, repo: Path) -> None:
+        """``reconciler dashboard`` of the demo's cluster, in this process."""
+        from reconciler.dashboard.audit import GitAudit
+        from reconciler.dashboard.server import DashboardApp, serve
+        from reconciler.dashboard.source import ClusterSource
+        from reconciler.ops.http_server import parse_listen_address
+
+        assert self.api is not None
+        host, port = parse_listen_address(listen)
+        app: DashboardApp
+        source = ClusterSource(self.api, cluster=CLUSTER, object_name=CLUSTER_OPERATOR_NAME,
+                               on_change=lambda: app.changed())
+        app = DashboardApp(source.facts, object_name=CLUSTER_OPERATOR_NAME,
+                           audit=GitAudit(str(repo), cluster=CLUSTER))
+        self._dashboard += [source.start(), app.start()]
+        try:
+            server = serve(app, host, port)
+        except OSError as exc:
+            raise DemoError(f"cannot serve the dashboard on {listen}: {exc}") from exc
+        self._dashboard.append(server)
+        self.say(f"dashboard: {server.url}/ (open it in a browser to watch the rollout)")
+
     # -- the script --------------------------------------------------------------------------
 
     def _script(self) -> None:
@@ -268,6 +296,8 @@ class Demo:
         self._import_examples(alice, examples)
         self.say(f"policy repository created from examples-repo/ with a bare remote "
                  f"({self.remote.path}); {CLUSTER} runs {OLD}")
+        if self.options.dashboard:
+            self._start_dashboard(self.options.dashboard, self.remote.path)
 
         self._start_daemon(port, secret)
         applied = self.wait(lambda s: s.phase is not None and s.policy.enable_rollout
