@@ -58,6 +58,9 @@ SCHEDULER_PRE_FILTERS = ("NodePorts", "NodeResourcesFit", "VolumeBinding")
 # DaemonSet pod's node-name affinity, and NodeName's a set nodeName, into that one node, so the
 # filters run on one node instead of all of them.
 CURRENT_SCHEDULER_PRE_FILTERS = ("NodeAffinity", "NodeName", *SCHEDULER_PRE_FILTERS)
+# Enabled at every extension point by default in current releases, and its Reserve step fails
+# ("not found") without the state its pre-filter writes; no pod here claims a device.
+CURRENT_SCHEDULER_DISABLED = ("DynamicResources",)
 # The controllers run (the same in both generations), by their 1.20 names and by their current
 # ones (the old names are only aliases since 1.28).
 CONTROLLERS = ("daemonset", "garbagecollector", "namespace", "podgc", "serviceaccount",
@@ -166,6 +169,7 @@ def scheduler_configuration(kubeconfig: Path, serving: str, *, current: bool = F
         del config["healthzBindAddress"], config["metricsBindAddress"]
         config["apiVersion"] = "kubescheduler.config.k8s.io/v1"
         config["profiles"] = [{"schedulerName": "default-scheduler", "plugins": {
+            "multiPoint": {"disabled": [{"name": n} for n in CURRENT_SCHEDULER_DISABLED]},
             "preFilter": only(CURRENT_SCHEDULER_PRE_FILTERS), "filter": only(SCHEDULER_FILTERS)}}]
     return json.dumps(config, indent=2)
 

@@ -117,3 +117,4 @@ def test_scheduler_config_for_a_current_release_is_v1_without_bind_addresses() -
     assert pre_filters[:2] == ["NodeAffinity", "NodeName"]
     assert set(SCHEDULER_PRE_FILTERS) <= set(pre_filters)
     assert plugins["filter"]["disabled"] == [{"name": "*"}]
+    assert plugins["multiPoint"] == {"disabled": [{"name": "DynamicResources"}]}
