@@ -62,7 +62,7 @@ CURRENT_SCHEDULER_PRE_FILTERS = ("NodeAffinity", "NodeName", *SCHEDULER_PRE_FILT
 # ("not found") without the state its pre-filter writes; no pod here claims a device.
 CURRENT_SCHEDULER_DISABLED = ("DynamicResources",)
 # The controllers run (the same in both generations), by their 1.20 names and by their current
-# ones (the old names are only aliases since 1.28).
+# ones (current releases keep the old names only as aliases).
 CONTROLLERS = ("daemonset", "garbagecollector", "namespace", "podgc", "serviceaccount",
                "clusterrole-aggregation", "root-ca-cert-publisher")
 CURRENT_CONTROLLERS = ("daemonset-controller", "garbage-collector-controller",
@@ -333,8 +333,8 @@ class ControlPlane:
         self._wait_apiserver()
         current = self.binaries.current
         if current:
-            # Insecure serving is gone (1.24): both serve /healthz over TLS only, here with the
-            # API server's loopback certificate, so the probe verifies it against our CA.
+            # Insecure serving (--address, --port) is gone: both serve /healthz over TLS only,
+            # with the API server's loopback certificate, so the probe verifies it against our CA.
             serving = ["--bind-address=127.0.0.1", f"--tls-cert-file={pki.apiserver.cert}",
                        f"--tls-private-key-file={pki.apiserver.key}"]
             kcm_serving = [f"--secure-port={kcm_port}", *serving]
