@@ -2,6 +2,10 @@
 (node lifecycle controller off, so simulated nodes are never evicted) and kube-scheduler, on free
 loopback ports, in a temporary directory of their own.
 
+``KUBE_VERSION`` selects the release (default 1.20.2, built from Debian's source; 1.30.0 and
+newer are built from the Go module proxy by ``scripts/install-kubernetes``). Each release gets the
+flags and configuration it understands; the differences are listed in docs/dev-cluster.md.
+
 Each process runs in its own process group; ``stop()`` terminates the groups and checks that
 nothing is left. Logs stay on disk when something failed (``mark_failed()``, or a start that did
 not come up) and are removed otherwise.
@@ -13,6 +17,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,7 +37,9 @@ from reconciler.kube.api import Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.kubeconfig import write_kubeconfig
 from reconciler.sim.pki import Pki, make_pki
 
-KUBE_VERSION = "1.20.2"
+KUBE_VERSION = "1.20.2"  # the default release; kube_version() says which one runs
+# The oldest release of the current generation this module configures (1.21-1.29 are neither).
+FIRST_CURRENT_MINOR = 30
 DEFAULT_CACHE = Path("/var/cache/gpu-reconciler")
 MINTED_NAMESPACE = "gpu-reconciler-identities"
 # The Go garbage collector took 20-30 % of the scheduler's and controller manager's CPU while
@@ -47,10 +54,40 @@ SCHEDULER_FILTERS = ("NodeAffinity", "NodeName", "NodeUnschedulable", "TaintTole
                      "NodePorts", "NodeResourcesFit")
 # The state their filters read; VolumeBinding's also feeds its reserve and pre-bind steps.
 SCHEDULER_PRE_FILTERS = ("NodePorts", "NodeResourcesFit", "VolumeBinding")
+# Current releases also narrow the nodes before filtering: NodeAffinity's pre-filter turns a
+# DaemonSet pod's node-name affinity, and NodeName's a set nodeName, into that one node, so the
+# filters run on one node instead of all of them.
+CURRENT_SCHEDULER_PRE_FILTERS = ("NodeAffinity", "NodeName", *SCHEDULER_PRE_FILTERS)
+# Enabled at every extension point by default in current releases, and its Reserve step fails
+# ("not found") without the state its pre-filter writes; no pod here claims a device.
+CURRENT_SCHEDULER_DISABLED = ("DynamicResources",)
+# The controllers run (the same in both generations), by their 1.20 names and by their current
+# ones (current releases keep the old names only as aliases).
+CONTROLLERS = ("daemonset", "garbagecollector", "namespace", "podgc", "serviceaccount",
+               "clusterrole-aggregation", "root-ca-cert-publisher")
+CURRENT_CONTROLLERS = ("daemonset-controller", "garbage-collector-controller",
+                       "namespace-controller", "pod-garbage-collector-controller",
+                       "serviceaccount-controller", "clusterrole-aggregation-controller",
+                       "root-ca-certificate-publisher-controller")
 
 
 class ControlPlaneError(RuntimeError):
     pass
+
+
+def kube_version() -> str:
+    """The Kubernetes release to run: ``KUBE_VERSION`` if set, else the default."""
+    return os.environ.get("KUBE_VERSION") or KUBE_VERSION
+
+
+def kube_minor(version: str) -> int:
+    """The minor release of a supported version: 1.20.2, or 1.30.0 and newer."""
+    match = re.fullmatch(r"1\.(\d+)\.\d+", version)
+    minor = int(match.group(1)) if match else -1
+    if version != KUBE_VERSION and minor < FIRST_CURRENT_MINOR:
+        raise ControlPlaneError(
+            f"KUBE_VERSION={version}: the control plane runs 1.20.2 or 1.30.0 and newer")
+    return minor
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,27 +96,41 @@ class Binaries:
     apiserver: Path
     controller_manager: Path
     scheduler: Path
+    #: the release they are (``kube_version()``), which decides their flags
+    version: str = KUBE_VERSION
+
+    @property
+    def current(self) -> bool:
+        """A release of 1.30 or newer (secure serving only, scheduler config v1, ...)."""
+        return kube_minor(self.version) >= FIRST_CURRENT_MINOR
 
     @classmethod
     def locate(cls) -> Binaries:
-        """``KUBE_BIN_DIR`` if set, else the cache ``scripts/install-kubernetes`` builds into;
-        etcd from ``ETCD_BIN`` or ``PATH``."""
+        """``KUBE_BIN_DIR`` if set, else the cache ``scripts/install-kubernetes`` builds into
+        for ``kube_version()``; etcd from ``ETCD_BIN``, else beside the Kubernetes binaries (the
+        module build makes one), else ``PATH``."""
+        version = kube_version()
+        kube_minor(version)
         explicit = os.environ.get("KUBE_BIN_DIR")
         cache = Path(os.environ.get("RECONCILER_CACHE", str(DEFAULT_CACHE)))
-        bin_dir = Path(explicit) if explicit else cache / f"kubernetes-{KUBE_VERSION}" / "bin"
-        etcd = os.environ.get("ETCD_BIN") or shutil.which("etcd") or "/usr/bin/etcd"
+        bin_dir = Path(explicit) if explicit else cache / f"kubernetes-{version}" / "bin"
+        beside = bin_dir / "etcd"
+        etcd = (os.environ.get("ETCD_BIN") or (str(beside) if os.access(beside, os.X_OK) else "")
+                or shutil.which("etcd") or "/usr/bin/etcd")
         found = cls(
             etcd=Path(etcd),
             apiserver=bin_dir / "kube-apiserver",
             controller_manager=bin_dir / "kube-controller-manager",
             scheduler=bin_dir / "kube-scheduler",
+            version=version,
         )
         missing = [str(p) for p in (found.etcd, found.apiserver, found.controller_manager,
                                     found.scheduler) if not os.access(p, os.X_OK)]
         if missing:
+            build = "" if version == KUBE_VERSION else f"KUBE_VERSION={version} "
             raise ControlPlaneError(
                 f"missing control plane binaries: {', '.join(missing)}; "
-                "run scripts/install-kubernetes "
+                f"run {build}scripts/install-kubernetes "
                 "(or set KUBE_BIN_DIR to a directory holding kube-apiserver, "
                 "kube-controller-manager and kube-scheduler)"
             )
@@ -100,11 +151,12 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def scheduler_configuration(kubeconfig: Path, serving: str) -> str:
-    """The scheduler's KubeSchedulerConfiguration (v1beta1, JSON is YAML)."""
+def scheduler_configuration(kubeconfig: Path, serving: str, *, current: bool = False) -> str:
+    """The scheduler's KubeSchedulerConfiguration (JSON is YAML): v1beta1 serving plain HTTP on
+    ``serving`` for 1.20; v1 for a current release, which serves only HTTPS, on its flags."""
     def only(names: tuple[str, ...]) -> dict[str, object]:
         return {"disabled": [{"name": "*"}], "enabled": [{"name": n} for n in names]}
-    return json.dumps({
+    config: dict[str, object] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 1000, "burst": 2000},
@@ -112,7 +164,14 @@ def scheduler_configuration(kubeconfig: Path, serving: str) -> str:
         "healthzBindAddress": serving, "metricsBindAddress": serving,
         "profiles": [{"schedulerName": "default-scheduler", "plugins": {
             "preFilter": only(SCHEDULER_PRE_FILTERS), "filter": only(SCHEDULER_FILTERS)}}],
-    }, indent=2)
+    }
+    if current:
+        del config["healthzBindAddress"], config["metricsBindAddress"]
+        config["apiVersion"] = "kubescheduler.config.k8s.io/v1"
+        config["profiles"] = [{"schedulerName": "default-scheduler", "plugins": {
+            "multiPoint": {"disabled": [{"name": n} for n in CURRENT_SCHEDULER_DISABLED]},
+            "preFilter": only(CURRENT_SCHEDULER_PRE_FILTERS), "filter": only(SCHEDULER_FILTERS)}}]
+    return json.dumps(config, indent=2)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -272,27 +331,43 @@ class ControlPlane:
             "--v=1",
         ])
         self._wait_apiserver()
+        current = self.binaries.current
+        if current:
+            # Insecure serving (--address, --port) is gone: both serve /healthz over TLS only,
+            # with the API server's loopback certificate, so the probe verifies it against our CA.
+            serving = ["--bind-address=127.0.0.1", f"--tls-cert-file={pki.apiserver.cert}",
+                       f"--tls-private-key-file={pki.apiserver.key}"]
+            kcm_serving = [f"--secure-port={kcm_port}", *serving]
+            scheduler_serving = [f"--secure-port={scheduler_port}", *serving]
+            scheme, probe = "https", self._client_context(with_identity=False)
+        else:
+            kcm_serving = ["--secure-port=0", "--address=127.0.0.1", f"--port={kcm_port}"]
+            scheduler_serving = ["--secure-port=0", "--address=127.0.0.1",
+                                 f"--port={scheduler_port}"]
+            scheme, probe = "http", None
+        controllers = CURRENT_CONTROLLERS if current else CONTROLLERS
         self._launch("kube-controller-manager", supervised=True, args=[
             str(self.binaries.controller_manager),
             f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
-            "--controllers=daemonset,garbagecollector,namespace,podgc,serviceaccount,"
-            "clusterrole-aggregation,root-ca-cert-publisher",
+            f"--controllers={','.join(controllers)}",
             "--kube-api-qps=1000", "--kube-api-burst=2000",
-            "--leader-elect=false", "--secure-port=0",
-            "--address=127.0.0.1", f"--port={kcm_port}",
+            "--leader-elect=false", *kcm_serving,
             f"--service-account-private-key-file={pki.service_account_key}",
             f"--root-ca-file={pki.ca.cert}",
             "--v=1",
         ])
         scheduler_config = self.workdir / "scheduler.yaml"
         scheduler_config.write_text(scheduler_configuration(
-            self.workdir / "scheduler.kubeconfig", f"127.0.0.1:{scheduler_port}"))
+            self.workdir / "scheduler.kubeconfig", f"127.0.0.1:{scheduler_port}",
+            current=current))
         self._launch("kube-scheduler", supervised=True, args=[
             str(self.binaries.scheduler), f"--config={scheduler_config}",
-            "--secure-port=0", "--address=127.0.0.1", f"--port={scheduler_port}", "--v=1",
+            *scheduler_serving, "--v=1",
         ])
-        self._wait_http_ok("kube-controller-manager", f"http://127.0.0.1:{kcm_port}/healthz")
-        self._wait_http_ok("kube-scheduler", f"http://127.0.0.1:{scheduler_port}/healthz")
+        self._wait_http_ok("kube-controller-manager",
+                           f"{scheme}://127.0.0.1:{kcm_port}/healthz", probe)
+        self._wait_http_ok("kube-scheduler",
+                           f"{scheme}://127.0.0.1:{scheduler_port}/healthz", probe)
 
     def _launch(self, name: str, args: list[str], *, supervised: bool = False) -> None:
         process = _Process(name, args, self.workdir / "logs" / f"{name}.log",
@@ -357,10 +432,15 @@ class ControlPlane:
                 f"timed out after {self.start_timeout:.0f} s waiting for {what}"
             )
 
-    def _wait_apiserver(self) -> None:
+    def _client_context(self, *, with_identity: bool = True) -> ssl.SSLContext:
         assert self.pki is not None
         context = ssl.create_default_context(cafile=str(self.pki.ca.cert))
-        context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
+        if with_identity:
+            context.load_cert_chain(str(self.pki.admin.cert), str(self.pki.admin.key))
+        return context
+
+    def _wait_apiserver(self) -> None:
+        context = self._client_context()
         deadline = time.monotonic() + self.start_timeout
         while True:
             self._deadline_check(deadline, "kube-apiserver /readyz")
@@ -371,12 +451,12 @@ class ControlPlane:
                     return
             time.sleep(0.1)
 
-    def _wait_http_ok(self, what: str, url: str) -> None:
+    def _wait_http_ok(self, what: str, url: str, context: ssl.SSLContext | None = None) -> None:
         deadline = time.monotonic() + self.start_timeout
         while True:
             self._deadline_check(deadline, f"{what} {url}")
             with contextlib.suppress(OSError, urllib.error.URLError), urllib.request.urlopen(
-                url, timeout=2
+                url, timeout=2, context=context
             ) as response:
                 if response.status == 200:
                     return
