@@ -78,7 +78,7 @@ class PassFailures:
     and then at most once per ``report_every`` while it lasts. The next pass that does not
     raise clears it. Times come from ``clock``."""
 
-    def __init__(self, clock: Callable[[], float], *, report_every: float = 600.0,
+    def __init__(self, clock: Clock, *, report_every: float = 600.0,
                  first_retry: float = 1.0, max_retry: float = 60.0) -> None:
         self.clock = clock
         self.report_every = report_every
