@@ -116,7 +116,7 @@ def test_a_planning_pass_reports_its_stages_in_order() -> None:
     observer = Recorder()
     controller = controller_with(observer)
     controller.dispatcher.events = ThreadPoolExecutor(max_workers=1)
-    controller.executor.execute = lambda action, co: None  # type: ignore[method-assign]
+    controller.executor.execute = lambda action, cluster_operator: None  # type: ignore[method-assign]
     controller._on_daemonset("ADDED", {
         "metadata": {"name": DRIVER_DAEMONSET, "namespace": OPERATOR_NAMESPACE,
                      "generation": 1, "resourceVersion": "1"},
