@@ -50,6 +50,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.controller.act import Target
+from reconciler.controller.hooks import RolloutObserver
 from reconciler.controller.loop import RolloutController, prefer_responsiveness
 from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, resource_path
@@ -142,6 +143,73 @@ def observe(kubeconfig: str, conn: multiprocessing.connection.Connection) -> Non
     conn.send({"stages": observer.stages, "deleted_on": observer.deleted_on,
                "removed_on": observer.removed_on,
                "ready_at": observer.ready_at, "deleted_at": observer.deleted_at})
+
+
+class Timings(RolloutObserver):
+    """The controller's own timings, through its observer hooks (on its threads): per pass
+    (planning, handing out actions, handing out status) seconds, per node's requests seconds
+    from handing them out to their landing, and the wall-clock times of each start and of each
+    driver pod Ready the controller saw (for where a refill's time goes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pass: list[float] = []
+        #: the last 1,000 passes: (planning, handing out actions, handing out status) seconds
+        self.pass_seconds: list[tuple[float, float, float]] = []
+        #: the last 5,000 nodes' requests: seconds from handing them out to their landing
+        self.request_seconds: list[float] = []
+        #: node -> wall-clock times of its last start: handed out, node written before the
+        #: deletion (0: cordoned ahead, nothing written first), pod deleted
+        self.start_times: dict[str, tuple[float, float, float]] = {}
+        #: node -> wall-clock time its driver pod was last seen turning Ready
+        self.ready_seen: dict[str, float] = {}
+        self._node_written: dict[str, float] = {}  # node -> when our last write to it landed
+        self._pod_deleted: dict[str, float] = {}  # node -> when our last pod deletion landed
+
+    def pass_started(self) -> None:
+        self._pass = [time.perf_counter()]
+
+    def pass_planned(self) -> None:
+        self._pass.append(time.perf_counter())
+
+    def pass_acted(self) -> None:
+        self._pass.append(time.perf_counter())
+
+    def pass_ended(self) -> None:
+        started, planned, acted = self._pass
+        self.pass_seconds.append((planned - started, acted - planned,
+                                  time.perf_counter() - acted))
+        del self.pass_seconds[:-1000]
+
+    def requests_handed_out(self, node: str, *, starts: bool) -> object:
+        handed_out = time.perf_counter()
+        if not starts:
+            return (handed_out, 0.0)
+        with self._lock:
+            self._node_written.pop(node, None)
+            self._pod_deleted.pop(node, None)
+        return (handed_out, time.time())
+
+    def requests_landed(self, node: str, handed_out: object, *, starts: bool) -> None:
+        assert isinstance(handed_out, tuple)
+        started, wall = handed_out
+        with self._lock:
+            self.request_seconds.append(time.perf_counter() - started)
+            del self.request_seconds[:-5000]
+            if starts:
+                deleted = self._pod_deleted.get(node, 0.0)
+                written = self._node_written.get(node, 0.0)
+                # a node cordoned ahead is written after its deletion (the record), not before
+                self.start_times[node] = (wall, written if written <= deleted else 0.0, deleted)
+
+    def node_written(self, node: str) -> None:
+        self._node_written[node] = time.time()
+
+    def pod_deleted(self, node: str) -> None:
+        self._pod_deleted[node] = time.time()
+
+    def driver_ready_seen(self, node: str) -> None:
+        self.ready_seen[node] = time.time()
 
 
 class GcPauses:
@@ -358,8 +426,10 @@ def main() -> int:
         ready_before = conn.recv()
         prefer_responsiveness()  # as `reconciler run` does for the controller role
         api = KubeApi.from_kubeconfig(kubeconfig, pool_size=64)
+        timings = Timings()
         controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-                                       settings=PlannerSettings(ready_timeout=600)).start()
+                                       settings=PlannerSettings(ready_timeout=600),
+                                       observer=timings).start()
         controller.wait_synced(120)
         while not (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status") or {}):
             time.sleep(0.1)
@@ -405,7 +475,7 @@ def main() -> int:
         latencies, bursts, refills = refill_latencies(
             observer.deleted_at, observer.ready_at[ready_before:], args.nodes)
         breakdown = refill_breakdown(refills, dict(observer.ready_at), observer.deleted_on,
-                                     controller.stats.ready_seen, controller.stats.start_times)
+                                     timings.ready_seen, timings.start_times)
         minimum = theoretical_minimum(args.nodes, args.install_seconds)
         over = time_over_minimum(observer.deleted_at, observer.ready_at[ready_before:],
                                  args.nodes, args.install_seconds, started, started + wall)
@@ -461,14 +531,14 @@ def main() -> int:
             "pod_stages_p50_p99_ms": {k: p50_p99_ms(v) for k, v in segments.items()},
             "status_writes": controller.stats.status_writes,
             "node_requests_p50_p99_ms": [
-                round(percentile(controller.stats.request_seconds, q) * 1000, 1)
+                round(percentile(timings.request_seconds, q) * 1000, 1)
                 for q in (0.5, 0.99)],
             "apiserver_p50_p99_ms_bucket_bounds": {
                 " ".join(filter(None, key)): histogram_quantiles(server_before.get(key, {}),
                                                                  buckets)
                 for key, buckets in server_after.items()},
             "controller_pass_p50_p99_ms": {
-                name: [round(percentile([p[i] for p in controller.stats.pass_seconds], q) * 1000, 1)
+                name: [round(percentile([p[i] for p in timings.pass_seconds], q) * 1000, 1)
                        for q in (0.5, 0.99)]
                 for i, name in enumerate(("plan", "act", "status_write"))},
         }

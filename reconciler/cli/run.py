@@ -518,10 +518,8 @@ API_POOL_SIZE = 64
 
 def _api(kubeconfig: str | None) -> KubeApi:
     """The given kubeconfig, else in-cluster config, else ~/.kube/config."""
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-
     from reconciler.kube.api import KubeApi
+    from reconciler.kube.kubeconfig import in_cluster_api
 
     if kubeconfig:
         if not os.path.isfile(kubeconfig):
@@ -530,17 +528,14 @@ def _api(kubeconfig: str | None) -> KubeApi:
             return KubeApi.from_kubeconfig(kubeconfig, pool_size=API_POOL_SIZE)
         except Exception as exc:  # the client raises several kinds for a bad file
             raise click.ClickException(f"cannot use kubeconfig {kubeconfig}: {exc}") from exc
-    try:
-        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except k8s_config.ConfigException:
+    api = in_cluster_api(pool_size=API_POOL_SIZE)
+    if api is None:
         path = os.path.expanduser("~/.kube/config")
         if not os.path.isfile(path):
             raise click.UsageError(
                 "no cluster: give --kubeconfig (or $KUBECONFIG), or run in a pod") from None
         return KubeApi.from_kubeconfig(path, pool_size=API_POOL_SIZE)
-    configuration = k8s_client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = API_POOL_SIZE
-    return KubeApi(k8s_client.ApiClient(configuration))
+    return api
 
 
 # every setting's environment variable shows in --help (docs/configuration.md has them all)

@@ -9,11 +9,11 @@ could start a node twice).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.clock import Clock, wall
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import (
@@ -57,7 +57,7 @@ class ActionExecutor:
         target: Target,
         *,
         on_object: Callable[[str, JSON], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = wall,
     ) -> None:
         self.api = api
         self.target = target

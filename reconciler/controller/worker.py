@@ -9,11 +9,12 @@ import copy
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from reconciler import clock as clocks
+from reconciler.clock import Clock
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
@@ -77,7 +78,7 @@ class PassFailures:
     and then at most once per ``report_every`` while it lasts. The next pass that does not
     raise clears it. Times come from ``clock``."""
 
-    def __init__(self, clock: Callable[[], float], *, report_every: float = 600.0,
+    def __init__(self, clock: Clock, *, report_every: float = 600.0,
                  first_retry: float = 1.0, max_retry: float = 60.0) -> None:
         self.clock = clock
         self.report_every = report_every
@@ -170,11 +171,14 @@ class WatchDrivenWorker:
     def __init__(
         self,
         *,
-        clock: Callable[[], float],
+        clock: Clock,
         settle_seconds: float,
         is_leader: Callable[[], bool],
+        monotonic: Clock = clocks.monotonic,
     ) -> None:
         self.clock = clock
+        #: for timeouts of our own (``clock`` may be a test's, or wall time)
+        self.monotonic = monotonic
         self.settle_seconds = settle_seconds
         self.is_leader = is_leader
         self._lock = threading.Lock()
@@ -275,8 +279,8 @@ class WatchDrivenWorker:
         return all(w.wait_synced(0) for w in self.watches)
 
     def wait_synced(self, timeout: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
+        deadline = self.monotonic() + timeout
+        return all(w.wait_synced(max(0.0, deadline - self.monotonic())) for w in self.watches)
 
     def kick(self) -> None:
         with self._wake:

@@ -1,12 +1,17 @@
-"""Writing kubeconfig files (self-contained: certificates are embedded)."""
+"""Writing kubeconfig files (self-contained: certificates are embedded), and the in-cluster
+config of a pod."""
 
 from __future__ import annotations
 
 import base64
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ruamel.yaml import YAML
+
+if TYPE_CHECKING:
+    from reconciler.kube.api import KubeApi
 
 
 def _b64(data: bytes) -> str:
@@ -59,3 +64,20 @@ def write_kubeconfig(
         yaml.dump(document, handle)
     tmp.replace(path)
     return path
+
+
+def in_cluster_api(*, pool_size: int) -> KubeApi | None:
+    """A client from the pod's service account (in-cluster config), or None when this process
+    does not run in a pod; ``pool_size`` bounds concurrent connections."""
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    from reconciler.kube.api import KubeApi
+
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        return None
+    configuration = k8s_client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = pool_size
+    return KubeApi(k8s_client.ApiClient(configuration))

@@ -24,15 +24,13 @@ import logging
 import re
 import socket
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
-log = logging.getLogger(__name__)
+from reconciler.clock import Clock, monotonic
 
-Clock = Callable[[], float]
+log = logging.getLogger(__name__)
 
 #: longest request line, as the standard library has it (longer: 414)
 MAX_REQUEST_LINE = 65536
@@ -121,7 +119,7 @@ class RefusalLog:
         logger: logging.Logger,
         *,
         interval: float = 10.0,
-        clock: Clock = time.monotonic,
+        clock: Clock = monotonic,
         max_clients: int = 1024,
     ) -> None:
         self.logger = logger
@@ -350,7 +348,7 @@ class BackgroundHTTPServer:
         *,
         name: str = "http",
         limits: ServerLimits | None = None,
-        clock: Clock = time.monotonic,
+        clock: Clock = monotonic,
         refusals: RefusalLog | None = None,
     ) -> None:
         self._name = name

@@ -19,13 +19,13 @@ import os
 import random
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from reconciler.clock import Clock, monotonic, utc_now
 from reconciler.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ class LeaderElector:
         on_started_leading: Callback | None = None,
         on_stopped_leading: Callback | None = None,
         on_new_leader: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = monotonic,
+        wall_clock: Callable[[], datetime] = utc_now,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -347,9 +347,9 @@ class KubernetesLeaseClient:
     """``LeaseClient`` over the official client's ``CoordinationV1Api``."""
 
     def __init__(self, api_client: Any, *, request_timeout: float = 5.0) -> None:
-        from kubernetes import client as k8s
+        from reconciler.kube.leases import coordination_api  # the client loads on first use
 
-        self._api: Any = k8s.CoordinationV1Api(api_client)
+        self._api: Any = coordination_api(api_client)
         self._timeout = request_timeout
 
     def get(self, namespace: str, name: str) -> LeaseRecord | None:
@@ -379,9 +379,9 @@ class KubernetesLeaseClient:
         }
 
     def _record(self, lease: Any) -> LeaseRecord:
-        from kubernetes import client as k8s
+        from reconciler.kube.leases import lease_spec
 
-        spec = lease.spec or k8s.V1LeaseSpec()
+        spec = lease_spec(lease)
         return LeaseRecord(
             holder=spec.holder_identity or None,
             lease_duration_seconds=spec.lease_duration_seconds or 0,

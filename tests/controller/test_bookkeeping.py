@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from reconciler.controller import loop
+from reconciler.controller import dispatch
 from reconciler.controller.act import Target
-from reconciler.controller.loop import NodeIntent, RolloutController
+from reconciler.controller.index import NodeIntent
+from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, KubeError
 from reconciler.rollout.actions import (
     Action,
@@ -42,7 +43,7 @@ def controller() -> RolloutController:
     # never started: no watch runs and no request is sent
     api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration()))
     made = RolloutController(api, Target(cluster_operator="unused"))
-    made.executor = RecordingExecutor()  # type: ignore[assignment]
+    made.dispatcher.executor = RecordingExecutor()  # type: ignore[assignment]
     return made
 
 
@@ -51,9 +52,9 @@ def _start_in_flight(controller: RolloutController, node: str) -> tuple[NodeInte
     intent = NodeIntent.of([DeleteDriverPod(node, f"driver-{node}")])
     pending: Future[None] = Future()
     with controller._wake:
-        controller._intents.setdefault(node, []).append(intent)
-        controller._in_flight.add(pending)
-        controller._starts_in_flight.add(pending)
+        controller.index.intents.setdefault(node, []).append(intent)
+        controller.dispatcher.in_flight.add(pending)
+        controller.dispatcher.starts_in_flight.add(pending)
     return intent, pending
 
 
@@ -61,7 +62,7 @@ def test_bookkeeping_waits_until_the_deletions_in_flight_landed(
     controller: RolloutController,
 ) -> None:
     intent, pending = _start_in_flight(controller, "node-0002")
-    worker = threading.Thread(target=controller._bookkeep,
+    worker = threading.Thread(target=controller.dispatcher.bookkeep,
                               args=("node-0001", [Uncordon("node-0001")], {}))
     worker.start()
     time.sleep(0.3)
@@ -70,20 +71,20 @@ def test_bookkeeping_waits_until_the_deletions_in_flight_landed(
 
     landed = time.monotonic()
     pending.set_result(None)
-    controller._forget("node-0002", intent, pending, replan=False)
+    controller.dispatcher.forget("node-0002", intent, pending, replan=False)
     worker.join(2)
     assert not worker.is_alive()
     assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
     assert executor.calls[0][0] >= landed
-    assert not controller._starts_in_flight
+    assert not controller.dispatcher.starts_in_flight
 
 
 def test_bookkeeping_waits_at_most_the_bound(controller: RolloutController,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loop, "BOOKKEEPING_WAIT", 0.2)
+    monkeypatch.setattr(dispatch, "BOOKKEEPING_WAIT", 0.2)
     _start_in_flight(controller, "node-0002")  # never answered
     started = time.monotonic()
-    controller._bookkeep("node-0001", [Uncordon("node-0001")], {})
+    controller.dispatcher.bookkeep("node-0001", [Uncordon("node-0001")], {})
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
     assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
     assert executor.calls[0][0] - started >= 0.2
@@ -92,7 +93,7 @@ def test_bookkeeping_waits_at_most_the_bound(controller: RolloutController,
 def test_bookkeeping_goes_at_once_when_no_deletion_is_in_flight(
     controller: RolloutController,
 ) -> None:
-    controller._bookkeep("node-0001", [Uncordon("node-0001")], {})
+    controller.dispatcher.bookkeep("node-0001", [Uncordon("node-0001")], {})
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
     assert [actions for _, actions in executor.calls] == [[Uncordon("node-0001")]]
 
@@ -108,11 +109,11 @@ def test_a_start_runs_after_the_nodes_cordon_ahead_which_then_stops_yielding(
 ) -> None:
     # the cordon ahead would yield for 60 s to another node's deletion that is never answered;
     # the start that needs it ends that wait, and goes after it
-    monkeypatch.setattr(loop, "BOOKKEEPING_WAIT", 60.0)
+    monkeypatch.setattr(dispatch, "BOOKKEEPING_WAIT", 60.0)
     _start_in_flight(controller, "node-0002")
     try:
-        controller._dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
-        start = controller._dispatch("node-0003", START, {}, starts=True)
+        controller.dispatcher.dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
+        start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
         start.result(timeout=10)
         executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
         assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, START]
@@ -126,13 +127,14 @@ def test_a_start_does_not_run_when_the_nodes_cordon_ahead_failed(
 ) -> None:
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
     executor.failing.add("node-0003")
-    controller._failure_backoff["node-0003"] = 30.0  # its intent is kept 10 s after failing
+    # its intent is kept 10 s after failing
+    controller.dispatcher.failure_backoff["node-0003"] = 30.0
     try:
-        cordon = controller._dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
+        cordon = controller.dispatcher.dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
         with pytest.raises(KubeError):
             cordon.result(timeout=10)
         executor.failing.clear()  # only the cordon ahead failed; the start alone would succeed
-        start = controller._dispatch("node-0003", START, {}, starts=True)
+        start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
         with pytest.raises(KubeError):
             start.result(timeout=10)
         assert executor.calls == []  # no pod deleted on a node whose cordon did not land

@@ -64,7 +64,7 @@ def rollout() -> tuple[RolloutController, Clock, list[RecordEvent]]:
     controller = RolloutController(api(), Target(cluster_operator="cluster-operator"),
                                    clock=clock)
     events: list[RecordEvent] = []
-    controller._events = InlineEvents()
+    controller.dispatcher.events = InlineEvents()
     controller.executor.execute = lambda action, co: events.append(action)  # type: ignore
     controller._on_daemonset("ADDED", {
         "metadata": {"name": DRIVER_DAEMONSET, "namespace": OPERATOR_NAMESPACE,
@@ -100,7 +100,7 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
 
     retry_at = controller.run_pass()
     assert retry_at == clock.now + 1.0, "retried after a back-off, not at once"
-    condition = planning_condition(controller._planned_status)
+    condition = planning_condition(controller.status_writer.planned)
     assert condition["status"] == "True" and condition["reason"] == "ValueError"
     assert "'ten'" in condition["message"]
     assert [(e.type, e.reason) for e in events] == [("Warning", PLANNING_FAILED)]
@@ -108,7 +108,7 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
     assert controller.failures.held()
 
     # the same error again: no new Event, no new status, a longer back-off
-    written = controller._planned_status
+    written = controller.status_writer.planned
     clock.now = retry_at
     assert not controller.failures.held()
     retry_at = controller.run_pass()
@@ -117,7 +117,7 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
     retry_at = controller.run_pass()
     assert retry_at == clock.now + 4.0
     assert len(events) == 1
-    assert controller._planned_status is written
+    assert controller.status_writer.planned is written
 
     # the back-off stops doubling at a minute; a lasting error is reported again after 10
     # minutes (passes at +7, +15, +31, +63, then every 60 s: the one at +603)
@@ -137,17 +137,17 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
     controller._on_cluster_operator("MODIFIED", cluster_operator(worse, 11))
     controller.run_pass()
     assert len(events) == 3 and "'half'" in events[2].message
-    assert "'half'" in planning_condition(controller._planned_status)["message"]
+    assert "'half'" in planning_condition(controller.status_writer.planned)["message"]
 
     # fixed: the pass plans, the condition goes to False, a Normal Event says so
     controller._on_cluster_operator("MODIFIED", cluster_operator(GOOD_POLICY, 12))
     clock.now += 600
     assert controller.run_pass() is None
     assert not controller.failures.held() and controller.failures.current is None
-    condition = planning_condition(controller._planned_status)
+    condition = planning_condition(controller.status_writer.planned)
     assert condition["status"] == "False" and condition["reason"] == PLANNING_RECOVERED
-    assert controller._planned_status is not None
-    assert controller._planned_status["phase"] == "Idling", "the planned status is kept"
+    assert controller.status_writer.planned is not None
+    assert controller.status_writer.planned["phase"] == "Idling", "the planned status is kept"
     assert [(e.type, e.reason) for e in events[3:]] == [("Normal", PLANNING_RECOVERED)]
     # nothing more to clear on the next pass
     controller.run_pass()
@@ -166,7 +166,7 @@ def test_a_cleared_condition_whose_write_was_lost_is_cleared_again(
         "message": "planning pass failed: boom", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     controller._on_cluster_operator("ADDED", stale)
     controller.run_pass()
-    condition = planning_condition(controller._planned_status)
+    condition = planning_condition(controller.status_writer.planned)
     assert condition["status"] == "False" and "ValueError" in condition["message"]
     assert [e.reason for e in events] == [PLANNING_RECOVERED]
 

@@ -83,7 +83,7 @@ def test_node_events_wake_the_controller_only_when_the_planners_view_changes(
     assert not woke(controller, controller._on_node, relabelled), "the labeller's labels"
     assert woke(controller, controller._on_node, node(
         metadata__labels={CANARY_LABEL: "true"})), "the canary label"
-    assert controller._node_views["node-0001"].canary
+    assert controller.index.views["node-0001"].canary
     assert woke(controller, controller._on_node, node(
         metadata__annotations={ANN_STATE: "cordoned"})), "a rollout annotation"
     assert woke(controller, controller._on_node, node(spec__unschedulable=True)), "a cordon"
@@ -99,14 +99,14 @@ def test_driver_pod_events_wake_the_controller_only_when_the_planners_view_chang
     assert not woke(controller, controller._on_pod, driver_pod(phase="Running")), \
         "Running but not Ready: the planner sees the same pod"
     assert woke(controller, controller._on_pod, driver_pod(phase="Running", ready=True))
-    assert controller._node_views["node-0001"].pod is not None
-    assert controller._node_views["node-0001"].pod.ready
+    assert controller.index.views["node-0001"].pod is not None
+    assert controller.index.views["node-0001"].pod.ready
     assert woke(controller, controller._on_pod,
                 driver_pod(phase="Running", ready=True, deleting=True)), "deletion started"
     controller._dirty = False
     controller._on_pod("DELETED", driver_pod(phase="Running", ready=True, deleting=True))
     assert controller._dirty, "the pod gone"
-    assert controller._node_views["node-0001"].pod is None
+    assert controller.index.views["node-0001"].pod is None
 
 
 def test_daemonset_status_writes_do_not_wake_the_controller(
@@ -120,8 +120,8 @@ def test_daemonset_status_writes_do_not_wake_the_controller(
     assert woke(controller, controller._on_daemonset, daemonset), "first seen"
     daemonset["status"] = {"numberReady": 9}
     assert not woke(controller, controller._on_daemonset, daemonset), "a status write"
-    assert controller._daemonset is not None
-    assert controller._daemonset["status"] == {"numberReady": 9}, "the cache still follows it"
+    assert controller.index.daemonset is not None
+    assert controller.index.daemonset["status"] == {"numberReady": 9}, "the cache still follows it"
     daemonset["metadata"]["generation"] = 2
     daemonset["spec"]["template"]["spec"]["containers"][0]["image"] = "a:2"
     assert woke(controller, controller._on_daemonset, daemonset), "a template change"
@@ -135,6 +135,6 @@ def test_cached_nodes_and_pods_carry_no_managed_fields(controller: RolloutContro
                                              "fieldsV1": {"f:spec": {"f:unschedulable": {}}}}]
     written["metadata"]["resourceVersion"] = str(next(_versions))
     controller._own_write("node", written)
-    assert "managedFields" not in controller._nodes["node-0001"]["metadata"]
+    assert "managedFields" not in controller.index.nodes["node-0001"]["metadata"]
     assert all(w.transform is without_managed_fields
                for w in controller.watches if w.name in ("nodes", "pods"))

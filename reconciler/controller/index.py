@@ -1,0 +1,209 @@
+"""The rollout controller's node index: the list+watch caches, keyed as the planner reads them,
+with the intents of requests in flight laid over them.
+
+What requests in flight will have written (a node's annotations and cordon, a pod being
+deleted) is laid over the cached objects until the server's answer replaces them, so a pass
+never sees a node it already started as free: in-flight counts stay exact, erring only towards
+counting a node whose request failed for a moment longer.
+
+No threads and no locks here: the controller calls it under its own lock. Each handler says
+whether the planner's view changed (a pass is due); events that change nothing it reads
+(heartbeats, labels it does not read, the DaemonSet's status) say no.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from reconciler.controller.hooks import NoObserver, RolloutObserver
+from reconciler.controller.observe import (
+    driver_pod_view,
+    is_driver_pod,
+    node_view,
+    pick_driver_pod,
+    requests_gpu,
+)
+from reconciler.controller.worker import generation, newer, same_version
+from reconciler.kube.api import JSON
+from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.kube.watch import object_key
+from reconciler.rollout.actions import Action, AnnotateNode, Cordon, DeleteDriverPod, Uncordon
+from reconciler.rollout.model import DriverPod, RolloutNode
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIntent:
+    """What one node's requests in flight will have written once they land."""
+
+    annotations: Mapping[str, str | None]
+    unschedulable: bool | None
+    deleting: frozenset[str]
+
+    @classmethod
+    def of(cls, actions: Sequence[Action]) -> NodeIntent:
+        annotations: dict[str, str | None] = {}
+        unschedulable: bool | None = None
+        deleting: set[str] = set()
+        for action in actions:
+            if isinstance(action, AnnotateNode):
+                annotations.update(action.annotations)
+            elif isinstance(action, (Cordon, Uncordon)):
+                unschedulable = isinstance(action, Cordon)
+            elif isinstance(action, DeleteDriverPod):
+                deleting.add(action.pod)
+        return cls(annotations, unschedulable, frozenset(deleting))
+
+
+def with_intents(node: JSON, pods: Mapping[str, DriverPod],
+                 intents: Sequence[NodeIntent]) -> tuple[JSON, dict[str, DriverPod]]:
+    """The node and its driver pods as they will be once ``intents`` have landed."""
+    meta = dict(node.get("metadata") or {})
+    annotations = dict(meta.get("annotations") or {})
+    spec = dict(node.get("spec") or {})
+    deleting: set[str] = set()
+    for intent in intents:
+        for key, value in intent.annotations.items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        if intent.unschedulable is not None:
+            spec["unschedulable"] = intent.unschedulable
+        deleting |= intent.deleting
+    meta["annotations"] = annotations
+    views = {name: dataclasses.replace(pod, deleting=True) if name in deleting else pod
+             for name, pod in pods.items()}
+    return {**node, "metadata": meta, "spec": spec}, views
+
+
+class NodeIndex:
+    """GPU nodes, their driver pods and GPU workloads, the driver DaemonSet and its revisions,
+    and the ClusterOperator; ``views`` is each node as the planner sees it, intents included."""
+
+    def __init__(self, *, daemonset: str = DRIVER_DAEMONSET,
+                 namespace: str = OPERATOR_NAMESPACE,
+                 observer: RolloutObserver | None = None) -> None:
+        self.daemonset_name = daemonset
+        self.namespace = namespace
+        self.observer: RolloutObserver = observer or NoObserver()
+        self.nodes: dict[str, JSON] = {}
+        self.views: dict[str, RolloutNode] = {}
+        self.driver_pods: dict[str, dict[str, DriverPod]] = {}  # node -> pod name -> view
+        self.workloads: dict[str, set[str]] = {}  # node -> "ns/name"
+        self.pod_home: dict[str, tuple[str, str]] = {}  # pod key -> (node, kind)
+        self.pods: dict[str, JSON] = {}
+        self.daemonset: JSON | None = None
+        self.revisions: dict[str, JSON] = {}
+        self.cluster_operator: JSON | None = None
+        #: requests in flight: node -> what they will have written
+        self.intents: dict[str, list[NodeIntent]] = {}
+
+    # -- what the watches (and the answers to our own writes) bring ----------------------------
+
+    def on_node(self, event: str, obj: JSON) -> bool:
+        name = str(obj["metadata"]["name"])
+        if event == "DELETED":
+            self.nodes.pop(name, None)
+            self.views.pop(name, None)
+            return True
+        if same_version(self.nodes.get(name), obj) or not newer(self.nodes.get(name), obj):
+            return False
+        self.nodes[name] = obj
+        return self.refresh(name)
+
+    def on_pod(self, event: str, obj: JSON) -> bool:
+        key = object_key(obj)
+        if event != "DELETED" and (same_version(self.pods.get(key), obj)
+                                   or not newer(self.pods.get(key), obj)):
+            return False
+        old_home = self.pod_home.pop(key, None)
+        self.pods.pop(key, None)
+        was_ready = False
+        if old_home is not None:
+            node, kind = old_home
+            if kind == "driver":
+                old = self.driver_pods.get(node, {}).pop(str(obj["metadata"]["name"]), None)
+                was_ready = old is not None and old.ready
+            else:
+                self.workloads.get(node, set()).discard(key)
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if event != "DELETED" and node:
+            if is_driver_pod(obj, self.daemonset_name, self.namespace):
+                view = driver_pod_view(obj)
+                if view.ready and not was_ready:
+                    self.observer.driver_ready_seen(node)
+                self.driver_pods.setdefault(node, {})[str(obj["metadata"]["name"])] = view
+                self.pod_home[key] = (node, "driver")
+                self.pods[key] = obj
+            elif requests_gpu(obj):
+                self.workloads.setdefault(node, set()).add(key)
+                self.pod_home[key] = (node, "workload")
+                self.pods[key] = obj
+        touched = {node} if node else set()
+        if old_home is not None:
+            touched.add(old_home[0])
+        if not any(n in self.nodes for n in touched):
+            return False  # a pod of no interest
+        changed = [self.refresh(n) for n in touched]
+        return any(changed)
+
+    def on_daemonset(self, event: str, obj: JSON) -> bool:
+        if event == "DELETED":
+            self.daemonset = None
+            return True
+        if same_version(self.daemonset, obj) or not newer(self.daemonset, obj):
+            return False
+        before, self.daemonset = self.daemonset, obj
+        # its status alone: the planner reads the template and its revisions
+        return before is None or generation(before) != generation(obj)
+
+    def on_revision(self, event: str, obj: JSON) -> bool:
+        name = str(obj["metadata"]["name"])
+        if event == "DELETED":
+            self.revisions.pop(name, None)
+        else:
+            self.revisions[name] = obj
+        return True
+
+    def on_cluster_operator(self, event: str, obj: JSON) -> bool:
+        if event == "DELETED":
+            self.cluster_operator = None
+            return True
+        if same_version(self.cluster_operator, obj) or not newer(self.cluster_operator, obj):
+            return False
+        self.cluster_operator = obj
+        return True
+
+    # -- intents ------------------------------------------------------------------------------
+
+    def add_intent(self, node: str, intent: NodeIntent) -> None:
+        """Requests for ``node`` were handed out: the planner sees what they will write."""
+        self.intents.setdefault(node, []).append(intent)
+        self.refresh(node)
+
+    def drop_intent(self, node: str, intent: NodeIntent) -> None:
+        """Those requests finished: the node is what the cache holds again."""
+        intents = self.intents.get(node, [])
+        if intent in intents:
+            intents.remove(intent)
+        if not intents:
+            self.intents.pop(node, None)
+        self.refresh(node)
+
+    def refresh(self, name: str) -> bool:
+        """Rebuilds a node's view; True when the planner's view of it changed (heartbeats,
+        labels it does not read and such leave it as it was, and need no pass)."""
+        node = self.nodes.get(name)
+        if node is None:
+            return False
+        pods = self.driver_pods.get(name, {})
+        intents = self.intents.get(name)
+        if intents:
+            node, pods = with_intents(node, pods, intents)
+        view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()))
+        if self.views.get(name) == view:
+            return False
+        self.views[name] = view
+        return True

@@ -1,0 +1,158 @@
+"""The rollout controller's node index on its own: plain objects in, the planner's view out,
+with the intents of requests in flight laid over the cache. No threads, no API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconciler.controller.hooks import NoObserver
+from reconciler.controller.index import NodeIndex, NodeIntent
+from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.rollout.actions import AnnotateNode, Cordon, DeleteDriverPod, Uncordon
+from reconciler.rollout.model import ANN_ATTEMPT, ANN_STATE
+
+
+def node(name: str = "node-0001", version: str = "10", *,
+         annotations: dict[str, str] | None = None, unschedulable: bool = False,
+         ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "resourceVersion": version,
+                     "annotations": dict(annotations or {})},
+        "spec": {"unschedulable": unschedulable},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def driver_pod(name: str = "metax-driver-a", node_name: str = "node-0001", version: str = "20",
+               *, ready: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "resourceVersion": version,
+                     "labels": {"controller-revision-hash": "rev-1"},
+                     "ownerReferences": [{"kind": "DaemonSet", "name": DRIVER_DAEMONSET}],
+                     "creationTimestamp": "2026-11-30T10:00:00Z"},
+        "spec": {"nodeName": node_name},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def gpu_workload(name: str, node_name: str = "node-0001", version: str = "30") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "jobs", "resourceVersion": version},
+        "spec": {"nodeName": node_name, "containers": [
+            {"name": "train", "resources": {"limits": {"metax-tech.com/gpu": "1"}}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+class ReadyLog(NoObserver):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def driver_ready_seen(self, node: str) -> None:
+        self.seen.append(node)
+
+
+def test_an_intent_shows_what_the_requests_in_flight_will_write_until_it_is_dropped() -> None:
+    index = NodeIndex()
+    assert index.on_node("ADDED", node(annotations={ANN_ATTEMPT: "1"}))
+    assert index.on_pod("ADDED", driver_pod())
+    intent = NodeIntent.of([AnnotateNode("node-0001", {ANN_STATE: "upgrading",
+                                                       ANN_ATTEMPT: None}),
+                            Cordon("node-0001"),
+                            DeleteDriverPod("node-0001", "metax-driver-a")])
+    index.add_intent("node-0001", intent)
+    view = index.views["node-0001"]
+    assert view.unschedulable
+    assert dict(view.annotations) == {ANN_STATE: "upgrading"}, "None removes an annotation"
+    assert view.pod is not None and view.pod.deleting
+    # the cache itself is untouched: only the view carries the intent
+    assert index.nodes["node-0001"]["metadata"]["annotations"] == {ANN_ATTEMPT: "1"}
+
+    index.drop_intent("node-0001", intent)
+    view = index.views["node-0001"]
+    assert not view.unschedulable and dict(view.annotations) == {ANN_ATTEMPT: "1"}
+    assert view.pod is not None and not view.pod.deleting
+    assert "node-0001" not in index.intents
+
+
+def test_later_intents_of_a_node_win_and_each_is_dropped_on_its_own() -> None:
+    index = NodeIndex()
+    index.on_node("ADDED", node())
+    cordon = NodeIntent.of([Cordon("node-0001")])
+    uncordon = NodeIntent.of([Uncordon("node-0001"), AnnotateNode("node-0001", {ANN_STATE: "x"})])
+    index.add_intent("node-0001", cordon)
+    index.add_intent("node-0001", uncordon)
+    assert not index.views["node-0001"].unschedulable
+    index.drop_intent("node-0001", uncordon)
+    assert index.views["node-0001"].unschedulable, "the cordon still in flight"
+    assert ANN_STATE not in index.views["node-0001"].annotations
+    index.drop_intent("node-0001", cordon)
+    assert index.intents == {}
+
+
+def test_a_late_watch_event_does_not_overwrite_the_answer_to_our_own_write() -> None:
+    index = NodeIndex()
+    index.on_node("ADDED", node(version="10"))
+    assert index.on_node("MODIFIED", node(version="12", unschedulable=True)), "our write"
+    assert not index.on_node("MODIFIED", node(version="11")), "an older event"
+    assert not index.on_node("MODIFIED", node(version="12", unschedulable=True)), "its echo"
+    assert index.views["node-0001"].unschedulable
+    assert index.on_node("DELETED", node(version="13"))
+    assert "node-0001" not in index.views and "node-0001" not in index.nodes
+
+
+def test_only_what_the_planner_reads_changes_the_view() -> None:
+    index = NodeIndex()
+    index.on_node("ADDED", node(version="1"))
+    heartbeat = node(version="2")
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-30T10:00:40Z"
+    assert not index.on_node("MODIFIED", heartbeat)
+    assert index.nodes["node-0001"]["metadata"]["resourceVersion"] == "2", "cached all the same"
+    assert index.on_node("MODIFIED", node(version="3", ready=False))
+    assert not index.views["node-0001"].ready
+
+
+def test_gpu_workloads_and_driver_pods_are_filed_under_their_node() -> None:
+    observer = ReadyLog()
+    index = NodeIndex(observer=observer)
+    index.on_node("ADDED", node())
+    assert not index.on_pod("ADDED", gpu_workload("elsewhere", node_name="node-0099")), \
+        "a pod on a node the index does not hold"
+    assert index.on_pod("ADDED", gpu_workload("train-1"))
+    assert index.views["node-0001"].workloads == ("jobs/train-1",)
+    no_gpu = gpu_workload("web", version="31")
+    no_gpu["spec"]["containers"][0]["resources"] = {}
+    assert not index.on_pod("ADDED", no_gpu), "a pod that asks for no GPU"
+    assert index.on_pod("DELETED", gpu_workload("train-1", version="32"))
+    assert not index.views["node-0001"].workloads, "the workload gone"
+
+    assert index.on_pod("ADDED", driver_pod(ready=False))
+    assert observer.seen == []
+    assert index.on_pod("MODIFIED", driver_pod(version="21", ready=True))
+    assert not index.on_pod("MODIFIED", driver_pod(version="22", ready=True))
+    assert observer.seen == ["node-0001"], "one Ready seen, once"
+    assert index.on_pod("DELETED", driver_pod(version="23"))
+    assert index.views["node-0001"].pod is None
+
+
+def test_a_daemonset_status_write_changes_nothing_the_planner_reads() -> None:
+    index = NodeIndex()
+    daemonset: dict[str, Any] = {"metadata": {"name": DRIVER_DAEMONSET, "generation": 1,
+                                              "resourceVersion": "5"},
+                                 "status": {"numberReady": 3}}
+    assert index.on_daemonset("ADDED", daemonset)
+    moved = {**daemonset, "metadata": {**daemonset["metadata"], "resourceVersion": "6"},
+             "status": {"numberReady": 2}}
+    assert not index.on_daemonset("MODIFIED", moved)
+    assert index.daemonset is moved, "the cache follows it"
+    respec = {**moved, "metadata": {**moved["metadata"], "resourceVersion": "7",
+                                    "generation": 2}}
+    assert index.on_daemonset("MODIFIED", respec)
+    assert index.on_revision("ADDED", {"metadata": {"name": "rev-1"}})
+    assert set(index.revisions) == {"rev-1"}
+    assert index.on_cluster_operator("ADDED", {"metadata": {"name": "co",
+                                                            "resourceVersion": "9"}})
+    assert not index.on_cluster_operator("MODIFIED", {"metadata": {"name": "co",
+                                                                   "resourceVersion": "8"}})
+    assert index.cluster_operator is not None
+    assert index.cluster_operator["metadata"]["resourceVersion"] == "9"
