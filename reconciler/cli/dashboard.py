@@ -49,13 +49,11 @@ def dashboard(cluster: str, repo: str | None, branch: str, state_dir: str | None
         raise click.UsageError(f"cannot use kubeconfig {kubeconfig}: {exc}") from exc
     audit = None
     if repo:
-        from git.exc import InvalidGitRepositoryError, NoSuchPathError
-
-        from reconciler.gitops.errors import GitOpsError
+        from reconciler.gitops.errors import GitOpsError, NotARepository
 
         try:
             audit = GitAudit(repo, cluster=cluster, branch=branch, state_dir=state_dir)
-        except (InvalidGitRepositoryError, NoSuchPathError) as exc:
+        except NotARepository as exc:
             raise click.UsageError(f"{repo} is not a Git repository") from exc
         except (GitOpsError, OSError, ValueError) as exc:
             raise click.UsageError(f"cannot read the repository {repo}: {exc}") from exc

@@ -135,15 +135,18 @@ class GitAudit:
 
     def __init__(self, repo: str, *, cluster: str, branch: str = "main",
                  state_dir: Path | str | None = None) -> None:
-        import git
-
-        from reconciler.gitops.mirror import Mirror, default_state_dir, is_local_path
+        from reconciler.gitops.mirror import (
+            Mirror,
+            default_state_dir,
+            is_local_path,
+            open_local_repository,
+        )
 
         self.cluster = cluster
         self.branch = branch
         self._mirror: Mirror | None = None
         if is_local_path(repo):
-            self._repo = git.Repo(Path(repo).expanduser(), search_parent_directories=False)
+            self._repo = open_local_repository(Path(repo))
         else:
             self._mirror = Mirror(repo, state_dir or default_state_dir())
             self._repo = self._mirror.repo

@@ -32,5 +32,9 @@ class RepoConfigError(GitOpsError, InvalidRepoConfig):
     key. The policy package's error, raised again at the Git seam (``gitops.reader``)."""
 
 
+class NotARepository(GitOpsError):
+    """The folder is in no Git working copy (or is not one itself)."""
+
+
 class StatusNotFound(GitOpsError):
     """No status snapshot for the cluster at the branch head."""

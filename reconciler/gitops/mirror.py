@@ -33,6 +33,7 @@ from reconciler.gitops.credentials import (
 )
 from reconciler.gitops.errors import (
     GitOpsError,
+    NotARepository,
     PushDeclined,
     PushRejected,
     RemoteAccessDenied,
@@ -63,6 +64,14 @@ _DENIED = tuple(re.compile(p) for p in (
     r"Authentication failed", r"returned error: 40[13]", r"could not read (Username|Password)",
     r"REMOTE HOST IDENTIFICATION HAS CHANGED|Host key verification failed",
 ))
+
+
+def open_local_repository(path: Path) -> git.Repo:
+    """A person's repository at ``path`` (the folder itself, not a parent's), read in place."""
+    try:
+        return git.Repo(path.expanduser(), search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise NotARepository(f"{path} is not a Git repository") from exc
 
 
 def is_local_path(url: str) -> bool:

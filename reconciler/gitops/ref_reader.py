@@ -13,12 +13,10 @@ from pathlib import Path, PurePosixPath
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from reconciler.gitops.errors import GitOpsError
+from reconciler.gitops.errors import GitOpsError, NotARepository
 from reconciler.gitops.reader import read_tree_file
 
-
-class NotARepository(GitOpsError):
-    """The folder is in no Git working copy."""
+__all__ = ["NotARepository", "RefReader", "UnknownRef"]
 
 
 class UnknownRef(GitOpsError):

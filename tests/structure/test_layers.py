@@ -75,3 +75,21 @@ def test_the_clock_check_sees_calls_references_and_imports(tmp_path: Path) -> No
                       "time.sleep(1)\n")
     assert [r.split(": ", 1)[1] for r in _clock_reads(sample, tmp_path)] == [
         "from time import monotonic", "time.time", "datetime.now", "time.monotonic"]
+
+
+def test_every_package_is_bound_by_the_contracts_that_name_all_others() -> None:
+    """A new top-level package or module is covered: each 'only X' contract and the CLI's
+    lists every part of ``reconciler`` but the one it allows."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / ".importlinter")
+    parts = {f"reconciler.{p.stem if p.is_file() else p.name}"
+             for p in (ROOT / "reconciler").iterdir()
+             if (p.is_dir() and (p / "__init__.py").exists())
+             or (p.suffix == ".py" and p.name != "__init__.py")}
+    allowed = {"kube-only": "reconciler.kube", "gitops-only": "reconciler.gitops",
+               "cli-on-top": "reconciler.cli"}
+    for contract, exempt in allowed.items():
+        listed = set(config[f"importlinter:contract:{contract}"]["source_modules"].split())
+        assert listed == parts - {exempt}, (contract, sorted(parts - {exempt} - listed))
