@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
@@ -375,7 +376,7 @@ class Simulation:
 
     def _stop_reason(self, started: bool) -> str | None:
         phase = self.status.get("phase")
-        if started and phase not in st.ACTIVE_PHASES:
+        if started and phase not in ACTIVE_PHASES:
             return "rolled-back" if st.condition_true(self.status, st.COND_ROLLED_BACK) else (
                 "completed" if (self.status.get("status") or {}).get("currentStepState")
                 == st.STEP_COMPLETED else "idle"
@@ -394,7 +395,7 @@ class Simulation:
     def run(self) -> SimResult:
         cfg = self.config
         self._plan()
-        started = self.status.get("phase") in st.ACTIVE_PHASES
+        started = self.status.get("phase") in ACTIVE_PHASES
         reason = self._stop_reason(started)
         while reason is None:
             if not self.queue:
@@ -409,7 +410,7 @@ class Simulation:
                 _, _, kind, name, pod = heapq.heappop(self.queue)
                 self._handle(kind, name, pod)
             self._plan()
-            started = started or self.status.get("phase") in st.ACTIVE_PHASES
+            started = started or self.status.get("phase") in ACTIVE_PHASES
             reason = self._stop_reason(started)
         end = cfg.until if reason == "until" else self.last_change
         return self._result(end, reason)

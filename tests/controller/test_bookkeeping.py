@@ -15,6 +15,7 @@ from reconciler.controller import loop
 from reconciler.controller.act import Target
 from reconciler.controller.loop import NodeIntent, RolloutController
 from reconciler.kube.api import KubeApi, KubeError
+from reconciler.names import ANN_STATE
 from reconciler.rollout.actions import (
     Action,
     AnnotateNode,
@@ -22,7 +23,6 @@ from reconciler.rollout.actions import (
     DeleteDriverPod,
     Uncordon,
 )
-from reconciler.rollout.model import ANN_STATE
 
 
 class RecordingExecutor:
