@@ -32,8 +32,8 @@ def format_time(t: float) -> str:
         return EARLIEST_TIME_TEXT
     moment = datetime.fromtimestamp(t, UTC)
     if moment.microsecond:
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return _seconds_text(moment) + f".{moment.microsecond // 1000:03d}Z"
+    return _seconds_text(moment) + "Z"
 
 
 def format_seconds(t: float) -> str:
@@ -42,7 +42,12 @@ def format_seconds(t: float) -> str:
         return LATEST_SECOND_TEXT
     if t <= EARLIEST_TIME:
         return EARLIEST_TIME_TEXT
-    return datetime.fromtimestamp(math.floor(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _seconds_text(datetime.fromtimestamp(math.floor(t), UTC)) + "Z"
+
+
+def _seconds_text(moment: datetime) -> str:
+    # four-digit years before 1000 too (strftime's %Y does not pad them on every platform)
+    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S")
 
 
 def format_clock(t: float) -> str:
