@@ -71,7 +71,8 @@ def test_parse_seconds_reads_back_the_whole_second(t: float) -> None:
 
 @given(INSTANTS)
 def test_parse_time_reads_back_format_time_to_the_millisecond(t: float) -> None:
-    assert abs(parse_time(format_time(t)) - t) < 0.001
+    # the fraction is cut to milliseconds; far from 1970 a float carries ~1e-4 s of error
+    assert abs(parse_time(format_time(t)) - t) < 0.001 + 1e-4
 
 
 @pytest.mark.parametrize("text", ["", "yesterday", "2026-13-01T00:00:00Z", None, 5])

@@ -243,7 +243,7 @@ class _Planner:
     def _order(node: RolloutNode) -> tuple[bool, str]:
         return (not node.canary, node.name)
 
-    def _complete(self, nodes: list[RolloutNode], target: str) -> None:
+    def _process_completed_nodes(self, nodes: list[RolloutNode], target: str) -> None:
         """Ready on the target: restore schedulability, then clear the move record."""
         for node in nodes:
             if node.unschedulable and node.annotations.get(ANN_WAS_UNSCHEDULABLE) == "false":
@@ -262,7 +262,10 @@ class _Planner:
                 )
             )
 
-    def _fail(self, failures: list[tuple[RolloutNode, str]], *, counted: bool) -> None:
+    def _process_new_failures(
+        self, failures: list[tuple[RolloutNode, str]], *, counted: bool
+    ) -> None:
+        """Failed just now: record (counted in the epoch unless rolling back), cordon, back off."""
         epoch = self.s.epoch()
         for node, reason in failures:
             ann = node.annotations
@@ -381,7 +384,7 @@ class _Planner:
                 )
             )
 
-    def _redo(self, nodes: list[RolloutNode]) -> None:
+    def _process_redo_nodes(self, nodes: list[RolloutNode]) -> None:
         """A recorded move whose cordon or delete never happened (crash after annotating)."""
         for node in nodes:
             assert node.pod is not None
@@ -468,22 +471,11 @@ class _Planner:
         self.requeue.extend(scan.deadlines)
         self.unavailable = scan.unavailable
 
-    def _process_completed_nodes(self, nodes: list[RolloutNode], target: str) -> None:
-        self._complete(nodes, target)
-
-    def _process_new_failures(
-        self, failures: list[tuple[RolloutNode, str]], *, counted: bool
-    ) -> None:
-        self._fail(failures, counted=counted)
-
     def _process_failed_nodes(self, nodes: list[RolloutNode]) -> None:
         """A failed node stays cordoned until it is retried (someone may have uncordoned it)."""
         for node in nodes:
             if not node.unschedulable:
                 self.actions.append(Cordon(node.name))
-
-    def _process_redo_nodes(self, nodes: list[RolloutNode]) -> None:
-        self._redo(nodes)
 
     # ----------------------------------------------------------------------------- progressing
 

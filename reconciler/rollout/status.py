@@ -1,7 +1,9 @@
 """``status.upgradeStatus`` (SPEC 4.1): field names, timestamps and condition bookkeeping.
 
-The planner works on a plain dict shaped exactly like the CR status, so the controller writes
-what it gets and a restarted planner reads back everything it needs.
+The planner reads the CR's JSON once into a frozen ``UpgradeStatus`` and writes back JSON shaped
+exactly like the CR status, so the controller writes what it gets and a restarted planner reads
+back everything it needs. The dict helpers below serve the controller's own condition
+(``PlanningFailed``), which it sets on the JSON the planner could not read.
 """
 
 from __future__ import annotations
@@ -54,21 +56,6 @@ COND_ROLLED_BACK: Final = ConditionType.ROLLED_BACK
 
 REASON_THRESHOLD: Final = "FailureThresholdReached"
 REASON_DISABLED: Final = "RolloutDisabled"
-
-INNER_FIELDS: Final = (
-    "lastPodSpecRevision",
-    "upgradingPodSpecRevision",
-    "currentStepIndex",
-    "currentUpgradeReplicas",
-    "currentUpgradeReadyReplicas",
-    "currentFailureRetry",
-    "currentStepState",
-    "totalUpgradeReplicas",
-    "totalUpgradeReadyReplicas",
-    "lastUpdateTime",
-    "message",
-    "recheckTime",
-)
 
 
 def int_or(text: object, default: int) -> int:
@@ -247,6 +234,8 @@ _INNER_FIELDS: Final = (
     ("message", "step_message"),
     ("recheckTime", "recheck_time"),
 )
+#: the SPEC 4.1 fields under ``status``, in the order they are written
+INNER_FIELDS: Final = tuple(key for key, _ in _INNER_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
