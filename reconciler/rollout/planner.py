@@ -119,9 +119,8 @@ class _Planner:
             self._idle()
         self.s = self.s.evolve(upgrading=self.s.phase in ACTIVE_PHASES)
         status = self.s.to_json()
-        changed = st.without_update_time(status) != st.without_update_time(
-            st.normalized(self.old)
-        )
+        # ``source`` is the status as read, every SPEC field present
+        changed = st.without_update_time(status) != st.without_update_time(self.s.source)
         if changed:
             status["status"]["lastUpdateTime"] = self.now_text
         else:

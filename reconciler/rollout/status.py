@@ -266,12 +266,14 @@ class UpgradeStatus:
     recheck_time: str = ""
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: the value as read from ``source`` (what ``to_json`` compares with)
+    origin: UpgradeStatus | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> UpgradeStatus:
         source = normalized(raw)
         inner: Mapping[str, Any] = source["status"]
-        return cls(
+        read = cls(
             last_applied_spec=source["lastAppliedSpec"] or {},
             last_co_driver_spec=source["lastCoDriverSpec"] or {},
             upgrading=source["upgrading"] is True,
@@ -292,11 +294,13 @@ class UpgradeStatus:
             recheck_time=_text(inner["recheckTime"]),
             source=source,
         )
+        object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
+        return read
 
     def to_json(self) -> dict[str, Any]:
         """The JSON to write: the source with the fields whose value changed replaced."""
         result = copy.deepcopy(dict(self.source)) or empty_status()
-        read = UpgradeStatus.from_json(result)
+        read = self.origin if self.origin is not None else UpgradeStatus.from_json(result)
         for key, attr in _TOP_FIELDS:
             value = getattr(self, attr)
             if value != getattr(read, attr):
