@@ -484,22 +484,8 @@ class _Planner:
             self._begin_rollback(st.PHASE_DISABLING, st.REASON_DISABLED, "enableRollout turned off")
             self._rolling_back()
             return
-        target_payload = self.s.applied_payload or snap.payload
-        target_image = Payload.from_spec(target_payload).image
-        previous = self.s.previous_payload
-        spec_image = Payload.from_spec(snap.payload).image
-        if previous and spec_image != target_image and spec_image == Payload.from_spec(
-            previous
-        ).image:
-            # Our own RestorePayload landed but its status did not (or a person reverted the
-            # version): the fleet must go back.
-            cause = self.s.condition(st.COND_PROGRESSING)
-            reason = cause.reason if cause is not None else ""
-            if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
-                reason = st.REASON_THRESHOLD if self._threshold_reached() else "PayloadReverted"
-            self._begin_rollback(
-                st.PHASE_TERMINATING, reason, "spec.driver.payload is back on the previous version"
-            )
+        target_image = Payload.from_spec(self.s.applied_payload or snap.payload).image
+        if self._payload_reverted(target_image):
             self._rolling_back()
             return
         ds = snap.daemonset
@@ -532,6 +518,24 @@ class _Planner:
                 [n for n in scan.cordoned + scan.stale_cordoned if n.name not in started],
                 self.keep_cordoned,
             )
+
+    def _payload_reverted(self, target_image: str) -> bool:
+        """Our own RestorePayload landed but its status did not (or a person reverted the
+        version): the fleet must go back. True when a rollback began."""
+        previous = self.s.previous_payload
+        spec_image = Payload.from_spec(self.snap.payload).image
+        if not previous or spec_image == target_image:
+            return False
+        if spec_image != Payload.from_spec(previous).image:
+            return False
+        cause = self.s.condition(st.COND_PROGRESSING)
+        reason = cause.reason if cause is not None else ""
+        if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
+            reason = st.REASON_THRESHOLD if self._threshold_reached() else "PayloadReverted"
+        self._begin_rollback(
+            st.PHASE_TERMINATING, reason, "spec.driver.payload is back on the previous version"
+        )
+        return True
 
     def _threshold_reached(self) -> bool:
         epoch = self.s.epoch() + "|"
