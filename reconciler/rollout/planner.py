@@ -15,6 +15,7 @@ One pass over the nodes per call (O(N)); a caller batches simultaneous events in
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from reconciler import planning
@@ -855,7 +856,7 @@ class _Planner:
             started += 1
         return started
 
-    def _rolled_back(self, previous: dict[str, Any] | Any) -> None:
+    def _rolled_back(self, previous: Mapping[str, Any]) -> None:
         """Every node runs the previous revision again: the rollback is complete."""
         cause = self.s.condition(st.COND_PROGRESSING)
         reason = (cause.reason if cause is not None else "") or st.REASON_THRESHOLD
