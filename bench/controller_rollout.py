@@ -54,8 +54,9 @@ from reconciler.controller.hooks import RolloutObserver
 from reconciler.controller.loop import RolloutController, prefer_responsiveness
 from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, resource_path
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import cpu_seconds, peak_rss_mib

@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.payload import Payload
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import ControlPlane

@@ -36,8 +36,8 @@ from reconciler.rollout.simulator import (
 from reconciler.rollout.simulator import (
     simulate as run_simulation,
 )
-from reconciler.rollout.status import LATEST_TIME
 from reconciler.sim.faults import GPU_FAULTS
+from reconciler.timefmt import LATEST_TIME
 
 _HEADER = (
     "apiVersion: gpu.metax-tech.com/v1alpha1\nkind: ClusterOperator\n"

@@ -101,7 +101,8 @@ def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], dict[str, Any
     """The live object in a snapshot's shape, and the busy and unavailable GPU nodes."""
     from reconciler.controller.observe import is_driver_pod, requests_gpu
     from reconciler.kube.api import resource_path
-    from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
+    from reconciler.kube.objects import cluster_operator_path
+    from reconciler.names import GPU_NODE_LABEL
     from reconciler.policy.payload import Payload
     from reconciler.sync.desired import SOURCE_COMMIT_ANNOTATION
 

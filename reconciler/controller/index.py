@@ -27,8 +27,8 @@ from reconciler.controller.observe import (
 )
 from reconciler.controller.worker import generation, newer, same_version
 from reconciler.kube.api import JSON
-from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.kube.watch import object_key
+from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import Action, AnnotateNode, Cordon, DeleteDriverPod, Uncordon
 from reconciler.rollout.model import DriverPod, RolloutNode
 

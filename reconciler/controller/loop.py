@@ -33,9 +33,9 @@ from reconciler.controller.worker import (
     with_failure_condition,
 )
 from reconciler.kube.api import JSON, KubeApi, resource_path
-from reconciler.kube.objects import GPU_NODE_LABEL, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
-from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
+from reconciler.names import FIRMWARE_IDLE_PHASES, GPU_NODE_LABEL
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import RecordEvent
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot

@@ -7,14 +7,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.rollout.model import (
-    GPU_RESOURCES,
-    PLANNER_LABELS,
-    DaemonSetView,
-    DriverPod,
-    RolloutNode,
-)
+from reconciler.names import DRIVER_DAEMONSET, GPU_RESOURCES, OPERATOR_NAMESPACE
+from reconciler.rollout.model import PLANNER_LABELS, DaemonSetView, DriverPod, RolloutNode
 
 JSON = dict[str, Any]
 REVISION_LABEL = "controller-revision-hash"

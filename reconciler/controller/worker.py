@@ -18,7 +18,8 @@ from reconciler.clock import Clock
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
-from reconciler.rollout.status import find_condition, format_time, set_condition
+from reconciler.rollout.status import find_condition, set_condition
+from reconciler.timefmt import format_time
 
 log = logging.getLogger(__name__)
 

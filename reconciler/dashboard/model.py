@@ -23,9 +23,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from reconciler.policy.upgrade_policy import UpgradePolicy
-from reconciler.rollout import status as st
-from reconciler.rollout.model import (
+from reconciler.names import (
     ANN_ATTEMPT,
     ANN_DELETED_AT,
     ANN_FAILED_AT,
@@ -34,12 +32,15 @@ from reconciler.rollout.model import (
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
-    FAILURE_REASONS,
     STATE_CORDONED,
     STATE_FAILED,
     STATE_UPGRADING,
 )
-from reconciler.sync.status_view import StatusReport, parse_time, report
+from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.rollout import status as st
+from reconciler.rollout.model import FAILURE_REASONS
+from reconciler.sync.status_view import StatusReport, report
+from reconciler.timefmt import parse_time_or_none as parse_time
 
 #: node states, in the order of the legend; the page gets each node's index into this tuple
 NODE_STATES: tuple[str, ...] = (

@@ -20,14 +20,9 @@ from reconciler.controller.observe import (
 from reconciler.dashboard.model import ClusterFacts, EventFacts, NodeFacts, PodFacts
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
-from reconciler.kube.objects import (
-    DRIVER_DAEMONSET,
-    GPU_NODE_LABEL,
-    OPERATOR_NAMESPACE,
-    cluster_operator_path,
-)
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
-from reconciler.rollout.model import CANARY_LABEL
+from reconciler.names import CANARY_LABEL, DRIVER_DAEMONSET, GPU_NODE_LABEL, OPERATOR_NAMESPACE
 
 
 def _condition_since(obj: Mapping[str, Any], kind: str) -> tuple[bool, float | None]:

@@ -8,8 +8,7 @@ import dataclasses
 from typing import Any
 
 from reconciler.dashboard.model import ClusterFacts, EventFacts, NodeFacts, PodFacts
-from reconciler.rollout import status as st
-from reconciler.rollout.model import (
+from reconciler.names import (
     ANN_DELETED_AT,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
@@ -19,6 +18,7 @@ from reconciler.rollout.model import (
     STATE_FAILED,
     STATE_UPGRADING,
 )
+from reconciler.rollout import status as st
 
 OLD_REV, NEW_REV = "rev-old", "rev-new"
 OLD_IMAGE = "registry.local/driver-image:2.32.0.5-amd64"

@@ -32,7 +32,8 @@ from reconciler.demo.gitwork import DemoGitError, Person, Remote, Webhook, Worki
 from reconciler.demo.progress import NodeView, Snapshot, changes, render, snapshot_from
 from reconciler.gitops.edits import FieldEdit
 from reconciler.kube.api import KubeApi, KubeError, resource_path
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
 from reconciler.policy.payload import Payload
 
 CLUSTER = "lab-10"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+
+from reconciler.planning import RecordEvent as RecordEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +41,6 @@ class RunRebootHook:
 
     node: str
     token: str
-
-
-@dataclass(frozen=True, slots=True)
-class RecordEvent:
-    reason: str
-    message: str
-    type: Literal["Normal", "Warning"] = "Normal"
 
 
 FirmwareAction = CordonNode | RestoreNode | ApplyFirmwareSpec | RunRebootHook | RecordEvent

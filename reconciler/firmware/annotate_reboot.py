@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from reconciler.kube.objects import REBOOT_REQUESTED_ANNOTATION
+from reconciler.names import REBOOT_REQUESTED_ANNOTATION
 
 
 def main(argv: list[str]) -> int:

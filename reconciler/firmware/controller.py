@@ -36,31 +36,30 @@ from reconciler.firmware.actions import (
     RunRebootHook,
 )
 from reconciler.firmware.model import (
-    CORDONED_BEFORE_ANNOTATION,
-    DONE_ANNOTATION,
-    FLOW_ANNOTATIONS,
-    REQUEST_ANNOTATION,
     FirmwareNode,
     FirmwareRequest,
     FirmwareSettings,
     FirmwareSnapshot,
-    parse_time,
 )
 from reconciler.firmware.planner import Plan, plan
 from reconciler.firmware.request import RequestError, parse_request
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
-from reconciler.kube.objects import (
+from reconciler.kube.objects import CONTROLLER_FIELD_MANAGER, cluster_operator_path
+from reconciler.kube.watch import ListWatch, object_key
+from reconciler.names import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
-    CONTROLLER_FIELD_MANAGER,
+    CORDONED_BEFORE_ANNOTATION,
+    DONE_ANNOTATION,
+    FLOW_ANNOTATIONS,
     GPU_NODE_LABEL,
     KIND,
     NODE_NEED_REBOOT_REASON,
+    REQUEST_ANNOTATION,
     VFIO_GPU_RESOURCE,
-    cluster_operator_path,
 )
-from reconciler.kube.watch import ListWatch, object_key
+from reconciler.timefmt import parse_seconds
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,7 @@ def event_time(event: Mapping[str, Any]) -> float | None:
     meta = event.get("metadata") or {}
     for text in (event.get("lastTimestamp"), event.get("eventTime"),
                  event.get("firstTimestamp"), meta.get("creationTimestamp")):
-        when = parse_time(text)
+        when = parse_seconds(text)
         if when is not None:
             return when
     return None
@@ -381,8 +380,8 @@ class FirmwareController(WatchDrivenWorker):
     def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
         if event:  # first: the status may be what the planner could not read
             self._failure_event(RecordEvent(
-                PLANNING_FAILED, f"planning pass failed ({failure.reason}): {failure.message}; "
-                "retrying with back-off", "Warning"))
+                "Warning", PLANNING_FAILED, f"planning pass failed ({failure.reason}): "
+                f"{failure.message}; retrying with back-off"))
         self._write_failure_condition(failure, failed=True)
 
     def _shown_failure(self) -> PassFailure | None:
@@ -393,7 +392,7 @@ class FirmwareController(WatchDrivenWorker):
     def _clear_failure(self, failure: PassFailure) -> None:
         if self._write_failure_condition(failure, failed=False):
             self._failure_event(RecordEvent(
-                PLANNING_RECOVERED,
+                "Normal", PLANNING_RECOVERED,
                 f"planning passes succeed again (the last failure: {failure.reason})"))
 
     def _write_failure_condition(self, failure: PassFailure, *, failed: bool) -> bool:

@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-import calendar
-import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from reconciler.policy.repo_config import parse_duration
-
-#: Annotations (prefix ``gpu.metax-tech.com/``): the request on the ClusterOperator, and per node
-#: whether it was cordoned before the flow (written in the same patch that cordons it).
-REQUEST_ANNOTATION = "gpu.metax-tech.com/firmware-request"
-CORDONED_BEFORE_ANNOTATION = "gpu.metax-tech.com/firmware-cordoned-before"
-#: set with the cordon: which flow prepared the node, its boot ID and VBIOS version(s) then
-FLOW_ANNOTATION = "gpu.metax-tech.com/firmware-flow"
-BOOT_ID_ANNOTATION = "gpu.metax-tech.com/firmware-boot-id"
-VBIOS_BEFORE_ANNOTATION = "gpu.metax-tech.com/firmware-vbios-before"
-FLOW_ANNOTATIONS = (FLOW_ANNOTATION, BOOT_ID_ANNOTATION, VBIOS_BEFORE_ANNOTATION)
-#: on the ClusterOperator, applied with the final ``Never``: ``<flow id>:<phase>``, so a flow
-#: whose last status writes were lost is never run again
-DONE_ANNOTATION = "gpu.metax-tech.com/firmware-done"
-
-PHASES = ("Idle", "Preflight", "Refused", "Cordoning", "Upgrading", "AwaitingReboot",
-          "Verifying", "Finishing", "Completed", "Failed")
-#: phases in which no flow runs (kept equal to policy.transitions.FIRMWARE_IDLE_PHASES)
-DONE_PHASES = frozenset({"Idle", "Completed", "Failed", "Refused"})
 
 Stage = Literal["awaiting-upgrade", "awaiting-reboot", "rebooting", "verified", "failed"]
 STAGES: tuple[Stage, ...] = ("awaiting-upgrade", "awaiting-reboot", "rebooting", "verified",
@@ -194,40 +173,3 @@ class FirmwareSnapshot:
     hook_failures: Mapping[str, str] = field(default_factory=dict)
     #: the ClusterOperator's ``firmware-done`` annotation
     done: str | None = None
-
-
-#: the last and first instants RFC 3339 (four-digit years) can write; later or earlier ones
-#: are clamped to them
-_LATEST = float(calendar.timegm((9999, 12, 31, 23, 59, 59, 0, 0, 0)))
-_EARLIEST = float(calendar.timegm((1, 1, 1, 0, 0, 0, 0, 0, 0)))
-
-
-def format_time(epoch: float) -> str:
-    if not epoch < _LATEST:  # NaN included
-        return "9999-12-31T23:59:59Z"
-    if epoch <= _EARLIEST:
-        return "0001-01-01T00:00:00Z"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def parse_time(text: Any) -> float | None:
-    """RFC 3339 (as written by ``format_time`` or the API server) to epoch seconds."""
-    if not isinstance(text, str) or len(text) < 19:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None
-
-
-def format_duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "forever" if seconds > 0 else "?"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m{secs}s" if secs else f"{minutes}m"
-    return f"{secs}s"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler import planning
 from reconciler.firmware.actions import (
     ApplyFirmwareSpec,
     CordonNode,
@@ -24,35 +25,30 @@ from reconciler.firmware.actions import (
     RunRebootHook,
 )
 from reconciler.firmware.model import (
-    BOOT_ID_ANNOTATION,
-    CORDONED_BEFORE_ANNOTATION,
-    DONE_PHASES,
-    FLOW_ANNOTATION,
     STAGES,
     TERMINAL_STAGES,
-    VBIOS_BEFORE_ANNOTATION,
     FirmwareNode,
     FirmwareRequest,
     FirmwareSettings,
     FirmwareSnapshot,
-    format_duration,
-    format_time,
-    parse_time,
 )
 from reconciler.firmware.preflight import Refusal, preflight, published_facts, vbios_versions
+from reconciler.names import (
+    BOOT_ID_ANNOTATION,
+    CORDONED_BEFORE_ANNOTATION,
+    FLOW_ANNOTATION,
+    VBIOS_BEFORE_ANNOTATION,
+)
+from reconciler.names import FIRMWARE_DONE_PHASES as DONE_PHASES
+from reconciler.timefmt import format_duration, format_seconds, parse_seconds
 
 #: at most this many node names in a one-line message
 _NAMES_SHOWN = 10
 _RUNNING = ("Upgrading", "AwaitingReboot", "Verifying")
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    actions: tuple[FirmwareAction, ...]
-    status: dict[str, Any]
-    changed: bool
-    #: when to plan again if nothing happens (the next stage timeout), epoch seconds
-    requeue_at: float | None = None
+#: what ``plan`` returns; ``requeue_at`` is the next stage timeout
+Plan = planning.Plan[FirmwareAction]
 
 
 @dataclass(slots=True)
@@ -65,7 +61,7 @@ class _Pass:
     deadlines: list[float] = field(default_factory=list)
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
-        self.actions.append(RecordEvent(reason, message, "Warning" if warning else "Normal"))
+        self.actions.append(RecordEvent("Warning" if warning else "Normal", reason, message))
 
     def deadline(self, since: float | None, timeout: float) -> bool:
         """Whether ``timeout`` after ``since`` has passed (0 = never); records the deadline."""
@@ -107,8 +103,8 @@ def plan(snap: FirmwareSnapshot, now: float, settings: FirmwareSettings) -> Plan
     after = {k: v for k, v in status.items() if k != "updatedAt"}
     changed = before != after
     if changed:
-        status["updatedAt"] = format_time(now)
-    return Plan(tuple(p.actions), status, changed, min(p.deadlines, default=None))
+        status["updatedAt"] = format_seconds(now)
+    return planning.Plan(tuple(p.actions), status, changed, min(p.deadlines, default=None))
 
 
 # -- no flow running: a new request? -----------------------------------------------------------
@@ -140,7 +136,7 @@ def _idle(p: _Pass) -> None:
                          keys=p.settings.labels, rollout_phase=snap.rollout_phase)
     # the same request started before (its status write lost): keep its start
     earlier = [f[1] for n in snap.nodes.values() if (f := _flow_of(n)) and f[0] == flow]
-    started = format_time(min([*earlier, p.now]))
+    started = format_seconds(min([*earlier, p.now]))
     for key in ("appliedAt", "finishedAt", "ignoredRequest", "flow", "aborted"):
         status.pop(key, None)
     status.update({
@@ -210,7 +206,7 @@ def _running(p: _Pass) -> None:
             if _spec_differs(snap, "PreferCloud", request.fw_enable_virt):
                 p.actions.append(ApplyFirmwareSpec("PreferCloud", request.fw_enable_virt))
                 return  # once the spec is applied, the next pass moves on
-            status["appliedAt"] = format_time(p.now)
+            status["appliedAt"] = format_seconds(p.now)
             status["phase"] = phase = "Upgrading"
         elif status["phase"] != "Finishing":  # still cordoning or waiting for workloads
             return
@@ -245,7 +241,7 @@ def _ended_unrecorded(p: _Pass, phase: str) -> None:
             else:
                 entry["message"] = "final stage lost with a status write; check this node"
     status["phase"] = phase
-    status["finishedAt"] = status.get("finishedAt") or format_time(p.now)
+    status["finishedAt"] = status.get("finishedAt") or format_seconds(p.now)
     status["message"] = (status.get("aborted") or
                          f"the flow ended {phase}; its last status write was lost")
 
@@ -311,7 +307,7 @@ def _cordon_all(p: _Pass) -> bool:
         annotations: list[tuple[str, str]] = []
         if not prepared:
             annotations = [
-                (FLOW_ANNOTATION, f"{flow}.{int(parse_time(p.status['startedAt']) or 0)}"),
+                (FLOW_ANNOTATION, f"{flow}.{int(parse_seconds(p.status['startedAt']) or 0)}"),
                 (BOOT_ID_ANNOTATION, node.boot_id),
                 (VBIOS_BEFORE_ANNOTATION, node.labels.get(p.settings.labels.vbios_version, "")),
             ]
@@ -341,7 +337,7 @@ def _workloads_gone(p: _Pass) -> bool:
     if not busy:
         return True
     timeout = p.settings.timeouts.workloads
-    if p.deadline(parse_time(p.status.get("startedAt")), timeout):
+    if p.deadline(parse_seconds(p.status.get("startedAt")), timeout):
         # fwUpgradePolicy is cluster-wide: nothing is flashed, every node is restored
         reason = (f"GPU workload(s) still running after {format_duration(timeout)} on "
                   f"{_names(list(busy))}")
@@ -364,7 +360,7 @@ def _set_stage(p: _Pass, name: str, stage: str, message: str | None = None, **ex
     only where they tell something the stage does not, no ``since`` once verified."""
     entry: dict[str, Any] = {"stage": stage}
     if stage != "verified":
-        entry["since"] = format_time(p.now)
+        entry["since"] = format_seconds(p.now)
     if message:
         entry["message"] = message
     entry.update(extra)
@@ -382,8 +378,8 @@ def _expected(p: _Pass, request: FirmwareRequest) -> str | None:
 
 def _advance_nodes(p: _Pass, request: FirmwareRequest) -> None:
     status, snap, timeouts = p.status, p.snap, p.settings.timeouts
-    started = parse_time(status.get("startedAt")) or 0.0
-    applied = parse_time(status.get("appliedAt"))
+    started = parse_seconds(status.get("startedAt")) or 0.0
+    applied = parse_seconds(status.get("appliedAt"))
     flow = str(status.get("flow"))
     hook = p.settings.reboot_mode == "hook"
     waiting_for_slot: list[str] = []
@@ -396,7 +392,7 @@ def _advance_nodes(p: _Pass, request: FirmwareRequest) -> None:
         if node is None:
             _fail(p, name, "left the cluster during the firmware upgrade")
             continue
-        since = parse_time(entry.get("since"))
+        since = parse_seconds(entry.get("since"))
         rebooted = _rebooted(node)
         if stage == "awaiting-upgrade":
             if node.need_reboot_at is not None and node.need_reboot_at >= started:
@@ -459,10 +455,10 @@ def _check_reboot(p: _Pass, name: str, node: FirmwareNode, request: FirmwareRequ
     if ok:
         _set_stage(p, name, "verified", version=shown)
         return
-    back = parse_time(entry.get("backAt"))
+    back = parse_seconds(entry.get("backAt"))
     if back is None:
         back = p.now
-        entry["backAt"] = format_time(p.now)
+        entry["backAt"] = format_seconds(p.now)
     if p.deadline(back, timeouts.verify):
         _fail(p, name, f"came back with VBIOS {shown}, {wanted}")
         return
@@ -476,7 +472,7 @@ def _start_hooks(p: _Pass, waiting: list[str], flow: str) -> None:
         token = reboot_token(flow, name)
         p.actions.append(RunRebootHook(name, token))
         _set_stage(p, name, "rebooting", rebootToken=token,
-                   rebootRequestedAt=format_time(p.now))
+                   rebootRequestedAt=format_seconds(p.now))
         if p.settings.timeouts.reboot:
             p.deadlines.append(p.now + p.settings.timeouts.reboot)
 
@@ -501,7 +497,7 @@ def _finish(p: _Pass, request: FirmwareRequest) -> None:
     if p.actions and any(isinstance(a, ApplyFirmwareSpec | RestoreNode) for a in p.actions):
         status["message"] = "setting fwUpgradePolicy: Never and uncordoning verified nodes"
         return
-    status["finishedAt"] = format_time(p.now)
+    status["finishedAt"] = format_seconds(p.now)
     if aborted:
         status["phase"] = "Failed"
         status["message"] = f"{aborted}; every node is restored"

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from reconciler.firmware.model import FirmwareNode, NodeLabelKeys
+from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.findings import Finding
 from reconciler.policy.rules import RuleContext
-from reconciler.policy.transitions import ACTIVE_PHASES
 from reconciler.policy.validation import PolicyRule
 
 #: The seed: every VBIOS on a server must be below 1.12.0.0, or every one at or above it.

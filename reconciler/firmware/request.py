@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from reconciler.firmware.model import REQUEST_ANNOTATION, FirmwareRequest
+from reconciler.firmware.model import FirmwareRequest
+from reconciler.names import REQUEST_ANNOTATION
 
 
 class RequestError(ValueError):

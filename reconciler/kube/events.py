@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from reconciler.kube.api import JSON, KubeApi, resource_path
-from reconciler.kube.objects import API_VERSION, KIND
+from reconciler.names import API_VERSION, KIND
+from reconciler.timefmt import format_seconds
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def cluster_operator_event(
 ) -> JSON:
     meta = cluster_operator.get("metadata") or {}
     name = str(meta.get("name"))
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    stamp = format_seconds(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",

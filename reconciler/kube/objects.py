@@ -3,17 +3,61 @@
 from __future__ import annotations
 
 from reconciler.kube.api import resource_path
-
-GROUP = "gpu.metax-tech.com"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "ClusterOperator"
-PLURAL = "clusteroperators"
-CLUSTER_OPERATOR_NAME = "cluster-operator"
-
-OPERATOR_NAMESPACE = "metax-operator"
-DRIVER_DAEMONSET = "metax-driver"
-GPU_NODE_LABEL = "metax-tech.com/gpu.installed"
+from reconciler.names import API_VERSION, PLURAL
+from reconciler.names import (
+    CLUSTER_OPERATOR_NAME as CLUSTER_OPERATOR_NAME,
+)
+from reconciler.names import (
+    DRIVER_CONTAINER as DRIVER_CONTAINER,
+)
+from reconciler.names import (
+    DRIVER_DAEMONSET as DRIVER_DAEMONSET,
+)
+from reconciler.names import (
+    DRIVER_POD_LABEL as DRIVER_POD_LABEL,
+)
+from reconciler.names import (
+    GPU_NODE_LABEL as GPU_NODE_LABEL,
+)
+from reconciler.names import (
+    GPU_RESOURCE as GPU_RESOURCE,
+)
+from reconciler.names import (
+    GROUP as GROUP,
+)
+from reconciler.names import (
+    KIND as KIND,
+)
+from reconciler.names import (
+    NODE_NEED_REBOOT_MESSAGE as NODE_NEED_REBOOT_MESSAGE,
+)
+from reconciler.names import (
+    NODE_NEED_REBOOT_REASON as NODE_NEED_REBOOT_REASON,
+)
+from reconciler.names import (
+    NOT_READY_TAINT as NOT_READY_TAINT,
+)
+from reconciler.names import (
+    OPERATOR_NAMESPACE as OPERATOR_NAMESPACE,
+)
+from reconciler.names import (
+    REBOOT_REQUESTED_ANNOTATION as REBOOT_REQUESTED_ANNOTATION,
+)
+from reconciler.names import (
+    REBOOTED_ANNOTATION as REBOOTED_ANNOTATION,
+)
+from reconciler.names import (
+    REVISION_HASH_LABEL as REVISION_HASH_LABEL,
+)
+from reconciler.names import (
+    VBIOS_VERSION_LABEL as VBIOS_VERSION_LABEL,
+)
+from reconciler.names import (
+    VERSION as VERSION,
+)
+from reconciler.names import (
+    VFIO_GPU_RESOURCE as VFIO_GPU_RESOURCE,
+)
 
 #: field managers of SPEC 4.6: the sync role and the rollout controller
 SYNC_FIELD_MANAGER = "gpu-gitops-reconciler"
@@ -23,18 +67,3 @@ CONTROLLER_FIELD_MANAGER = "gpu-rollout-controller"
 def cluster_operator_path(name: str | None = None, *, subresource: str | None = None) -> str:
     return resource_path(API_VERSION, PLURAL, name, subresource=subresource)
 
-# The driver DaemonSet's pods, and GPU nodes.
-DRIVER_CONTAINER = "driver"
-DRIVER_POD_LABEL = "app.kubernetes.io/name"  # value: DRIVER_DAEMONSET
-REVISION_HASH_LABEL = "controller-revision-hash"
-GPU_RESOURCE = "metax-tech.com/gpu"
-VFIO_GPU_RESOURCE = "metax-tech.com/vfio-gpu"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
-
-# Firmware (SPEC 5): the driver-manager's Event, the reboot request and its acknowledgement
-# (node annotations), and the VBIOS version label (docs/dev-cluster.md).
-NODE_NEED_REBOOT_REASON = "NodeNeedReboot"
-NODE_NEED_REBOOT_MESSAGE = "firmware upgrade done, need reboot machine to take effect"
-REBOOT_REQUESTED_ANNOTATION = "gpu.metax-tech.com/reboot-requested"
-REBOOTED_ANNOTATION = "gpu.metax-tech.com/rebooted"
-VBIOS_VERSION_LABEL = "metax-tech.com/gpu.vbios.version"

@@ -22,11 +22,12 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.clock import Clock, monotonic, utc_now
 from reconciler.ops.metrics import Metrics
+from reconciler.timefmt import format_micro_time
 
 log = logging.getLogger(__name__)
 
@@ -336,11 +337,9 @@ def _safely(callback: Callback, name: str) -> None:
 
 
 def _micro_time(value: datetime | None) -> str | None:
-    # MicroTime on the wire is RFC 3339 with exactly six fractional digits; isoformat() drops
-    # them when they are zero, which the API server rejects.
     if value is None:
         return None
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_time(value)
 
 
 class KubernetesLeaseClient:

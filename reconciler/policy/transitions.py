@@ -11,21 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from reconciler.names import ACTIVE_PHASES, FIRMWARE_IDLE_PHASES
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.payload import normalize_version
 from reconciler.policy.rules import RuleContext
 from reconciler.policy.schema import describe_value
 
-#: Phases in which a rollout is active (``upgrading: true``).
-ACTIVE_PHASES = frozenset({"Progressing", "Terminating", "Disabling"})
 #: The only fields a person may change during an active rollout (SPEC 4.2).
 MUTABLE_DURING_ROLLOUT = frozenset({
     "/spec/driver/upgradePolicy/enableRollout",
     "/spec/driver/upgradePolicy/pause",
 })
 FIRMWARE_PARAMETERS = ("fwUpgradePolicy", "fwEnableVirt", "fwEffectPolicy")
-#: Firmware phases in which no firmware upgrade is running; any other phase means one is.
-FIRMWARE_IDLE_PHASES = frozenset({"", "Idle", "Completed", "Failed", "Refused"})
 _PAYLOAD_VERSION = "/spec/driver/payload/version"
 
 

@@ -5,8 +5,10 @@ so a crash in between leaves a record, never an unrecorded deletion)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.planning import RecordEvent as RecordEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,18 +56,6 @@ class RestorePayload:
     """Set ``spec.driver.payload`` back to the previous payload (rollback)."""
 
     payload: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordEvent:
-    """A Kubernetes Event on the ClusterOperator."""
-
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-    node: str | None = None
-    step: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 Action = (

@@ -11,37 +11,53 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.names import (
+    ANN_DELETED_AT as ANN_DELETED_AT,
+)
+from reconciler.names import (
+    ANN_FAILED_AT as ANN_FAILED_AT,
+)
+from reconciler.names import (
+    ANN_FAILURE_REASON as ANN_FAILURE_REASON,
+)
+from reconciler.names import (
+    ANN_FAILURES as ANN_FAILURES,
+)
+from reconciler.names import (
+    ANN_STATE as ANN_STATE,
+)
+from reconciler.names import (
+    ANN_TARGET as ANN_TARGET,
+)
+from reconciler.names import (
+    ANN_WAS_UNSCHEDULABLE as ANN_WAS_UNSCHEDULABLE,
+)
+from reconciler.names import (
+    ANNOTATION_PREFIX as ANNOTATION_PREFIX,
+)
+from reconciler.names import CANARY_LABEL
+from reconciler.names import (
+    GPU_RESOURCES as GPU_RESOURCES,
+)
+from reconciler.names import (
+    STATE_CORDONED as STATE_CORDONED,
+)
+from reconciler.names import (
+    STATE_DONE as STATE_DONE,
+)
+from reconciler.names import (
+    STATE_FAILED as STATE_FAILED,
+)
+from reconciler.names import (
+    STATE_UPGRADING as STATE_UPGRADING,
+)
 from reconciler.policy.upgrade_policy import UpgradePolicy
 
-ANNOTATION_PREFIX = "gpu.metax-tech.com/"
-#: label that puts a node in front of the rollout order
-CANARY_LABEL = "gpu.metax-tech.com/canary"
 #: the node labels the planner reads (a view carries only these)
 PLANNER_LABELS = frozenset({CANARY_LABEL})
 
-# Per-node rollout state (node annotations); a restarted controller resumes from them.
-ANN_STATE = ANNOTATION_PREFIX + "upgrade-state"
-ANN_TARGET = ANNOTATION_PREFIX + "upgrade-target-revision"
-ANN_WAS_UNSCHEDULABLE = ANNOTATION_PREFIX + "was-unschedulable"
-ANN_ATTEMPT = ANNOTATION_PREFIX + "attempt"
-ANN_DELETED_AT = ANNOTATION_PREFIX + "deleted-at"
-ANN_FAILED_AT = ANNOTATION_PREFIX + "failed-at"
-#: ``<batch epoch>|<failures counted in that epoch>``; the source of ``currentFailureRetry``
-ANN_FAILURES = ANNOTATION_PREFIX + "failures"
-ANN_FAILURE_REASON = ANNOTATION_PREFIX + "failure-reason"
-
-# Values of ANN_STATE. Each is meaningful only together with ANN_TARGET.
-STATE_UPGRADING = "upgrading"  # old pod deleted for the target revision, new pod not yet Ready
-#: cordoned ahead of its start: the next to start for the target, old pod not deleted yet (a
-#: freed slot is then refilled by the pod deletion alone; see PlannerSettings.cordon_ahead)
-STATE_CORDONED = "cordoned"
-STATE_FAILED = "failed"  # the attempt failed; waits for a retry, a person or a rollback
-STATE_DONE = "done"  # Ready on the target revision, schedulability restored
-
 #: waiting reasons of a driver pod that mean the attempt failed
 FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff"})
-
-GPU_RESOURCES = ("metax-tech.com/gpu", "metax-tech.com/vfio-gpu")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,15 +6,34 @@ needs is in the status it returns and in the node annotations its actions write.
 on the same snapshot returns the same plan, and calling it on the snapshot after its actions were
 carried out asks for nothing new.
 
+The status is read once into an ``UpgradeStatus`` value; each step of a pass replaces it with
+the next value, and the JSON written back differs from what was read only where a value changed.
+
 One pass over the nodes per call (O(N)); a caller batches simultaneous events into one call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from reconciler import planning
+from reconciler.names import (
+    ACTIVE_PHASES,
+    ANN_ATTEMPT,
+    ANN_DELETED_AT,
+    ANN_FAILED_AT,
+    ANN_FAILURE_REASON,
+    ANN_FAILURES,
+    ANN_STATE,
+    ANN_TARGET,
+    ANN_WAS_UNSCHEDULABLE,
+    STATE_CORDONED,
+    STATE_DONE,
+    STATE_FAILED,
+    STATE_UPGRADING,
+)
 from reconciler.policy.payload import Payload
 from reconciler.policy.quantity import Quantity
 from reconciler.policy.upgrade_policy import UpgradeStep
@@ -30,46 +49,19 @@ from reconciler.rollout.actions import (
     SetPolicyPause,
     Uncordon,
 )
-from reconciler.rollout.model import (
-    ANN_ATTEMPT,
-    ANN_DELETED_AT,
-    ANN_FAILED_AT,
-    ANN_FAILURE_REASON,
-    ANN_FAILURES,
-    ANN_STATE,
-    ANN_TARGET,
-    ANN_WAS_UNSCHEDULABLE,
-    STATE_CORDONED,
-    STATE_DONE,
-    STATE_FAILED,
-    STATE_UPGRADING,
-    PlannerSettings,
-    RolloutNode,
-    RolloutSnapshot,
-)
+from reconciler.rollout.model import PlannerSettings, RolloutNode, RolloutSnapshot
 from reconciler.rollout.scan import CLOCK_SLACK, NodeScan, scan_nodes
+from reconciler.rollout.status import UpgradeStatus
+from reconciler.timefmt import after_ms, format_time, parse_time_or
 
 DEFAULT_SETTINGS = PlannerSettings()
 #: ManualGate reason: confirmed, but a node that joined meanwhile is not Ready yet
 GATE_CONFIRMED_PENDING = "ConfirmedPendingNodes"
 
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    actions: tuple[Action, ...]
-    #: the new ``status.upgradeStatus``; equal to the old one (same lastUpdateTime) when
-    #: nothing changed, so the caller can skip the write
-    status: dict[str, Any]
-    changed: bool
-    #: when to plan again if nothing happens before (pause end, back-off, readyTimeout)
-    requeue_at: float | None = None
-    #: plan again as soon as this status is stored (a new step is persisted before any node
-    #: of it starts, so a restart never finds nodes of a batch its status does not show)
-    again: bool = False
-    #: nodes in flight after the actions are carried out
-    in_flight: int = 0
-    #: unavailable rollout nodes as observed (SPEC 4.3 step 5)
-    unavailable: int = 0
+#: what ``plan`` returns: the actions, the new ``status.upgradeStatus`` (equal to the old one,
+#: same lastUpdateTime, when nothing changed), when to plan again (pause end, back-off,
+#: readyTimeout), and the nodes in flight and unavailable
+Plan = planning.Plan[Action]
 
 
 def plan(
@@ -96,7 +88,7 @@ class _Planner:
     def __init__(self, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> None:
         self.snap = snapshot
         self.now = now
-        self.now_text = st.format_time(now)
+        self.now_text = format_time(now)
         self.settings = settings
         policy = snapshot.policy
         if not policy.steps:
@@ -105,8 +97,8 @@ class _Planner:
             policy = dataclasses.replace(policy, steps=(UpgradeStep(Quantity(100, True), 0),))
         self.policy = policy
         self.old = snapshot.status
-        self.status = st.normalized(snapshot.status)
-        self.inner: dict[str, Any] = self.status["status"]
+        #: the status as this pass leaves it so far; every step replaces it
+        self.s = UpgradeStatus.from_json(snapshot.status)
         self.actions: list[Action] = []
         self.requeue: list[float] = []
         self.in_flight = 0
@@ -119,25 +111,27 @@ class _Planner:
     # ----------------------------------------------------------------------------- entry
 
     def run(self) -> Plan:
-        phase = self.status.get("phase") or st.PHASE_IDLING
+        phase = self.s.phase or st.PHASE_IDLING
         if phase == st.PHASE_PROGRESSING:
             self._progressing()
         elif phase in (st.PHASE_TERMINATING, st.PHASE_DISABLING):
             self._rolling_back()
         else:
             self._idle()
-        self.status["upgrading"] = self.status["phase"] in st.ACTIVE_PHASES
-        changed = st.without_update_time(self.status) != st.without_update_time(
-            st.normalized(self.old)
-        )
+        self.s = self.s.evolve(upgrading=self.s.phase in ACTIVE_PHASES)
+        status = self.s.to_json()
+        # ``source`` is the status as read, every SPEC field present
+        changed = st.without_update_time(status) != st.without_update_time(self.s.source)
         if changed:
-            self.inner["lastUpdateTime"] = self.now_text
+            status["status"]["lastUpdateTime"] = self.now_text
         else:
-            self.inner["lastUpdateTime"] = (self.old.get("status") or {}).get("lastUpdateTime", "")
+            status["status"]["lastUpdateTime"] = (self.old.get("status") or {}).get(
+                "lastUpdateTime", ""
+            )
         future = [t for t in self.requeue if t > self.now + CLOCK_SLACK]
-        return Plan(
+        return planning.Plan(
             actions=tuple(self.actions),
-            status=self.status,
+            status=status,
             changed=changed,
             requeue_at=min(future) if future else None,
             in_flight=self.in_flight,
@@ -149,6 +143,18 @@ class _Planner:
         self.actions.append(
             RecordEvent("Warning" if warning else "Normal", reason, message, **kw)
         )
+
+    def _step_index(self) -> int | None:
+        """The step an event names (None before the first)."""
+        return self.s.current_step_index or None
+
+    def _set(self, **changes: Any) -> None:
+        self.s = self.s.evolve(**changes)
+
+    def _condition(
+        self, ctype: str, value: str, reason: str, message: str, *, touch: bool = False
+    ) -> None:
+        self.s = self.s.with_condition(ctype, value, reason, message, self.now_text, touch=touch)
 
     # ----------------------------------------------------------------------------- idle
 
@@ -163,8 +169,8 @@ class _Planner:
         ])
         desired = Payload.from_spec(snap.payload)
         idle_phase = st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED
-        applied = (self.status.get("lastAppliedSpec") or {}).get("payload")
-        recorded = str(self.inner.get("lastPodSpecRevision") or "")
+        applied = self.s.applied_payload
+        recorded = self.s.last_pod_spec_revision
         if (
             desired.image == snap.daemonset.current_image
             and self.policy.enable_rollout
@@ -178,63 +184,58 @@ class _Planner:
             self._start(dict(applied), desired, recorded)
             return
         if desired.image == snap.daemonset.current_image:
-            self.status["phase"] = idle_phase
-            self.status["lastAppliedSpec"] = {"payload": dict(snap.payload)}
-            self.inner["lastPodSpecRevision"] = snap.daemonset.current_revision
-            if not self.status["message"]:
-                self.status["message"] = "nothing to do"
+            self._set(
+                phase=idle_phase,
+                last_applied_spec={"payload": dict(snap.payload)},
+                last_pod_spec_revision=snap.daemonset.current_revision,
+                message=self.s.message or "nothing to do",
+            )
             return
         before = previous_payload(snap)
-        self.status["lastCoDriverSpec"] = {"payload": before}
-        self.status["lastAppliedSpec"] = {"payload": dict(snap.payload)}
+        self._set(
+            last_co_driver_spec={"payload": before},
+            last_applied_spec={"payload": dict(snap.payload)},
+        )
         self.actions.append(SetDaemonSetImage(desired.image))
         if not self.policy.enable_rollout:
             # SPEC 4.2: the template changes; OnDelete leaves every pod where it is.
-            self.status["phase"] = st.PHASE_DISABLED
-            self.status["message"] = (
+            message = (
                 f"grey release off: driver template set to {desired.version}; nodes change "
                 "when their driver pod is deleted"
             )
-            self._event("TemplateUpdated", self.status["message"])
+            self._set(phase=st.PHASE_DISABLED, message=message)
+            self._event("TemplateUpdated", message)
             return
         self._start(before, desired, snap.daemonset.current_revision)
 
     def _start(self, before: dict[str, Any], desired: Payload, old_revision: str) -> None:
-        self.status["lastCoDriverSpec"] = {"payload": before}
-        self.status["lastAppliedSpec"] = {"payload": dict(self.snap.payload)}
-        self.status["phase"] = st.PHASE_PROGRESSING
-        self.status["condition"] = []
-        self.status["message"] = f"upgrading driver {before.get('version')} -> {desired.version}"
-        self.inner.update(
-            lastPodSpecRevision=old_revision,
-            upgradingPodSpecRevision="",
-            currentStepIndex=1,
-            currentStepState=st.STEP_INIT,
-            currentUpgradeReplicas=0,
-            currentUpgradeReadyReplicas=0,
-            currentFailureRetry=0,
-            totalUpgradeReplicas=self.total,
-            totalUpgradeReadyReplicas=0,
-            message="waiting for the driver DaemonSet to take the new template",
-            recheckTime="",
+        message = f"upgrading driver {before.get('version')} -> {desired.version}"
+        self._set(
+            last_co_driver_spec={"payload": before},
+            last_applied_spec={"payload": dict(self.snap.payload)},
+            phase=st.PHASE_PROGRESSING,
+            conditions=(),
+            message=message,
+            last_pod_spec_revision=old_revision,
+            upgrading_pod_spec_revision="",
+            current_step_index=1,
+            current_step_state=st.STEP_INIT,
+            current_upgrade_replicas=0,
+            current_upgrade_ready_replicas=0,
+            current_failure_retry=0,
+            total_upgrade_replicas=self.total,
+            total_upgrade_ready_replicas=0,
+            step_message="waiting for the driver DaemonSet to take the new template",
+            recheck_time="",
         )
         self._set_epoch(1, reason="StepStarted")
-        self._event("RolloutStarted", self.status["message"], step=1)
+        self._event("RolloutStarted", message, step=1)
 
     def _set_epoch(self, step: int, *, reason: str) -> None:
-        st.set_condition(
-            self.status,
-            st.COND_PROGRESSING,
-            "True",
-            reason,
-            f"step {step} of {len(self.policy.steps)}",
-            self.now_text,
+        self._condition(
+            st.COND_PROGRESSING, "True", reason, f"step {step} of {len(self.policy.steps)}",
             touch=True,
         )
-
-    def _epoch(self) -> str:
-        cond = st.find_condition(self.status, st.COND_PROGRESSING) or {}
-        return f"{self.inner.get('currentStepIndex', 0)}@{cond.get('lastTransitionTime', '')}"
 
     # ----------------------------------------------------------------------------- node moves
 
@@ -242,7 +243,7 @@ class _Planner:
     def _order(node: RolloutNode) -> tuple[bool, str]:
         return (not node.canary, node.name)
 
-    def _complete(self, nodes: list[RolloutNode], target: str) -> None:
+    def _process_completed_nodes(self, nodes: list[RolloutNode], target: str) -> None:
         """Ready on the target: restore schedulability, then clear the move record."""
         for node in nodes:
             if node.unschedulable and node.annotations.get(ANN_WAS_UNSCHEDULABLE) == "false":
@@ -261,8 +262,11 @@ class _Planner:
                 )
             )
 
-    def _fail(self, failures: list[tuple[RolloutNode, str]], *, counted: bool) -> None:
-        epoch = self._epoch()
+    def _process_new_failures(
+        self, failures: list[tuple[RolloutNode, str]], *, counted: bool
+    ) -> None:
+        """Failed just now: record (counted in the epoch unless rolling back), cordon, back off."""
+        epoch = self.s.epoch()
         for node, reason in failures:
             ann = node.annotations
             update: dict[str, str | None] = {
@@ -286,7 +290,7 @@ class _Planner:
                 f"{node.name}: driver pod failed ({reason}), attempt {ann.get(ANN_ATTEMPT, '1')}",
                 warning=True,
                 node=node.name,
-                step=int(self.inner["currentStepIndex"] or 0) or None,
+                step=self._step_index(),
                 extra={"reason": reason},
             )
 
@@ -380,7 +384,7 @@ class _Planner:
                 )
             )
 
-    def _redo(self, nodes: list[RolloutNode]) -> None:
+    def _process_redo_nodes(self, nodes: list[RolloutNode]) -> None:
         """A recorded move whose cordon or delete never happened (crash after annotating)."""
         for node in nodes:
             assert node.pod is not None
@@ -390,15 +394,15 @@ class _Planner:
 
     def _retry_due(self, node: RolloutNode, epoch_start: float) -> float:
         ann = node.annotations
-        failed_at = st.parse_time_or(ann.get(ANN_FAILED_AT), self.now)
+        failed_at = parse_time_or(ann.get(ANN_FAILED_AT), self.now)
         if failed_at < epoch_start:
             return self.now  # failed before a person resumed: retry at once
         return failed_at + self.settings.backoff(st.int_or(ann.get(ANN_ATTEMPT), 1))
 
     def _retries(self, failed: list[RolloutNode], target: str, slots: int) -> int:
         """Retry failed nodes whose back-off passed; returns how many were started."""
-        cond = st.find_condition(self.status, st.COND_PROGRESSING) or {}
-        epoch_start = st.parse_time_or(cond.get("lastTransitionTime"), self.now)
+        cond = self.s.condition(st.COND_PROGRESSING)
+        epoch_start = parse_time_or(cond.last_transition_time if cond else None, self.now)
         started = 0
         for node in sorted(failed, key=self._order):
             if started >= slots:
@@ -414,7 +418,7 @@ class _Planner:
                 "NodeRetried",
                 f"{node.name}: retrying the driver pod",
                 node=node.name,
-                step=int(self.inner["currentStepIndex"] or 0) or None,
+                step=self._step_index(),
             )
             started += 1
         return started
@@ -452,81 +456,98 @@ class _Planner:
             if not cordoned:
                 self._cordon_ahead(node, target)
         if blocked:
-            self.inner["message"] = "waiting for GPU workloads to finish: " + "; ".join(blocked)
+            self._set(step_message="waiting for GPU workloads to finish: " + "; ".join(blocked))
         return started, frozenset(kept)
+
+    # ----------------------------------------------------------------------------- scanned nodes
+
+    def _settle(self, scan: NodeScan, target: str, *, counted: bool) -> None:
+        """What the scan found settles first, one function per node state (the steps only
+        start new moves): the same in a rollout and in a rollback, which counts no failures."""
+        self._process_completed_nodes(scan.completed, target)
+        self._process_new_failures(scan.new_failures, counted=counted)
+        self._process_failed_nodes(scan.failed)
+        self._process_redo_nodes(scan.redo)
+        self.requeue.extend(scan.deadlines)
+        self.unavailable = scan.unavailable
+
+    def _process_failed_nodes(self, nodes: list[RolloutNode]) -> None:
+        """A failed node stays cordoned until it is retried (someone may have uncordoned it)."""
+        for node in nodes:
+            if not node.unschedulable:
+                self.actions.append(Cordon(node.name))
 
     # ----------------------------------------------------------------------------- progressing
 
     def _progressing(self) -> None:
-        snap, policy, inner = self.snap, self.policy, self.inner
+        snap, policy = self.snap, self.policy
         if not policy.enable_rollout:
             self._begin_rollback(st.PHASE_DISABLING, st.REASON_DISABLED, "enableRollout turned off")
             self._rolling_back()
             return
-        target_payload = (self.status.get("lastAppliedSpec") or {}).get("payload") or snap.payload
-        target_image = Payload.from_spec(target_payload).image
-        previous = (self.status.get("lastCoDriverSpec") or {}).get("payload")
-        spec_image = Payload.from_spec(snap.payload).image
-        if previous and spec_image != target_image and spec_image == Payload.from_spec(
-            previous
-        ).image:
-            # Our own RestorePayload landed but its status did not (or a person reverted the
-            # version): the fleet must go back.
-            cause = st.find_condition(self.status, st.COND_PROGRESSING) or {}
-            reason = str(cause.get("reason") or "")
-            if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
-                reason = st.REASON_THRESHOLD if self._threshold_reached() else "PayloadReverted"
-            self._begin_rollback(
-                st.PHASE_TERMINATING, reason, "spec.driver.payload is back on the previous version"
-            )
+        target_image = Payload.from_spec(self.s.applied_payload or snap.payload).image
+        if self._payload_reverted(target_image):
             self._rolling_back()
             return
         ds = snap.daemonset
         if ds.current_image != target_image:
             self.actions.append(SetDaemonSetImage(target_image))
-            if not inner["upgradingPodSpecRevision"]:
-                inner["currentStepState"] = st.STEP_INIT
-            inner["message"] = "waiting for the driver DaemonSet to take the new template"
+            if not self.s.upgrading_pod_spec_revision:
+                self._set(current_step_state=st.STEP_INIT)
+            self._set(step_message="waiting for the driver DaemonSet to take the new template")
             return
-        if inner["upgradingPodSpecRevision"] != ds.current_revision:
-            inner["upgradingPodSpecRevision"] = ds.current_revision
         revision = ds.current_revision
+        self._set(upgrading_pod_spec_revision=revision)
         if Payload.from_spec(snap.payload).image != target_image:
-            self.status["message"] = (
-                "spec.driver.payload changed during an active rollout; ignored until it ends"
+            self._set(
+                message="spec.driver.payload changed during an active rollout; ignored until it "
+                "ends"
             )
-        inner["message"] = ""
+        self._set(step_message="")
         scan = scan_nodes(
-            self.snap.nodes.values(), revision, now=self.now, epoch=self._epoch(),
+            self.snap.nodes.values(), revision, now=self.now, epoch=self.s.epoch(),
             ready_timeout=self.settings.ready_timeout,
         )
-        self._complete(scan.completed, revision)
-        self._fail(scan.new_failures, counted=True)
-        for node in scan.failed:
-            if not node.unschedulable:
-                self.actions.append(Cordon(node.name))
-        self._redo(scan.redo)
+        self._settle(scan, revision, counted=True)
         self._record_deletions(scan.unrecorded)
-        self.requeue.extend(scan.deadlines)
-        self.unavailable = scan.unavailable
         self.in_flight = scan.in_flight
         self._steps(scan, revision)
         # a rollback releases them itself; a step just begun (``again``) starts them next
-        if self.status["phase"] == st.PHASE_PROGRESSING and not self.again:
+        if self.s.phase == st.PHASE_PROGRESSING and not self.again:
             started = {a.node for a in self.actions if isinstance(a, DeleteDriverPod)}
             self._release(
                 [n for n in scan.cordoned + scan.stale_cordoned if n.name not in started],
                 self.keep_cordoned,
             )
 
+    def _payload_reverted(self, target_image: str) -> bool:
+        """Our own RestorePayload landed but its status did not (or a person reverted the
+        version): the fleet must go back. True when a rollback began."""
+        previous = self.s.previous_payload
+        spec_image = Payload.from_spec(self.snap.payload).image
+        if not previous or spec_image == target_image:
+            return False
+        if spec_image != Payload.from_spec(previous).image:
+            return False
+        cause = self.s.condition(st.COND_PROGRESSING)
+        reason = cause.reason if cause is not None else ""
+        if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
+            reason = st.REASON_THRESHOLD if self._threshold_reached() else "PayloadReverted"
+        self._begin_rollback(
+            st.PHASE_TERMINATING, reason, "spec.driver.payload is back on the previous version"
+        )
+        return True
+
     def _threshold_reached(self) -> bool:
-        epoch = self._epoch() + "|"
+        epoch = self.s.epoch() + "|"
         count = 0
         for node in self.snap.nodes.values():
             failures = node.annotations.get(ANN_FAILURES)
             if failures and failures.startswith(epoch):
                 count += st.int_or(failures[len(epoch) :], 1)
         return count >= self.policy.max_failure_threshold
+
+    # ----------------------------------------------------------------------------- steps
 
     def _steps(self, scan: NodeScan, revision: str) -> None:
         """Decide the current step; a step begun in this pass whose target is already reached
@@ -536,7 +557,7 @@ class _Planner:
         targets = self.policy.step_targets(self.total)
         fresh_epoch = False
         while self._step(scan, revision, targets, fresh_epoch=fresh_epoch):
-            index = int(self.inner["currentStepIndex"])
+            index = self.s.current_step_index
             if targets[index - 1] > scan.ready or self.policy.steps[index - 1].pause_ms is None:
                 # its nodes start, or its gate opens (pause: true written back to Git), in the
                 # next pass, once the step is on record: a restart finds the gate it set
@@ -549,108 +570,129 @@ class _Planner:
     ) -> bool:
         """The current step; True when it advanced to the next one (which is StepUpgradeInit).
         ``fresh_epoch``: the step began in this pass, so no failure counts against it yet."""
-        policy, inner = self.policy, self.inner
-        steps = policy.steps
-        total = self.total
-        threshold = policy.max_failure_threshold
+        index, target = self._tally(scan, targets, fresh_epoch=fresh_epoch)
+        if self.s.condition_true(st.COND_BATCH_FAILED):
+            if self.policy.pause:
+                return self._hold()
+            self._resume(index)
+        if self.s.condition_true(st.COND_MANUAL_GATE):
+            if self.policy.pause:
+                return self._hold()
+            if self._confirm_gate(index, done=scan.ready >= target):
+                return self._advance(index, revision)
+        if self.s.current_failure_retry >= self.policy.max_failure_threshold:
+            self._fallback(scan, index)
+            return False
+        if scan.ready >= target:
+            return self._step_done(scan, index, revision)
+        if self.policy.pause:
+            self._set(step_message=self.s.step_message or "paused: spec.driver.upgradePolicy.pause")
+            return self._hold()
+        self._upgrade(scan, revision, targets, index)
+        return False
+
+    def _tally(
+        self, scan: NodeScan, targets: list[int], *, fresh_epoch: bool
+    ) -> tuple[int, int]:
+        """The step's counters from the scan; returns the step's index and target."""
+        threshold = self.policy.max_failure_threshold
         counter = 0 if fresh_epoch else min(
             threshold, scan.epoch_failures + len(scan.new_failures)
         )
-        inner["currentFailureRetry"] = counter
-        inner["totalUpgradeReplicas"] = total
-        inner["totalUpgradeReadyReplicas"] = scan.ready
-        index = min(max(int(inner["currentStepIndex"] or 1), 1), len(steps))
+        index = min(max(self.s.current_step_index, 1), len(self.policy.steps))
         target = targets[index - 1]
         # a step not above an earlier one adds no nodes (SPEC 3)
         before = max(targets[: index - 1], default=0)
         batch = max(target - before, 0)
-        inner["currentStepIndex"] = index
-        inner["currentUpgradeReplicas"] = batch
-        inner["currentUpgradeReadyReplicas"] = min(max(scan.ready - before, 0), batch)
-        if st.condition_true(self.status, st.COND_BATCH_FAILED):
-            if policy.pause:
-                inner["currentStepState"] = st.STEP_PAUSED
-                return False
-            st.set_condition(
-                self.status, st.COND_BATCH_FAILED, "False", "Resumed",
-                "a person resumed the batch", self.now_text,
+        self._set(
+            current_failure_retry=counter,
+            total_upgrade_replicas=self.total,
+            total_upgrade_ready_replicas=scan.ready,
+            current_step_index=index,
+            current_upgrade_replicas=batch,
+            current_upgrade_ready_replicas=min(max(scan.ready - before, 0), batch),
+        )
+        return index, target
+
+    def _hold(self) -> bool:
+        """The step waits (``pause: true``, a fallback, a gate, the pause timer)."""
+        self._set(current_step_state=st.STEP_PAUSED)
+        return False
+
+    def _resume(self, index: int) -> None:
+        """A person resumed a batch the fallback paused: a new epoch, no failures counted."""
+        self._condition(st.COND_BATCH_FAILED, "False", "Resumed", "a person resumed the batch")
+        self._set_epoch(index, reason="Resumed")
+        self._set(current_failure_retry=0)
+        self._event("Resumed", f"step {index}: resumed after the fallback", step=index)
+
+    def _confirm_gate(self, index: int, *, done: bool) -> bool:
+        """A person confirmed the gate; True when the step may advance now."""
+        self._condition(st.COND_MANUAL_GATE, "False", "Confirmed", f"step {index} confirmed")
+        self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
+        if done:
+            return True
+        # a node joined during the gate: the step is done (and confirmed) once it is Ready
+        self._condition(
+            st.COND_MANUAL_GATE, "False", GATE_CONFIRMED_PENDING,
+            f"step {index} confirmed; waiting for nodes that joined meanwhile",
+        )
+        return False
+
+    def _step_done(self, scan: NodeScan, index: int, revision: str) -> bool:
+        """The step reached its target: its gate, or its pause, then the next step."""
+        pause_ms = self.policy.steps[index - 1].pause_ms
+        if pause_ms is None:
+            return self._gate(index, revision)
+        return self._pause_timer(scan, index, pause_ms, revision)
+
+    def _gate(self, index: int, revision: str) -> bool:
+        """A step without a pause waits for a person (``pause: true`` written back to Git)."""
+        if self._gate_confirmed():  # see GATE_CONFIRMED_PENDING
+            if self.policy.pause:
+                return self._hold()
+            return self._advance(index, revision)
+        self._condition(
+            st.COND_MANUAL_GATE, "True", "WaitingForConfirmation",
+            f"step {index} done; set spec.driver.upgradePolicy.pause to false to continue",
+        )
+        if not self.policy.pause:
+            self.actions.append(SetPolicyPause(True))
+        self._event("GateOpened", f"step {index} done: waiting for a person", step=index)
+        return self._hold()
+
+    def _pause_timer(self, scan: NodeScan, index: int, pause_ms: int, revision: str) -> bool:
+        """The step's pause runs from the pass that found it done (``recheckTime``)."""
+        if not self.s.recheck_time:
+            self._set(recheck_time=format_time(after_ms(self.now, pause_ms)))
+            self._event(
+                "StepCompleted",
+                f"step {index} done ({scan.ready}/{self.total} nodes); pausing {pause_ms} ms",
+                step=index,
             )
-            self._set_epoch(index, reason="Resumed")
-            counter = 0
-            inner["currentFailureRetry"] = 0
-            self._event("Resumed", f"step {index}: resumed after the fallback", step=index)
-        if st.condition_true(self.status, st.COND_MANUAL_GATE):
-            if policy.pause:
-                inner["currentStepState"] = st.STEP_PAUSED
-                return False
-            st.set_condition(
-                self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
-                f"step {index} confirmed", self.now_text,
-            )
-            self._event("GateConfirmed", f"step {index}: gate confirmed", step=index)
-            if scan.ready >= target:
-                return self._advance(index, revision)
-            # a node joined during the gate: the step is done (and confirmed) once it is Ready
-            st.set_condition(
-                self.status, st.COND_MANUAL_GATE, "False", GATE_CONFIRMED_PENDING,
-                f"step {index} confirmed; waiting for nodes that joined meanwhile",
-                self.now_text,
-            )
-        if counter >= threshold:
-            self._fallback(scan, index)
-            return False
-        if scan.ready >= target:
-            step = steps[index - 1]
-            if step.pause_ms is None and self._gate_confirmed():  # see GATE_CONFIRMED_PENDING
-                if policy.pause:
-                    inner["currentStepState"] = st.STEP_PAUSED
-                    return False
-                return self._advance(index, revision)
-            if step.pause_ms is None:
-                st.set_condition(
-                    self.status, st.COND_MANUAL_GATE, "True", "WaitingForConfirmation",
-                    f"step {index} done; set spec.driver.upgradePolicy.pause to false "
-                    "to continue",
-                    self.now_text,
-                )
-                if not policy.pause:
-                    self.actions.append(SetPolicyPause(True))
-                inner["currentStepState"] = st.STEP_PAUSED
-                self._event(
-                    "GateOpened", f"step {index} done: waiting for a person", step=index
-                )
-                return False
-            if not inner["recheckTime"]:
-                inner["recheckTime"] = st.format_time(st.after_ms(self.now, step.pause_ms))
-                self._event(
-                    "StepCompleted",
-                    f"step {index} done ({scan.ready}/{total} nodes); pausing "
-                    f"{step.pause_ms} ms",
-                    step=index,
-                )
-            recheck = st.parse_time_or(inner["recheckTime"], self.now)
-            if self.now + CLOCK_SLACK >= recheck and not policy.pause:
-                return self._advance(index, revision)
-            inner["currentStepState"] = st.STEP_PAUSED
-            self.requeue.append(recheck)
-            return False
-        if policy.pause:
-            inner["currentStepState"] = st.STEP_PAUSED
-            inner["message"] = inner["message"] or "paused: spec.driver.upgradePolicy.pause"
-            return False
-        inner["currentStepState"] = st.STEP_UPGRADE
+        recheck = parse_time_or(self.s.recheck_time, self.now)
+        if self.now + CLOCK_SLACK >= recheck and not self.policy.pause:
+            return self._advance(index, revision)
+        self.requeue.append(recheck)
+        return self._hold()
+
+    def _upgrade(self, scan: NodeScan, revision: str, targets: list[int], index: int) -> None:
+        """The step's nodes upgrade: start what the budget allows."""
+        policy = self.policy
+        steps = policy.steps
+        self._set(current_step_state=st.STEP_UPGRADE)
         next_wave = 0
         if steps[index - 1].pause_ms == 0 and index < len(steps):
             # the next step begins the moment this one is done: its first wave may wait
             # cordoned too, so that step starts with deletions alone
             next_batch = max(targets[index] - max(targets[:index]), 0)
             next_wave = min(policy.batch_max_parallel(next_batch), next_batch)
-        self._start_nodes(scan, revision, target, batch, next_wave)
-        return False
+        target = targets[index - 1]
+        self._start_nodes(scan, revision, target, self.s.current_upgrade_replicas, next_wave)
 
     def _gate_confirmed(self) -> bool:
-        gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}
-        return gate.get("reason") == GATE_CONFIRMED_PENDING
+        gate = self.s.condition(st.COND_MANUAL_GATE)
+        return gate is not None and gate.reason == GATE_CONFIRMED_PENDING
 
     def _start_nodes(
         self, scan: NodeScan, revision: str, target: int, batch: int, next_wave: int
@@ -685,45 +727,41 @@ class _Planner:
                 # the nodes next in line stay cordoned (no churn while availability flickers)
                 self.keep_cordoned = frozenset(n.name for n in scan.cordoned)
                 if need > 0:
-                    self.inner["message"] = (
-                        f"{unavailable} rollout nodes unavailable (maxUnavailable "
+                    self._set(
+                        step_message=f"{unavailable} rollout nodes unavailable (maxUnavailable "
                         f"{max_unavailable}): no new node starts"
                     )
         self.in_flight = scan.in_flight + retried + fresh
 
     def _advance(self, index: int, revision: str) -> bool:
         """Leave step ``index``: start the next one (True) or complete the rollout (False)."""
-        inner = self.inner
-        inner["recheckTime"] = ""
-        if self._gate_confirmed():
-            gate = st.find_condition(self.status, st.COND_MANUAL_GATE) or {}
-            st.set_condition(
-                self.status, st.COND_MANUAL_GATE, "False", "Confirmed",
-                str(gate.get("message", "")), self.now_text,
-            )
+        self._set(recheck_time="")
+        gate = self.s.condition(st.COND_MANUAL_GATE)
+        if gate is not None and gate.reason == GATE_CONFIRMED_PENDING:
+            self._condition(st.COND_MANUAL_GATE, "False", "Confirmed", gate.message)
         if index >= len(self.policy.steps):
-            self.status["phase"] = st.PHASE_IDLING
-            inner["currentStepState"] = st.STEP_COMPLETED
-            inner["lastPodSpecRevision"] = revision
-            version = ((self.status.get("lastAppliedSpec") or {}).get("payload") or {}).get(
-                "version"
+            version = (self.s.applied_payload or {}).get("version")
+            message = f"rollout of driver {version} completed"
+            self._set(
+                phase=st.PHASE_IDLING,
+                current_step_state=st.STEP_COMPLETED,
+                last_pod_spec_revision=revision,
+                message=message,
             )
-            self.status["message"] = f"rollout of driver {version} completed"
-            st.set_condition(
-                self.status, st.COND_PROGRESSING, "False", "RolloutCompleted",
-                self.status["message"], self.now_text,
-            )
-            self._event("RolloutCompleted", self.status["message"], step=index)
+            self._condition(st.COND_PROGRESSING, "False", "RolloutCompleted", message)
+            self._event("RolloutCompleted", message, step=index)
             return False
         targets = self.policy.step_targets(self.total)
-        ready = int(inner["totalUpgradeReadyReplicas"] or 0)
+        ready = self.s.total_upgrade_ready_replicas
         before = max(targets[:index], default=0)
         batch = max(targets[index] - before, 0)
-        inner["currentStepIndex"] = index + 1
-        inner["currentUpgradeReplicas"] = batch
-        inner["currentUpgradeReadyReplicas"] = min(max(ready - before, 0), batch)
-        inner["currentFailureRetry"] = 0
-        inner["currentStepState"] = st.STEP_INIT
+        self._set(
+            current_step_index=index + 1,
+            current_upgrade_replicas=batch,
+            current_upgrade_ready_replicas=min(max(ready - before, 0), batch),
+            current_failure_retry=0,
+            current_step_state=st.STEP_INIT,
+        )
         self.again = True  # the next plan starts the batch, once this step is on record
         self._set_epoch(index + 1, reason="StepStarted")
         self._event("StepStarted", f"step {index + 1} of {len(self.policy.steps)}", step=index + 1)
@@ -736,42 +774,35 @@ class _Planner:
         if len(failed) > limit:
             named += f" and {len(failed) - limit} more"
         message = (
-            f"step {index}: {self.inner['currentFailureRetry']} failures reached "
+            f"step {index}: {self.s.current_failure_retry} failures reached "
             f"maxFailureThreshold {self.policy.max_failure_threshold} (failed: {named})"
         )
         if self.policy.fallback == "rollback":
             self._begin_rollback(st.PHASE_TERMINATING, st.REASON_THRESHOLD, message)
             self._rolling_back()
             return
-        st.set_condition(
-            self.status, st.COND_BATCH_FAILED, "True", st.REASON_THRESHOLD, message, self.now_text
-        )
+        self._condition(st.COND_BATCH_FAILED, "True", st.REASON_THRESHOLD, message)
         if not self.policy.pause:
             self.actions.append(SetPolicyPause(True))
-        self.inner["currentStepState"] = st.STEP_PAUSED
-        self.inner["message"] = message
+        self._set(current_step_state=st.STEP_PAUSED, step_message=message)
         self._event("FallbackPaused", message, warning=True, step=index)
 
     # ----------------------------------------------------------------------------- rollback
 
     def _begin_rollback(self, phase: str, reason: str, why: str) -> None:
-        self.status["phase"] = phase
+        self._set(phase=phase)
         for ctype in (st.COND_MANUAL_GATE, st.COND_BATCH_FAILED):
-            if st.condition_true(self.status, ctype):
-                st.set_condition(self.status, ctype, "False", reason, why, self.now_text)
-        st.set_condition(self.status, st.COND_PROGRESSING, "False", reason, why, self.now_text)
-        self.inner["recheckTime"] = ""
-        self.inner["currentStepState"] = st.STEP_UPGRADE
-        version = ((self.status.get("lastAppliedSpec") or {}).get("payload") or {}).get("version")
-        self.status["message"] = f"rolling back driver {version}: {why}"
-        self._event("RollbackStarted", self.status["message"], warning=True,
-                    step=int(self.inner["currentStepIndex"] or 0) or None)
+            if self.s.condition_true(ctype):
+                self._condition(ctype, "False", reason, why)
+        self._condition(st.COND_PROGRESSING, "False", reason, why)
+        version = (self.s.applied_payload or {}).get("version")
+        message = f"rolling back driver {version}: {why}"
+        self._set(recheck_time="", current_step_state=st.STEP_UPGRADE, message=message)
+        self._event("RollbackStarted", message, warning=True, step=self._step_index())
 
     def _rolling_back(self) -> None:
-        snap, inner = self.snap, self.inner
-        previous = (self.status.get("lastCoDriverSpec") or {}).get("payload") or previous_payload(
-            snap
-        )
+        snap = self.snap
+        previous = self.s.previous_payload or previous_payload(snap)
         previous_image = Payload.from_spec(previous).image
         ds = snap.daemonset
         # The payload first: if we stop in between, the spec no longer asks for the new version
@@ -780,29 +811,39 @@ class _Planner:
             self.actions.append(RestorePayload(dict(previous)))
         if ds.current_image != previous_image:
             self.actions.append(SetDaemonSetImage(previous_image))
-        if ds.current_image != previous_image:
-            inner["message"] = "waiting for the driver DaemonSet to take the previous template"
+            self._set(step_message="waiting for the driver DaemonSet to take the previous template")
             return
         # Restoring a template brings back its revision hash; adopt it if it was recreated.
-        old = inner["lastPodSpecRevision"] = ds.current_revision
-        new = str(inner["upgradingPodSpecRevision"] or "")
-        inner["message"] = ""
+        old = ds.current_revision
+        new = self.s.upgrading_pod_spec_revision
+        self._set(last_pod_spec_revision=old, step_message="")
         scan = scan_nodes(
-            self.snap.nodes.values(), old, now=self.now, epoch=self._epoch(),
+            self.snap.nodes.values(), old, now=self.now, epoch=self.s.epoch(),
             ready_timeout=self.settings.ready_timeout, rollback_from=new,
         )
-        self._complete(scan.completed, old)
-        self._fail(scan.new_failures, counted=False)
-        for node in scan.failed:
-            if not node.unschedulable:
-                self.actions.append(Cordon(node.name))
-        self._redo(scan.redo)
+        self._settle(scan, old, counted=False)
         self._release(scan.stale_cordoned)
-        self.requeue.extend(scan.deadlines)
-        self.unavailable = scan.unavailable
         for node in scan.convert:  # in flight to the new revision: turn around, same slot
             self._move(node, old, 1)
-        batch = int(inner["currentUpgradeReplicas"] or 1)
+        started = self._rollback_starts(scan, old)
+        self.in_flight = scan.in_flight + started
+        remaining = (
+            len(scan.untouched) + len(scan.failed_other) + len(scan.failed)
+            + len(scan.new_failures) + scan.in_flight + len(scan.convert) + scan.settling
+        )
+        self._set(
+            total_upgrade_ready_replicas=scan.ready_other,
+            total_upgrade_replicas=self.total,
+            current_step_state=st.STEP_UPGRADE,
+        )
+        if remaining or started or Payload.from_spec(snap.payload).image != previous_image:
+            return
+        self._rolled_back(previous)
+
+    def _rollback_starts(self, scan: NodeScan, old: str) -> int:
+        """Move nodes back to the previous revision, maxParallel of the step at a time (failed
+        ones after their back-off first); returns how many started."""
+        batch = self.s.current_upgrade_replicas or 1
         slots = self.policy.batch_max_parallel(batch) - scan.in_flight
         started = self._retries(scan.failed, old, slots) if slots > 0 else 0
         waiting = scan.failed_other + sorted(scan.untouched, key=self._order)
@@ -813,27 +854,22 @@ class _Planner:
                 continue
             self._move(node, old, 1)
             started += 1
-        self.in_flight = scan.in_flight + started
-        remaining = (
-            len(scan.untouched) + len(scan.failed_other) + len(scan.failed)
-            + len(scan.new_failures) + scan.in_flight + len(scan.convert) + scan.settling
-        )
-        inner["totalUpgradeReadyReplicas"] = scan.ready_other
-        inner["totalUpgradeReplicas"] = self.total
-        inner["currentStepState"] = st.STEP_UPGRADE
-        if remaining or started or Payload.from_spec(snap.payload).image != previous_image:
-            return
-        cause = st.find_condition(self.status, st.COND_PROGRESSING) or {}
-        reason = str(cause.get("reason") or st.REASON_THRESHOLD)
-        rolled = ((self.status.get("lastAppliedSpec") or {}).get("payload") or {}).get("version")
+        return started
+
+    def _rolled_back(self, previous: Mapping[str, Any]) -> None:
+        """Every node runs the previous revision again: the rollback is complete."""
+        cause = self.s.condition(st.COND_PROGRESSING)
+        reason = (cause.reason if cause is not None else "") or st.REASON_THRESHOLD
+        rolled = (self.s.applied_payload or {}).get("version")
         message = (
             f"driver {rolled} rolled back to {previous.get('version')} ({reason}): "
-            f"{cause.get('message', '')}"
+            f"{cause.message if cause is not None else ''}"
         )
-        st.set_condition(self.status, st.COND_ROLLED_BACK, "True", reason, message, self.now_text)
-        self.status["phase"] = st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED
-        self.status["message"] = message
-        self.status["lastAppliedSpec"] = {"payload": dict(previous)}
-        inner["currentStepState"] = st.STEP_COMPLETED
-        self._event("RolledBack", message, warning=True,
-                    step=int(inner["currentStepIndex"] or 0) or None)
+        self._condition(st.COND_ROLLED_BACK, "True", reason, message)
+        self._set(
+            phase=st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED,
+            message=message,
+            last_applied_spec={"payload": dict(previous)},
+            current_step_state=st.STEP_COMPLETED,
+        )
+        self._event("RolledBack", message, warning=True, step=self._step_index())

@@ -9,19 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from reconciler.rollout import status as st
-from reconciler.rollout.model import (
+from reconciler.names import (
     ANN_DELETED_AT,
     ANN_FAILURES,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
-    FAILURE_REASONS,
     STATE_CORDONED,
     STATE_FAILED,
     STATE_UPGRADING,
-    RolloutNode,
 )
+from reconciler.rollout import status as st
+from reconciler.rollout.model import FAILURE_REASONS, RolloutNode
+from reconciler.timefmt import parse_time_or
 
 #: stored timestamps carry milliseconds; instants closer than this count as reached, so a
 #: deadline read back from text never lands a hair after the ``now`` that wrote it
@@ -108,7 +108,7 @@ def scan_nodes(
             elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
                 scan.new_failures.append((node, str(pod.waiting_reason)))
             else:
-                deleted_at = st.parse_time_or(ann.get(ANN_DELETED_AT), now)
+                deleted_at = parse_time_or(ann.get(ANN_DELETED_AT), now)
                 if now + CLOCK_SLACK >= deleted_at + timeout:
                     scan.new_failures.append((node, "ReadyTimeout"))
                 else:

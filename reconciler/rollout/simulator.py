@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
@@ -38,6 +39,7 @@ from reconciler.rollout.model import (
     RolloutSnapshot,
 )
 from reconciler.rollout.planner import Plan, plan
+from reconciler.rollout.status import UpgradeStatus
 
 Fault = Literal["imagepull", "crashloop", "never-ready", "node-notready"]
 FAULTS: tuple[str, ...] = ("imagepull", "crashloop", "never-ready", "node-notready")
@@ -160,9 +162,11 @@ class Simulation:
         # what a controller recorded while the fleet sat idle on the old version
         self.status: dict[str, Any] = {
             "lastAppliedSpec": {"payload": old_payload},
-            "phase": st.PHASE_IDLING,
+            "phase": st.PHASE_IDLING.value,
             "status": {"lastPodSpecRevision": self.ds.current_revision},
         }
+        #: the status as the planner last wrote it, typed
+        self.view = UpgradeStatus.from_json(self.status)
         self.t = 0.0
         self.queue: list[tuple[float, int, str, str, str]] = []
         self.seq = 0
@@ -332,15 +336,15 @@ class Simulation:
         if result.changed or result.actions:
             self.last_change = self.t
         self.status = result.status
-        inner = result.status.get("status") or {}
+        self.view = UpgradeStatus.from_json(result.status)
         self.max_in_flight = max(self.max_in_flight, result.in_flight)
         self.max_unavailable = max(self.max_unavailable, result.unavailable)
-        index = int(inner.get("currentStepIndex") or 0)
+        index = self.view.current_step_index
         targets = self.policy.step_targets(len(self.nodes))
         target = targets[index - 1] if 0 < index <= len(targets) else 0
         self.ticks.append(
             (self.t, result.in_flight, result.unavailable,
-             int(inner.get("totalUpgradeReadyReplicas") or 0), index, target)
+             self.view.total_upgrade_ready_replicas, index, target)
         )
         if result.requeue_at is not None:
             # timestamps carry milliseconds; never wake at the current instant again
@@ -355,7 +359,7 @@ class Simulation:
         does (it plans again at once after a structural action or ``again``)."""
         # a few passes per step at most (record the step, open its gate, start its nodes)
         for _ in range(8 + 3 * len(self.policy.steps) + len(self.config.crash_calls)):
-            phase = self.status.get("phase")
+            phase = self.view.phase
             result, crashed = self._plan_once()
             if crashed:
                 continue  # restarted at once: relist and plan again
@@ -374,16 +378,15 @@ class Simulation:
             self._push(at, "wake")
 
     def _stop_reason(self, started: bool) -> str | None:
-        phase = self.status.get("phase")
-        if started and phase not in st.ACTIVE_PHASES:
-            return "rolled-back" if st.condition_true(self.status, st.COND_ROLLED_BACK) else (
-                "completed" if (self.status.get("status") or {}).get("currentStepState")
-                == st.STEP_COMPLETED else "idle"
-            )
+        view = self.view
+        if started and view.phase not in ACTIVE_PHASES:
+            if view.condition_true(st.COND_ROLLED_BACK):
+                return "rolled-back"
+            return "completed" if view.current_step_state == st.STEP_COMPLETED else "idle"
         people = self.pending_interventions > 0  # someone may still act
-        if st.condition_true(self.status, st.COND_BATCH_FAILED) and self.policy.pause:
+        if view.condition_true(st.COND_BATCH_FAILED) and self.policy.pause:
             return None if people else "fallback-pause"
-        if st.condition_true(self.status, st.COND_MANUAL_GATE):
+        if view.condition_true(st.COND_MANUAL_GATE):
             if self.config.auto_confirm is None:
                 return None if people else "manual-gate"
             if not self.confirm_scheduled and self.policy.pause:
@@ -394,7 +397,7 @@ class Simulation:
     def run(self) -> SimResult:
         cfg = self.config
         self._plan()
-        started = self.status.get("phase") in st.ACTIVE_PHASES
+        started = self.view.phase in ACTIVE_PHASES
         reason = self._stop_reason(started)
         while reason is None:
             if not self.queue:
@@ -409,7 +412,7 @@ class Simulation:
                 _, _, kind, name, pod = heapq.heappop(self.queue)
                 self._handle(kind, name, pod)
             self._plan()
-            started = started or self.status.get("phase") in st.ACTIVE_PHASES
+            started = started or self.view.phase in ACTIVE_PHASES
             reason = self._stop_reason(started)
         end = cfg.until if reason == "until" else self.last_change
         return self._result(end, reason)

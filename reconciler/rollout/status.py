@@ -1,98 +1,61 @@
 """``status.upgradeStatus`` (SPEC 4.1): field names, timestamps and condition bookkeeping.
 
-The planner works on a plain dict shaped exactly like the CR status, so the controller writes
-what it gets and a restarted planner reads back everything it needs.
+The planner reads the CR's JSON once into a frozen ``UpgradeStatus`` and writes back JSON shaped
+exactly like the CR status, so the controller writes what it gets and a restarted planner reads
+back everything it needs. The dict helpers below serve the controller's own condition
+(``PlanningFailed``), which it sets on the JSON the planner could not read.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any, Final, Self
 
-PHASE_IDLING: Final = "Idling"
-PHASE_PROGRESSING: Final = "Progressing"
-PHASE_TERMINATING: Final = "Terminating"
-PHASE_DISABLING: Final = "Disabling"
-PHASE_DISABLED: Final = "Disabled"
-ACTIVE_PHASES: Final = frozenset({PHASE_PROGRESSING, PHASE_TERMINATING, PHASE_DISABLING})
+from reconciler.names import ConditionType, Phase, StepState
+from reconciler.timefmt import (
+    EARLIEST_TIME_TEXT as EARLIEST_TIME_TEXT,
+)
+from reconciler.timefmt import (
+    LATEST_TIME as LATEST_TIME,
+)
+from reconciler.timefmt import (
+    LATEST_TIME_TEXT as LATEST_TIME_TEXT,
+)
+from reconciler.timefmt import (
+    after_ms as after_ms,
+)
+from reconciler.timefmt import (
+    format_time as format_time,
+)
+from reconciler.timefmt import (
+    parse_time as parse_time,
+)
+from reconciler.timefmt import (
+    parse_time_or as parse_time_or,
+)
 
-STEP_INIT: Final = "StepUpgradeInit"
-STEP_UPGRADE: Final = "StepUpgrade"
-STEP_PAUSED: Final = "StepPaused"
-STEP_READY: Final = "StepReady"
-STEP_COMPLETED: Final = "Completed"
+PHASE_IDLING: Final = Phase.IDLING
+PHASE_PROGRESSING: Final = Phase.PROGRESSING
+PHASE_TERMINATING: Final = Phase.TERMINATING
+PHASE_DISABLING: Final = Phase.DISABLING
+PHASE_DISABLED: Final = Phase.DISABLED
 
-# Condition types. lastTransitionTime of PROGRESSING is the start of the current batch epoch
-# (step start or resume after a fallback); failures are counted per epoch.
-COND_PROGRESSING: Final = "Progressing"
-COND_MANUAL_GATE: Final = "ManualGate"
-COND_BATCH_FAILED: Final = "BatchFailed"
-COND_ROLLED_BACK: Final = "RolledBack"
+STEP_INIT: Final = StepState.INIT
+STEP_UPGRADE: Final = StepState.UPGRADE
+STEP_PAUSED: Final = StepState.PAUSED
+STEP_READY: Final = StepState.READY
+STEP_COMPLETED: Final = StepState.COMPLETED
+
+COND_PROGRESSING: Final = ConditionType.PROGRESSING
+COND_MANUAL_GATE: Final = ConditionType.MANUAL_GATE
+COND_BATCH_FAILED: Final = ConditionType.BATCH_FAILED
+COND_ROLLED_BACK: Final = ConditionType.ROLLED_BACK
 
 REASON_THRESHOLD: Final = "FailureThresholdReached"
 REASON_DISABLED: Final = "RolloutDisabled"
-
-INNER_FIELDS: Final = (
-    "lastPodSpecRevision",
-    "upgradingPodSpecRevision",
-    "currentStepIndex",
-    "currentUpgradeReplicas",
-    "currentUpgradeReadyReplicas",
-    "currentFailureRetry",
-    "currentStepState",
-    "totalUpgradeReplicas",
-    "totalUpgradeReadyReplicas",
-    "lastUpdateTime",
-    "message",
-    "recheckTime",
-)
-
-
-#: the instants RFC 3339 (four-digit years) can write: a deadline past the last one (a pause of
-#: up to 2^63-1 ms is valid policy) is written as the last one, i.e. never reached in practice
-LATEST_TIME: Final = datetime.max.replace(microsecond=999000, tzinfo=UTC).timestamp()
-LATEST_TIME_TEXT: Final = "9999-12-31T23:59:59.999Z"
-EARLIEST_TIME: Final = datetime.min.replace(tzinfo=UTC).timestamp()
-EARLIEST_TIME_TEXT: Final = "0001-01-01T00:00:00Z"
-
-
-def format_time(t: float) -> str:
-    """RFC 3339 in UTC; milliseconds only when the instant has a fraction of a second. Instants
-    outside years 1..9999 are clamped to the nearest one that can be written."""
-    if not t < LATEST_TIME:  # NaN too: no deadline can be computed, so none is ever reached
-        return LATEST_TIME_TEXT
-    if t <= EARLIEST_TIME:
-        return EARLIEST_TIME_TEXT
-    moment = datetime.fromtimestamp(t, UTC)
-    if moment.microsecond:
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def after_ms(t: float, ms: int) -> float:
-    """``ms`` milliseconds after ``t``, clamped to the instants ``format_time`` can write (no
-    integer of any size overflows: the comparison is exact)."""
-    if ms >= (LATEST_TIME - t) * 1000:
-        return LATEST_TIME
-    if ms <= (EARLIEST_TIME - t) * 1000:
-        return EARLIEST_TIME
-    return t + ms / 1000
-
-
-def parse_time(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def parse_time_or(text: object, default: float) -> float:
-    """``parse_time`` for values anyone can edit (annotations): garbage reads as ``default``."""
-    if not isinstance(text, str) or not text:
-        return default
-    try:
-        return parse_time(text)
-    except ValueError:
-        return default
 
 
 def int_or(text: object, default: int) -> int:
@@ -192,3 +155,218 @@ def without_update_time(status: Mapping[str, Any]) -> dict[str, Any]:
     result = dict(status)
     result["status"] = inner
     return result
+
+
+# -- the typed view ----------------------------------------------------------------------------
+
+
+def _text(raw: object) -> str:
+    return "" if raw is None else str(raw)
+
+
+def _count(raw: object) -> int:
+    """A counter as stored; a value that is not a number reads as 0 (the planner rewrites it)."""
+    if isinstance(raw, int):
+        return raw
+    if not raw:
+        return 0
+    try:
+        return int(str(raw)) if isinstance(raw, str) else int(float(str(raw)))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One entry of ``status.upgradeStatus.condition``."""
+
+    type: str
+    status: str
+    last_transition_time: str
+    reason: str
+    message: str
+    #: the entry as read: written back as it was while this condition is not replaced (unknown
+    #: keys kept); a condition the planner sets has none and is written in SPEC form
+    source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Condition:
+        return cls(
+            type=_text(raw.get("type")),
+            status=_text(raw.get("status")),
+            last_transition_time=_text(raw.get("lastTransitionTime", "")),
+            reason=_text(raw.get("reason", "")),
+            message=_text(raw.get("message", "")),
+            source=raw,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        if self.source is not None:
+            return copy.deepcopy(dict(self.source))
+        return {
+            "type": str(self.type),
+            "status": self.status,
+            "lastTransitionTime": self.last_transition_time,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+#: (JSON key, attribute) of the top-level fields, and of those under ``status``
+_TOP_FIELDS: Final = (
+    ("lastAppliedSpec", "last_applied_spec"),
+    ("lastCoDriverSpec", "last_co_driver_spec"),
+    ("upgrading", "upgrading"),
+    ("phase", "phase"),
+    ("message", "message"),
+)
+_INNER_FIELDS: Final = (
+    ("lastPodSpecRevision", "last_pod_spec_revision"),
+    ("upgradingPodSpecRevision", "upgrading_pod_spec_revision"),
+    ("currentStepIndex", "current_step_index"),
+    ("currentUpgradeReplicas", "current_upgrade_replicas"),
+    ("currentUpgradeReadyReplicas", "current_upgrade_ready_replicas"),
+    ("currentFailureRetry", "current_failure_retry"),
+    ("currentStepState", "current_step_state"),
+    ("totalUpgradeReplicas", "total_upgrade_replicas"),
+    ("totalUpgradeReadyReplicas", "total_upgrade_ready_replicas"),
+    ("lastUpdateTime", "last_update_time"),
+    ("message", "step_message"),
+    ("recheckTime", "recheck_time"),
+)
+#: the SPEC 4.1 fields under ``status``, in the order they are written
+INNER_FIELDS: Final = tuple(key for key, _ in _INNER_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeStatus:
+    """``status.upgradeStatus`` (SPEC 4.1) as a value: read once from the CR's JSON
+    (``from_json``), changed by methods that return a new value, written back by ``to_json``,
+    which keeps every field whose value did not change exactly as it was read (unknown keys and
+    key order included), so an unchanged status is written as it was."""
+
+    last_applied_spec: Mapping[str, Any] = field(default_factory=dict)
+    last_co_driver_spec: Mapping[str, Any] = field(default_factory=dict)
+    upgrading: bool = False
+    conditions: tuple[Condition, ...] = ()
+    phase: str = ""
+    message: str = ""
+    last_pod_spec_revision: str = ""
+    upgrading_pod_spec_revision: str = ""
+    current_step_index: int = 0
+    current_upgrade_replicas: int = 0
+    current_upgrade_ready_replicas: int = 0
+    current_failure_retry: int = 0
+    current_step_state: str = ""
+    total_upgrade_replicas: int = 0
+    total_upgrade_ready_replicas: int = 0
+    last_update_time: str = ""
+    #: ``status.message``: what the current step waits for
+    step_message: str = ""
+    recheck_time: str = ""
+    #: the JSON this value was read from, every SPEC field present (``normalized``)
+    source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: the value as read from ``source`` (what ``to_json`` compares with)
+    origin: UpgradeStatus | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> UpgradeStatus:
+        source = normalized(raw)
+        inner: Mapping[str, Any] = source["status"]
+        read = cls(
+            last_applied_spec=source["lastAppliedSpec"] or {},
+            last_co_driver_spec=source["lastCoDriverSpec"] or {},
+            upgrading=source["upgrading"] is True,
+            conditions=tuple(Condition.from_json(c) for c in source["condition"]),
+            phase=_text(source["phase"]),
+            message=_text(source["message"]),
+            last_pod_spec_revision=_text(inner["lastPodSpecRevision"]),
+            upgrading_pod_spec_revision=_text(inner["upgradingPodSpecRevision"]),
+            current_step_index=_count(inner["currentStepIndex"]),
+            current_upgrade_replicas=_count(inner["currentUpgradeReplicas"]),
+            current_upgrade_ready_replicas=_count(inner["currentUpgradeReadyReplicas"]),
+            current_failure_retry=_count(inner["currentFailureRetry"]),
+            current_step_state=_text(inner["currentStepState"]),
+            total_upgrade_replicas=_count(inner["totalUpgradeReplicas"]),
+            total_upgrade_ready_replicas=_count(inner["totalUpgradeReadyReplicas"]),
+            last_update_time=_text(inner["lastUpdateTime"]),
+            step_message=_text(inner["message"]),
+            recheck_time=_text(inner["recheckTime"]),
+            source=source,
+        )
+        object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
+        return read
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON to write: the source with the fields whose value changed replaced."""
+        result = copy.deepcopy(dict(self.source)) or empty_status()
+        read = self.origin if self.origin is not None else UpgradeStatus.from_json(result)
+        for key, attr in _TOP_FIELDS:
+            value = getattr(self, attr)
+            if value != getattr(read, attr):
+                result[key] = _json_value(value)
+        inner = result["status"]
+        for key, attr in _INNER_FIELDS:
+            value = getattr(self, attr)
+            if value != getattr(read, attr):
+                inner[key] = _json_value(value)
+        result["condition"] = [c.to_json() for c in self.conditions]
+        return result
+
+    def evolve(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)
+
+    # -- conditions
+
+    def condition(self, ctype: str) -> Condition | None:
+        for cond in self.conditions:
+            if cond.type == ctype:
+                return cond
+        return None
+
+    def condition_true(self, ctype: str) -> bool:
+        cond = self.condition(ctype)
+        return cond is not None and cond.status == "True"
+
+    def with_condition(
+        self, ctype: str, value: str, reason: str, message: str, now_text: str, *,
+        touch: bool = False,
+    ) -> Self:
+        """Upsert a condition; lastTransitionTime moves when its status flips (or ``touch``)."""
+        conditions = list(self.conditions)
+        for index, cond in enumerate(conditions):
+            if cond.type == ctype:
+                moved = cond.status != value or touch
+                since = now_text if moved else cond.last_transition_time
+                conditions[index] = Condition(str(ctype), value, since, reason, message)
+                return dataclasses.replace(self, conditions=tuple(conditions))
+        conditions.append(Condition(str(ctype), value, now_text, reason, message))
+        return dataclasses.replace(self, conditions=tuple(conditions))
+
+    # -- derived
+
+    @property
+    def applied_payload(self) -> Mapping[str, Any] | None:
+        """``lastAppliedSpec.payload``: what the rollout rolls out (or rolled out last)."""
+        payload = self.last_applied_spec.get("payload")
+        return payload if payload else None
+
+    @property
+    def previous_payload(self) -> Mapping[str, Any] | None:
+        """``lastCoDriverSpec.payload``: what the fleet ran before the rollout."""
+        payload = self.last_co_driver_spec.get("payload")
+        return payload if payload else None
+
+    def epoch(self) -> str:
+        """The batch epoch failures are counted in: the step and when it (re)started."""
+        cond = self.condition(COND_PROGRESSING)
+        since = cond.last_transition_time if cond is not None else ""
+        return f"{self.current_step_index}@{since}"
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return str(value)  # a StrEnum member is written as its plain value
+    if isinstance(value, Mapping):
+        return copy.deepcopy(dict(value))
+    return value

@@ -39,7 +39,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
-from reconciler.kube.objects import (
+from reconciler.kube.watch import ListWatch
+from reconciler.names import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
     DRIVER_DAEMONSET,
@@ -56,7 +57,6 @@ from reconciler.kube.objects import (
     VBIOS_VERSION_LABEL,
     VFIO_GPU_RESOURCE,
 )
-from reconciler.kube.watch import ListWatch
 from reconciler.policy.payload import Payload
 from reconciler.sim.dispatch import KeyedWorkers, Timers
 from reconciler.sim.faults import Fault, FaultKind

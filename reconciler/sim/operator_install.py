@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.kube.api import JSON, Conflict, KubeApi, NotFound, resource_path
-from reconciler.kube.objects import (
+from reconciler.names import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
     DRIVER_CONTAINER,

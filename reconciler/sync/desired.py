@@ -15,11 +15,10 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconciler.firmware.model import REQUEST_ANNOTATION
 from reconciler.firmware.request import firmware_request_annotation
 from reconciler.gitops.edits import MISSING, read_field
 from reconciler.gitops.ownership import FieldPath, set_field
-from reconciler.kube.objects import API_VERSION, KIND
+from reconciler.names import API_VERSION, KIND, REQUEST_ANNOTATION
 from reconciler.policy.rules import is_helm_ownership_key
 
 SOURCE_COMMIT_ANNOTATION = "gpu.metax-tech.com/source-commit"

@@ -45,12 +45,12 @@ from reconciler.gitops.source import NewCommit
 from reconciler.gitops.status_policy import build_snapshot, step_label
 from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound
 from reconciler.kube.objects import (
-    CLUSTER_OPERATOR_NAME,
     CONTROLLER_FIELD_MANAGER,
     SYNC_FIELD_MANAGER,
     cluster_operator_path,
 )
 from reconciler.kube.watch import ListWatch
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.ops.metrics import NODE_STATES, Metrics
 from reconciler.policy.findings import Finding
 from reconciler.policy.validation import parse_only, validate_document

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.firmware.status_view import firmware_rows, firmware_summary
 from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.timefmt import format_clock
+from reconciler.timefmt import parse_time_or_none as parse_time
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -62,15 +63,6 @@ class StatusReport:
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
-
-
-def parse_time(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _pause_label(step: Mapping[str, Any]) -> str:
@@ -187,7 +179,7 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
             recheck = parse_time(inner.get("recheckTime"))
             if recheck is not None:
                 left = recheck - now
-                until = datetime.fromtimestamp(recheck, UTC).strftime("%H:%M:%SZ")
+                until = format_clock(recheck)
                 out.append(f"the pause timer: {_duration(left)} left (until {until})"
                            if left > 0 else "the pause timer ended; the next step starts now")
     if active and report.step_state in ("StepUpgrade", "StepUpgradeInit"):

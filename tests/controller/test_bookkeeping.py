@@ -16,6 +16,7 @@ from reconciler.controller.act import Target
 from reconciler.controller.index import NodeIntent
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, KubeError
+from reconciler.names import ANN_STATE
 from reconciler.rollout.actions import (
     Action,
     AnnotateNode,
@@ -23,7 +24,6 @@ from reconciler.rollout.actions import (
     DeleteDriverPod,
     Uncordon,
 )
-from reconciler.rollout.model import ANN_STATE
 
 
 class RecordingExecutor:

@@ -7,9 +7,8 @@ from typing import Any
 
 from reconciler.controller.hooks import NoObserver
 from reconciler.controller.index import NodeIndex, NodeIntent
-from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.names import ANN_ATTEMPT, ANN_STATE, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import AnnotateNode, Cordon, DeleteDriverPod, Uncordon
-from reconciler.rollout.model import ANN_ATTEMPT, ANN_STATE
 
 
 def node(name: str = "node-0001", version: str = "10", *,

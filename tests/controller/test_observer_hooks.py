@@ -13,9 +13,8 @@ from reconciler.controller.act import Target
 from reconciler.controller.hooks import NoObserver
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.names import ANN_STATE, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import Action, AnnotateNode, DeleteDriverPod
-from reconciler.rollout.model import ANN_STATE
 
 IMAGE = "reg.local/metax/driver-image:2.32.0.6-amd64"
 

@@ -19,7 +19,7 @@ from reconciler.firmware import controller as firmware_controller
 from reconciler.firmware.controller import FirmwareController
 from reconciler.firmware.planner import plan as real_plan
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import RecordEvent
 
 IMAGE = "reg.local/metax/driver-image:2.32.0.6-amd64"

@@ -18,7 +18,8 @@ import pytest
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.operator_install import install_crd

@@ -10,8 +10,8 @@ import pytest
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME
-from reconciler.rollout.model import ANN_STATE, PlannerSettings
+from reconciler.names import ANN_STATE, CLUSTER_OPERATOR_NAME
+from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for

@@ -14,9 +14,8 @@ from kubernetes import client as k8s_client
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.kube.watch import without_managed_fields
-from reconciler.rollout.model import ANN_STATE, CANARY_LABEL
+from reconciler.names import ANN_STATE, CANARY_LABEL, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 
 _versions = itertools.count(100)
 

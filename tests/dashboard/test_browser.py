@@ -24,7 +24,7 @@ from reconciler.dashboard.server import DashboardApp, serve
 from reconciler.dashboard.source import ClusterSource
 from reconciler.dashboard.synthetic import synthetic_facts
 from reconciler.kube.api import KubeApi, resource_path
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, OPERATOR_NAMESPACE
+from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, OPERATOR_NAMESPACE
 from reconciler.ops.http_server import BackgroundHTTPServer
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.faults import Fault, FaultKind

@@ -23,8 +23,7 @@ from reconciler.dashboard.model import (
 )
 from reconciler.dashboard.predict import predict, prediction_key
 from reconciler.dashboard.synthetic import NEW_REV, OLD_REV, advance, synthetic_facts
-from reconciler.rollout import status as st
-from reconciler.rollout.model import (
+from reconciler.names import (
     ANN_DELETED_AT,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
@@ -33,6 +32,7 @@ from reconciler.rollout.model import (
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
 )
+from reconciler.rollout import status as st
 
 NOW = 1_800_000_000.0
 

@@ -24,7 +24,8 @@ from ruamel.yaml import YAML
 from reconciler.demo.gitwork import Person, Remote, WorkingCopy
 from reconciler.gitops.edits import FieldEdit
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.payload import Payload
 from reconciler.sim.control_plane import MINTED_NAMESPACE
 from reconciler.sim.fleet import Fleet

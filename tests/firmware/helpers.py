@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from reconciler.firmware.model import REQUEST_ANNOTATION
 from reconciler.firmware.request import firmware_request_annotation
 from reconciler.kube.api import JSON, KubeApi, resource_path
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
+from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, REQUEST_ANNOTATION
 
 
 def request_firmware(kube: KubeApi, *, source_commit: str, enable_virt: bool = False) -> None:

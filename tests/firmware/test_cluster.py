@@ -12,18 +12,11 @@ from typing import Any
 import pytest
 
 from reconciler.firmware.controller import FirmwareController
-from reconciler.firmware.model import (
-    CORDONED_BEFORE_ANNOTATION,
-    FirmwareSettings,
-    StageTimeouts,
-)
+from reconciler.firmware.model import FirmwareSettings, StageTimeouts
 from reconciler.firmware.status_view import firmware_rows
 from reconciler.kube.api import KubeApi, resource_path
-from reconciler.kube.objects import (
-    CLUSTER_OPERATOR_NAME,
-    VBIOS_VERSION_LABEL,
-    cluster_operator_path,
-)
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import CLUSTER_OPERATOR_NAME, CORDONED_BEFORE_ANNOTATION, VBIOS_VERSION_LABEL
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.fleet import Fleet

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reconciler.firmware.controller import event_time, node_view
-from reconciler.firmware.model import parse_time
+from reconciler.timefmt import parse_seconds as parse_time
 
 
 def test_node_view_reads_readiness_boot_id_vfio_and_workloads() -> None:

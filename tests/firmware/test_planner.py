@@ -11,14 +11,9 @@ from reconciler.firmware.actions import (
     RestoreNode,
     RunRebootHook,
 )
-from reconciler.firmware.model import (
-    BOOT_ID_ANNOTATION,
-    CORDONED_BEFORE_ANNOTATION,
-    FirmwareRequest,
-    FirmwareSettings,
-    StageTimeouts,
-)
+from reconciler.firmware.model import FirmwareRequest, FirmwareSettings, StageTimeouts
 from reconciler.firmware.planner import flow_id, plan
+from reconciler.names import BOOT_ID_ANNOTATION, CORDONED_BEFORE_ANNOTATION
 from tests.firmware.world import VBIOS, World
 
 REQUEST = FirmwareRequest("PreferCloud", False, "abc123")

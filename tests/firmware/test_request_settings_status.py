@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from reconciler.firmware.model import (
-    DONE_PHASES,
-    REQUEST_ANNOTATION,
     FirmwareRequest,
     FirmwareSettings,
     NodeLabelKeys,
@@ -25,7 +23,7 @@ from reconciler.firmware.status_view import (
     firmware_snapshot,
     firmware_summary,
 )
-from reconciler.policy.transitions import FIRMWARE_IDLE_PHASES
+from reconciler.names import FIRMWARE_DONE_PHASES, FIRMWARE_IDLE_PHASES, REQUEST_ANNOTATION
 from reconciler.policy.validation import validate_document
 
 
@@ -112,7 +110,9 @@ def test_standalone_entry_rejects_a_bad_config(tmp_path: Path) -> None:
 
 
 def test_done_phases_agree_with_the_validation_seam() -> None:
-    assert FIRMWARE_IDLE_PHASES - {""} == DONE_PHASES
+    # one definition: the validation seam's set is the planner's plus a status naming no phase
+    assert FIRMWARE_IDLE_PHASES - {""} == FIRMWARE_DONE_PHASES
+    assert {"Idle", "Completed", "Failed", "Refused"} == FIRMWARE_DONE_PHASES
 
 
 STATUS = {

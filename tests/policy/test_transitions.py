@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.policy.transitions import ACTIVE_PHASES
+from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.validation import validate_document
 from tests.policy.texts import SEED_10, replace_line
 

@@ -7,18 +7,12 @@ from typing import Any
 
 import pytest
 
+from reconciler.names import ANN_ATTEMPT, ANN_FAILED_AT, ANN_STATE, ANN_TARGET
 from reconciler.rollout.actions import RecordEvent, SetPolicyPause
-from reconciler.rollout.model import (
-    ANN_ATTEMPT,
-    ANN_FAILED_AT,
-    ANN_STATE,
-    ANN_TARGET,
-    DriverPod,
-    RolloutNode,
-)
+from reconciler.rollout.model import DriverPod, RolloutNode
 from reconciler.rollout.planner import plan
 from reconciler.rollout.simulator import EPOCH
-from reconciler.rollout.status import LATEST_TIME, LATEST_TIME_TEXT, format_time
+from reconciler.timefmt import LATEST_TIME, LATEST_TIME_TEXT, format_time
 
 from .world import NEW_REV, World, deletions, of_type, policy, steps
 

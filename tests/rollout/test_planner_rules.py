@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from reconciler.names import (
+    ANN_ATTEMPT,
+    ANN_DELETED_AT,
+    ANN_STATE,
+    ANN_TARGET,
+    ANN_WAS_UNSCHEDULABLE,
+    CANARY_LABEL,
+    STATE_CORDONED,
+)
 from reconciler.rollout.actions import (
     AnnotateNode,
     Cordon,
@@ -12,21 +21,10 @@ from reconciler.rollout.actions import (
     SetPolicyPause,
     Uncordon,
 )
-from reconciler.rollout.model import (
-    ANN_ATTEMPT,
-    ANN_DELETED_AT,
-    ANN_STATE,
-    ANN_TARGET,
-    ANN_WAS_UNSCHEDULABLE,
-    CANARY_LABEL,
-    STATE_CORDONED,
-    DriverPod,
-    PlannerSettings,
-    RolloutNode,
-)
+from reconciler.rollout.model import DriverPod, PlannerSettings, RolloutNode
 from reconciler.rollout.planner import plan
 from reconciler.rollout.simulator import EPOCH
-from reconciler.rollout.status import format_time, parse_time
+from reconciler.timefmt import format_time, parse_time
 
 from .world import (
     NEW_IMAGE,

@@ -10,22 +10,13 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as s
 
+from reconciler.names import ANN_ATTEMPT, ANN_DELETED_AT, ANN_STATE, ANN_TARGET, STATE_CORDONED
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod
-from reconciler.rollout.model import (
-    ANN_ATTEMPT,
-    ANN_DELETED_AT,
-    ANN_STATE,
-    ANN_TARGET,
-    FAILURE_REASONS,
-    STATE_CORDONED,
-    PlannerSettings,
-    RolloutNode,
-    RolloutSnapshot,
-)
+from reconciler.rollout.model import FAILURE_REASONS, PlannerSettings, RolloutNode, RolloutSnapshot
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH, SimConfig, Simulation
-from reconciler.rollout.status import LATEST_TIME, parse_time
+from reconciler.timefmt import LATEST_TIME, parse_time
 
 from .world import NEW_PAYLOAD, NEW_REV, OLD_REV, OLD_VERSION
 

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reconciler.names import CANARY_LABEL
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import (
@@ -20,7 +21,6 @@ from reconciler.rollout.actions import (
     Uncordon,
 )
 from reconciler.rollout.model import (
-    CANARY_LABEL,
     DaemonSetView,
     DriverPod,
     PlannerSettings,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.kube.api import Conflict, Forbidden, KubeApi, resource_path
-from reconciler.kube.objects import API_VERSION, PLURAL
 from reconciler.kube.watch import ListWatch
+from reconciler.names import API_VERSION, PLURAL
 from reconciler.sim.control_plane import GO_GC_PERCENT, Binaries, ControlPlane, ControlPlaneError
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd

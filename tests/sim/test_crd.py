@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reconciler.kube.api import KubeApi, KubeError, resource_path
-from reconciler.kube.objects import API_VERSION, PLURAL
+from reconciler.names import API_VERSION, PLURAL
 from reconciler.sim.crd import (
     SchemaConversionError,
     cluster_operator_crd,

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from reconciler.kube.api import KubeApi, NotFound, resource_path
-from reconciler.kube.objects import (
+from reconciler.kube.watch import ListWatch
+from reconciler.names import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
     DRIVER_DAEMONSET,
@@ -26,7 +27,6 @@ from reconciler.kube.objects import (
     REVISION_HASH_LABEL,
     VBIOS_VERSION_LABEL,
 )
-from reconciler.kube.watch import ListWatch
 from reconciler.policy.payload import Payload
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.fleet import FLEET_LABEL, WORKLOAD_NAMESPACE, Fleet

@@ -12,7 +12,7 @@ import pytest
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.payload import Payload
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.fleet import Fleet

@@ -7,7 +7,8 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from reconciler.kube.api import JSON, KubeApi
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.sync.desired import SOURCE_COMMIT_ANNOTATION
 from tests.gitops.conftest import Remote, git
 

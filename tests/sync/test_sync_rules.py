@@ -15,7 +15,8 @@ import pytest
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
-from reconciler.kube.objects import CLUSTER_OPERATOR_NAME, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.ops.metrics import Metrics
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for

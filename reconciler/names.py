@@ -1,0 +1,140 @@
+"""The domain's names (SPEC sections 2, 4 and 5): the vendor operator's API group and kind, the
+annotation and label keys the program reads and writes, and the phases and step states of
+``status.upgradeStatus`` and ``status.firmwareUpgrade``.
+
+Defined once so a renamed key cannot drift between the planner that writes it and the code that
+reads it. The bottom layer: imports nothing from ``reconciler``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+# -- the vendor operator's objects (SPEC 2) ---------------------------------------------------
+
+GROUP: Final = "gpu.metax-tech.com"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "ClusterOperator"
+PLURAL: Final = "clusteroperators"
+CLUSTER_OPERATOR_NAME: Final = "cluster-operator"
+
+OPERATOR_NAMESPACE: Final = "metax-operator"
+DRIVER_DAEMONSET: Final = "metax-driver"
+DRIVER_CONTAINER: Final = "driver"
+DRIVER_POD_LABEL: Final = "app.kubernetes.io/name"  # value: DRIVER_DAEMONSET
+REVISION_HASH_LABEL: Final = "controller-revision-hash"
+NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
+
+GPU_NODE_LABEL: Final = "metax-tech.com/gpu.installed"
+GPU_RESOURCE: Final = "metax-tech.com/gpu"
+VFIO_GPU_RESOURCE: Final = "metax-tech.com/vfio-gpu"
+GPU_RESOURCES: Final = (GPU_RESOURCE, VFIO_GPU_RESOURCE)
+VBIOS_VERSION_LABEL: Final = "metax-tech.com/gpu.vbios.version"
+
+# -- the rollout (SPEC 4) ----------------------------------------------------------------------
+
+ANNOTATION_PREFIX: Final = "gpu.metax-tech.com/"
+#: label that puts a node in front of the rollout order
+CANARY_LABEL: Final = ANNOTATION_PREFIX + "canary"
+
+# Per-node rollout state (node annotations); a restarted controller resumes from them.
+ANN_STATE: Final = ANNOTATION_PREFIX + "upgrade-state"
+ANN_TARGET: Final = ANNOTATION_PREFIX + "upgrade-target-revision"
+ANN_WAS_UNSCHEDULABLE: Final = ANNOTATION_PREFIX + "was-unschedulable"
+ANN_ATTEMPT: Final = ANNOTATION_PREFIX + "attempt"
+ANN_DELETED_AT: Final = ANNOTATION_PREFIX + "deleted-at"
+ANN_FAILED_AT: Final = ANNOTATION_PREFIX + "failed-at"
+#: ``<batch epoch>|<failures counted in that epoch>``; the source of ``currentFailureRetry``
+ANN_FAILURES: Final = ANNOTATION_PREFIX + "failures"
+ANN_FAILURE_REASON: Final = ANNOTATION_PREFIX + "failure-reason"
+
+# Values of ANN_STATE (annotation values, so plain strings). Each is meaningful only together
+# with ANN_TARGET.
+STATE_UPGRADING: Final = "upgrading"  # old pod deleted for the target, new pod not yet Ready
+#: cordoned ahead of its start: the next to start for the target, old pod not deleted yet (a
+#: freed slot is then refilled by the pod deletion alone; see PlannerSettings.cordon_ahead)
+STATE_CORDONED: Final = "cordoned"
+STATE_FAILED: Final = "failed"  # the attempt failed; waits for a retry, a person or a rollback
+STATE_DONE: Final = "done"  # Ready on the target revision, schedulability restored
+
+
+class Phase(StrEnum):
+    """``status.upgradeStatus.phase`` (SPEC 4.1)."""
+
+    IDLING = "Idling"
+    PROGRESSING = "Progressing"
+    TERMINATING = "Terminating"
+    DISABLING = "Disabling"
+    DISABLED = "Disabled"
+
+
+#: phases in which a rollout is active (``upgrading: true``)
+ACTIVE_PHASES: Final = frozenset({Phase.PROGRESSING, Phase.TERMINATING, Phase.DISABLING})
+
+
+class StepState(StrEnum):
+    """``status.upgradeStatus.status.currentStepState`` (SPEC 4.1)."""
+
+    INIT = "StepUpgradeInit"
+    UPGRADE = "StepUpgrade"
+    PAUSED = "StepPaused"
+    READY = "StepReady"
+    COMPLETED = "Completed"
+
+
+class ConditionType(StrEnum):
+    """Condition types of ``status.upgradeStatus.condition``. lastTransitionTime of PROGRESSING
+    is the start of the current batch epoch (step start or resume after a fallback); failures
+    are counted per epoch."""
+
+    PROGRESSING = "Progressing"
+    MANUAL_GATE = "ManualGate"
+    BATCH_FAILED = "BatchFailed"
+    ROLLED_BACK = "RolledBack"
+
+
+# -- firmware (SPEC 5) -------------------------------------------------------------------------
+
+#: Annotations: the request on the ClusterOperator, and per node whether it was cordoned before
+#: the flow (written in the same patch that cordons it).
+REQUEST_ANNOTATION: Final = ANNOTATION_PREFIX + "firmware-request"
+CORDONED_BEFORE_ANNOTATION: Final = ANNOTATION_PREFIX + "firmware-cordoned-before"
+#: set with the cordon: which flow prepared the node, its boot ID and VBIOS version(s) then
+FLOW_ANNOTATION: Final = ANNOTATION_PREFIX + "firmware-flow"
+BOOT_ID_ANNOTATION: Final = ANNOTATION_PREFIX + "firmware-boot-id"
+VBIOS_BEFORE_ANNOTATION: Final = ANNOTATION_PREFIX + "firmware-vbios-before"
+FLOW_ANNOTATIONS: Final = (FLOW_ANNOTATION, BOOT_ID_ANNOTATION, VBIOS_BEFORE_ANNOTATION)
+#: on the ClusterOperator, applied with the final ``Never``: ``<flow id>:<phase>``, so a flow
+#: whose last status writes were lost is never run again
+DONE_ANNOTATION: Final = ANNOTATION_PREFIX + "firmware-done"
+
+# The driver-manager's Event, the reboot request and its acknowledgement (node annotations).
+NODE_NEED_REBOOT_REASON: Final = "NodeNeedReboot"
+NODE_NEED_REBOOT_MESSAGE: Final = "firmware upgrade done, need reboot machine to take effect"
+REBOOT_REQUESTED_ANNOTATION: Final = ANNOTATION_PREFIX + "reboot-requested"
+REBOOTED_ANNOTATION: Final = ANNOTATION_PREFIX + "rebooted"
+
+
+class FirmwarePhase(StrEnum):
+    """``status.firmwareUpgrade.phase`` (SPEC 5)."""
+
+    IDLE = "Idle"
+    PREFLIGHT = "Preflight"
+    REFUSED = "Refused"
+    CORDONING = "Cordoning"
+    UPGRADING = "Upgrading"
+    AWAITING_REBOOT = "AwaitingReboot"
+    VERIFYING = "Verifying"
+    FINISHING = "Finishing"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+#: firmware phases in which no flow runs
+FIRMWARE_DONE_PHASES: Final = frozenset({
+    FirmwarePhase.IDLE, FirmwarePhase.COMPLETED, FirmwarePhase.FAILED, FirmwarePhase.REFUSED,
+})
+#: the same, plus a status that names no phase yet: no firmware upgrade is running
+FIRMWARE_IDLE_PHASES: Final = frozenset({"", *FIRMWARE_DONE_PHASES})

@@ -1,0 +1,49 @@
+"""What every planner returns: a ``Plan`` of actions as data and the new status, and the one
+action every planner shares, a Kubernetes Event on the ClusterOperator.
+
+The rollout planner (SPEC 4) and the firmware planner (SPEC 5) each take a snapshot and "now"
+and return a ``Plan``; a controller carries out its actions in order, writes its status when
+``changed``, and plans again at ``requeue_at`` if nothing happens before. Pure data: imports
+nothing else from ``reconciler``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordEvent:
+    """A Kubernetes Event on the ClusterOperator."""
+
+    type: EventType
+    reason: str
+    message: str
+    node: str | None = None
+    step: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+A = TypeVar("A")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[A]):
+    actions: tuple[A, ...]
+    #: the new status section; equal to the old one (same update time) when nothing changed,
+    #: so the caller can skip the write
+    status: dict[str, Any]
+    changed: bool
+    #: when to plan again if nothing happens before (a pause end, a back-off, a timeout)
+    requeue_at: float | None = None
+    #: plan again as soon as this status is stored (the rollout persists a new step before any
+    #: node of it starts, so a restart never finds nodes of a batch its status does not show)
+    again: bool = False
+    #: rollout nodes in flight after the actions are carried out
+    in_flight: int = 0
+    #: unavailable rollout nodes as observed (SPEC 4.3 step 5)
+    unavailable: int = 0
