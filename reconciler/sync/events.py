@@ -3,10 +3,10 @@ shows next to the rollout controller's own events)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from reconciler.clock import wall
 from reconciler.kube import events
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import SYNC_FIELD_MANAGER
@@ -22,5 +22,5 @@ def record_event(
     events.record_event(api, events.cluster_operator_event(
         {"metadata": meta}, reason=reason, message=message,
         type="Warning" if warning else "Normal", component=SYNC_FIELD_MANAGER,
-        now=clock or time.time(),
+        now=clock if clock is not None else wall(),
     ))
