@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from reconciler.fieldpath import MISSING, FieldPath, ensure, resolve
+from reconciler.fieldpath import MISSING, FieldPath, ensure, resolve, section
 from reconciler.gitops.edits import same_value
 
 #: fields the rollout controller (field manager ``gpu-rollout-controller``) may change
@@ -117,7 +117,7 @@ def controller_changed_fields(
     for entry in managed_fields:
         if entry.get("manager") != manager or entry.get("fieldsType", "FieldsV1") != "FieldsV1":
             continue
-        fields = entry.get("fieldsV1") or {}
+        fields = section(entry, ("fieldsV1",))
         for candidate in candidates:
             node: Any = fields
             for name in candidate:

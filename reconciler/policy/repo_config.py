@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from reconciler.fieldpath import section
+
 CONFIG_FILE = "reconciler.yaml"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -90,9 +92,7 @@ class RepoConfig:
     def from_obj(cls, obj: Mapping[str, Any] | None) -> RepoConfig:
         """Build from a validated config (None or an empty file means all defaults)."""
         obj = obj or {}
-        status = obj.get("status") or {}
-        sync = obj.get("sync") or {}
-        rollout = obj.get("rollout") or {}
+        status, sync, rollout = (section(obj, (key,)) for key in ("status", "sync", "rollout"))
         return cls(
             clusters_dir=str(obj.get("clustersDir", "clusters")).strip("/"),
             status_path=str(status.get("path", "status")).strip("/"),

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler.clock import wall
+from reconciler.fieldpath import section
 from reconciler.kube import events
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import SYNC_FIELD_MANAGER
@@ -17,7 +18,7 @@ def record_event(
     message: str, warning: bool = False, clock: float | None = None,
 ) -> None:
     """Best effort: an event is information, never a reason to stop syncing."""
-    meta = dict((live or {}).get("metadata") or {})
+    meta = dict(section(live, ("metadata",)))
     meta["name"] = cluster_operator
     events.record_event(api, events.cluster_operator_event(
         {"metadata": meta}, reason=reason, message=message,
