@@ -41,12 +41,11 @@ from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
-from reconciler.names import CLUSTER_OPERATOR_NAME
+from reconciler.names import CLUSTER_OPERATOR_NAME, SOURCE_COMMIT_ANNOTATION
 from reconciler.policy.payload import Payload
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
-from reconciler.sync.desired import SOURCE_COMMIT_ANNOTATION
 from reconciler.sync.loop import ClusterSync
 from reconciler.trust.webhook import (
     WatchedBranch,

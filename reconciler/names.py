@@ -19,6 +19,9 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND: Final = "ClusterOperator"
 PLURAL: Final = "clusteroperators"
 CLUSTER_OPERATOR_NAME: Final = "cluster-operator"
+#: field managers of SPEC 4.6: the sync role and the rollout controller
+SYNC_FIELD_MANAGER: Final = "gpu-gitops-reconciler"
+CONTROLLER_FIELD_MANAGER: Final = "gpu-rollout-controller"
 
 OPERATOR_NAMESPACE: Final = "metax-operator"
 DRIVER_DAEMONSET: Final = "metax-driver"
@@ -36,6 +39,8 @@ VBIOS_VERSION_LABEL: Final = "metax-tech.com/gpu.vbios.version"
 # -- the rollout (SPEC 4) ----------------------------------------------------------------------
 
 ANNOTATION_PREFIX: Final = "gpu.metax-tech.com/"
+#: on the ClusterOperator: the commit the cluster runs (the sync role writes it)
+SOURCE_COMMIT_ANNOTATION: Final = ANNOTATION_PREFIX + "source-commit"
 #: label that puts a node in front of the rollout order
 CANARY_LABEL: Final = ANNOTATION_PREFIX + "canary"
 

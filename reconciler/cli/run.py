@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from reconciler.cli.durations import parse_duration_seconds
 if TYPE_CHECKING:
     from reconciler.kube.api import KubeApi
     from reconciler.ops.metrics import Metrics
+    from reconciler.policy.repo_config import RepoConfigFile
     from reconciler.trust.signatures import CommitVerifier
 
 log = logging.getLogger("reconciler.run")
@@ -36,13 +37,6 @@ def _duration(value: str | None, flag: str) -> float | None:
         return parse_duration_seconds(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=flag) from exc
-
-
-@dataclass
-class _Daemon:
-    """What runs, so shutdown can stop it in order."""
-
-    stoppers: list[tuple[str, Callable[[], None]]] = field(default_factory=list)
 
 
 @click.command("run")
@@ -327,23 +321,31 @@ def _serve(s: _Settings) -> int:
     return 0
 
 
-def _repo_config(o: dict[str, Any], sync: Any) -> dict[str, Any]:
-    """``reconciler.yaml`` at the branch head (the controllers' settings), or --repo-config."""
-    from reconciler.files import YamlRefused, parse_yaml
+def _repo_config(o: dict[str, Any], sync: Any) -> RepoConfigFile:
+    """``reconciler.yaml`` at the branch head (the controllers' settings), or --repo-config;
+    parsed once, by the one parser (``RepoConfigFile``), and kept for the other settings."""
     from reconciler.gitops.reader import PolicyFileRefused
+    from reconciler.policy.repo_config import RepoConfigFile
 
+    cached: RepoConfigFile | None = o.get("repo_config_file")
+    if cached is not None:
+        return cached
     if o["repo_config"]:
-        return dict(o["repo_config_data"])
-    text: bytes | None = None
-    try:
-        if sync is not None:
-            head = sync.repo.mirror.head(o["branch"])
-            text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
-        data = parse_yaml(text, "reconciler.yaml") if text else None
-    except (PolicyFileRefused, YamlRefused) as exc:
-        log.warning("reconciler.yaml unusable (%s); using defaults", exc)
-        return {}
-    return data if isinstance(data, dict) else {}
+        parsed = RepoConfigFile.from_data(o["repo_config_data"])
+    else:
+        text: bytes | None = None
+        try:
+            if sync is not None:
+                head = sync.repo.mirror.head(o["branch"])
+                text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
+            parsed = RepoConfigFile.parse(text)
+            if parsed.yaml_error is not None:
+                log.warning("reconciler.yaml unusable (%s); using defaults", parsed.yaml_error)
+        except PolicyFileRefused as exc:
+            log.warning("reconciler.yaml unusable (%s); using defaults", exc)
+            parsed = RepoConfigFile()
+    o["repo_config_file"] = parsed
+    return parsed
 
 
 def _read_repo_config(path: str) -> dict[str, Any]:
@@ -362,7 +364,7 @@ def _firmware_settings(o: dict[str, Any], sync: Any) -> Any:
     from reconciler.firmware.model import FirmwareSettings, SettingsError
 
     try:
-        return FirmwareSettings.from_config(_repo_config(o, sync).get("firmware"))
+        return FirmwareSettings.from_config(_repo_config(o, sync).raw.get("firmware"))
     except SettingsError as exc:
         log.warning("reconciler.yaml firmware section unusable (%s); using defaults", exc)
         return FirmwareSettings()
@@ -373,13 +375,11 @@ def _ready_timeout(s: _Settings, sync: Any) -> float:
     10 minutes."""
     if s.ready_timeout is not None:
         return s.ready_timeout
-    from reconciler.policy.repo_config import RepoConfig
-
-    try:
-        return RepoConfig.from_obj(_repo_config(s.options, sync)).ready_timeout
-    except (ValueError, AttributeError, TypeError) as exc:
-        log.warning("reconciler.yaml rollout.readyTimeout unusable (%s); using 10m", exc)
-    return 600.0
+    config = _repo_config(s.options, sync)
+    if config.ready_timeout_error is not None:
+        log.warning("reconciler.yaml rollout.readyTimeout unusable (%s); using 10m",
+                    config.ready_timeout_error)
+    return config.ready_timeout
 
 
 class _Leadership:

@@ -16,8 +16,14 @@ from typing import Any
 from reconciler.clock import Clock, wall
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
-from reconciler.kube.objects import CONTROLLER_FIELD_MANAGER, cluster_operator_path
-from reconciler.names import API_VERSION, DRIVER_DAEMONSET, KIND, OPERATOR_NAMESPACE
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import (
+    API_VERSION,
+    CONTROLLER_FIELD_MANAGER,
+    DRIVER_DAEMONSET,
+    KIND,
+    OPERATOR_NAMESPACE,
+)
 from reconciler.rollout.actions import (
     Action,
     AnnotateNode,

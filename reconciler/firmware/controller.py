@@ -45,11 +45,12 @@ from reconciler.firmware.planner import Plan, plan
 from reconciler.firmware.request import RequestError, parse_request
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
-from reconciler.kube.objects import CONTROLLER_FIELD_MANAGER, cluster_operator_path
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.names import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
+    CONTROLLER_FIELD_MANAGER,
     CORDONED_BEFORE_ANNOTATION,
     DONE_ANNOTATION,
     FLOW_ANNOTATIONS,

@@ -24,6 +24,7 @@ from ruamel.yaml.scalarstring import ScalarString
 from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from reconciler.fieldpath import MISSING, resolve
 from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.status_policy import snapshot_key
 from reconciler.policy.payload import normalize_version
@@ -41,15 +42,8 @@ class _Any:
         return "ANY"
 
 
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
 #: ``expected`` that accepts whatever Git holds
 ANY: Any = _Any()
-#: the field is absent
-MISSING: Any = _Missing()
 
 
 class EditOutcome(enum.Enum):
@@ -139,15 +133,6 @@ def is_cluster_operator(doc: Any) -> bool:
     )
 
 
-def read_field(doc: Any, field: Sequence[str]) -> Any:
-    node = doc
-    for name in field:
-        if not isinstance(node, Mapping) or name not in node:
-            return MISSING
-        node = node[name]
-    return node
-
-
 def edit_policy_text(text: str, edits: Sequence[FieldEdit]) -> EditResult:
     """Apply ``edits`` to the ``ClusterOperator`` document of a policy file, all or nothing."""
     from reconciler.policy.document import parse_document
@@ -168,7 +153,7 @@ def edit_policy_text(text: str, edits: Sequence[FieldEdit]) -> EditResult:
         return EditResult(EditOutcome.NOT_FOUND, detail="no ClusterOperator document")
     changed = False
     for edit in edits:
-        current = read_field(target, edit.field)
+        current = resolve(target, edit.field)
         if same_value(edit.field, current, edit.value):
             continue
         if edit.expected is not ANY and not same_value(edit.field, current, edit.expected):

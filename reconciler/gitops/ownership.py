@@ -19,9 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from reconciler.gitops.edits import MISSING, read_field, same_value
-
-FieldPath = tuple[str, ...]
+from reconciler.fieldpath import MISSING, FieldPath, ensure, resolve, section
+from reconciler.gitops.edits import same_value
 
 #: fields the rollout controller (field manager ``gpu-rollout-controller``) may change
 CONTROLLER_FIELDS: tuple[FieldPath, ...] = (
@@ -76,9 +75,9 @@ def decide_ownership(
     decisions = []
     spec = copy.deepcopy(dict(proposed))
     for field in dict.fromkeys(tuple(f) for f in controller_changed):
-        git_value = read_field(proposed, field)
-        cluster_value = read_field(cluster, field)
-        last_value = read_field(last_applied, field) if last_applied is not None else MISSING
+        git_value = resolve(proposed, field)
+        cluster_value = resolve(cluster, field)
+        last_value = resolve(last_applied, field) if last_applied is not None else MISSING
         changed_by_commit = last_applied is not None and not same_value(
             field, git_value, last_value
         )
@@ -94,7 +93,7 @@ def decide_ownership(
             reason="the controller changed it and no new commit changed it since"
             + ("; Git is behind" if differs else ""),
         ))
-        set_field(spec, field, cluster_value)
+        ensure(spec, field, cluster_value)
     return OwnershipPlan(tuple(decisions), spec)
 
 
@@ -103,24 +102,8 @@ def record_write_back(
 ) -> dict[str, Any]:
     """The baseline after our write-back of ``field = value`` landed in Git."""
     result = copy.deepcopy(dict(last_applied))
-    set_field(result, tuple(field), value)
+    ensure(result, tuple(field), value)
     return result
-
-
-def set_field(obj: dict[str, Any], field: FieldPath, value: Any) -> None:
-    """Set ``field`` of ``obj`` to ``value`` in place, making the mappings on the way plain
-    dicts (created where missing); ``MISSING`` removes the field instead."""
-    node = obj
-    for name in field[:-1]:
-        child = node.get(name)
-        if not isinstance(child, dict):
-            child = dict(child) if isinstance(child, Mapping) else {}
-            node[name] = child
-        node = child
-    if value is MISSING:
-        node.pop(field[-1], None)
-    else:
-        node[field[-1]] = value
 
 
 def controller_changed_fields(
@@ -134,7 +117,7 @@ def controller_changed_fields(
     for entry in managed_fields:
         if entry.get("manager") != manager or entry.get("fieldsType", "FieldsV1") != "FieldsV1":
             continue
-        fields = entry.get("fieldsV1") or {}
+        fields = section(entry, ("fieldsV1",))
         for candidate in candidates:
             node: Any = fields
             for name in candidate:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reconciler.clock import Clock, wall
 from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.commits import (
     CHANGE_ID_TRAILER,
@@ -116,8 +117,10 @@ _QUEUE_LOCKS_GUARD = threading.Lock()
 class ChangeQueue:
     """The pending changes of one branch, persisted as JSON (written atomically)."""
 
-    def __init__(self, path: Path, *, max_status: int = 500) -> None:
+    def __init__(self, path: Path, *, max_status: int = 500, clock: Clock = wall) -> None:
+        """``clock``: wall time, for the name an unreadable queue file is kept under."""
         self.path = path
+        self.clock = clock
         self.max_status = max_status
         with _QUEUE_LOCKS_GUARD:  # every queue object on one file shares its lock
             self._lock = _QUEUE_LOCKS.setdefault(path.resolve(), threading.Lock())
@@ -133,7 +136,7 @@ class ChangeQueue:
             return []
         except (OSError, ValueError) as exc:
             # keep the unreadable file for a person to look at; never crash on it
-            broken = self.path.with_suffix(f".broken-{int(time.time())}")
+            broken = self.path.with_suffix(f".broken-{int(self.clock())}")
             os.replace(self.path, broken)
             log.error("unreadable change queue %s moved to %s: %s", self.path, broken, exc)
             return []

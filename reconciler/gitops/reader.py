@@ -16,7 +16,7 @@ from reconciler.files import MAX_FILE_BYTES, FileRefused, link_refusal, too_larg
 from reconciler.gitops.commits import CommitInfo
 from reconciler.gitops.errors import GitOpsError, RepoConfigError
 from reconciler.gitops.mirror import Mirror
-from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
+from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig, RepoConfigFile
 from reconciler.policy.repo_config import RepoConfigError as InvalidRepoConfig
 
 POLICY_SUFFIXES = (".yaml", ".yml")
@@ -62,7 +62,7 @@ def parse_config(data: bytes | None) -> RepoConfig:
     """``reconciler.yaml``'s bytes at a commit (None: absent, the defaults); a bad file raises
     the Git side's ``RepoConfigError`` (a ``GitOpsError``) naming the key."""
     try:
-        return RepoConfig.from_yaml(data)
+        return RepoConfigFile.parse(data).settings()
     except InvalidRepoConfig as exc:
         raise RepoConfigError(str(exc)) from exc
 
@@ -85,6 +85,11 @@ class CommitReader:
         except PolicyFileRefused as exc:
             raise RepoConfigError(str(exc)) from exc
         return parse_config(data)
+
+    def config_file(self, commit: str) -> RepoConfigFile:
+        """``reconciler.yaml`` at the commit, parsed once (a refused setting is in the result,
+        not raised); raises ``PolicyFileRefused`` for a config that is a link or too large."""
+        return RepoConfigFile.parse(self.read(commit, CONFIG_FILE))
 
     def clusters(self, commit: str, config: RepoConfig | None = None) -> list[str]:
         """Names of the cluster folders at the commit (``clusters/<name>/``), sorted."""

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from reconciler import clock as clocks
+from reconciler.clock import Clock
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.edits import parse_status
@@ -44,6 +46,7 @@ class PolicyRepository:
         on_landed: Callable[[PendingChange, str], None] | None = None,
         on_skipped: Callable[[Skipped], None] | None = None,
         credentials: GitCredentials | None = None,
+        monotonic: Clock = clocks.monotonic,
     ) -> None:
         """``repo``: a local working copy (watched for commits) or a URL (fetched).
 
@@ -73,7 +76,7 @@ class PolicyRepository:
         self.source = CommitSource(
             self.mirror, [branch], on_commit,
             interval=fetch_interval if fetch_interval is not None else self.config.fetch_interval,
-            watch=repo if is_local_path(repo) else None,
+            watch=repo if is_local_path(repo) else None, monotonic=monotonic,
         )
 
     def _config_at_head(self) -> RepoConfig:

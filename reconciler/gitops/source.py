@@ -27,6 +27,8 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from reconciler import clock as clocks
+from reconciler.clock import Clock
 from reconciler.gitops.commits import CommitInfo
 from reconciler.gitops.errors import GitOpsError, RemoteUnavailable
 from reconciler.gitops.mirror import Mirror
@@ -55,10 +57,13 @@ class CommitSource:
         interval: float = 30.0,
         watch: str | Path | None = None,
         debounce: float = 0.05,
+        monotonic: Clock = clocks.monotonic,
     ) -> None:
         self.mirror = mirror
         self.branches = tuple(branches)
         self.on_commit = on_commit
+        #: the debounce of ref events takes its time from here
+        self.monotonic = monotonic
         self.interval = interval
         self.debounce = debounce
         self.watch_dir = _git_common_dir(Path(watch)) if watch is not None else None
@@ -147,7 +152,7 @@ class CommitSource:
             self._thread = None
 
     def _on_ref_event(self) -> None:
-        self._last_event = time.monotonic()
+        self._last_event = self.monotonic()
         self._wake.set()
 
     def _run(self) -> None:
@@ -160,7 +165,7 @@ class CommitSource:
             self._wake.clear()
             # coalesce a burst of ref events: wait until they have been quiet for `debounce`
             while not self._stop.is_set():
-                quiet_for = time.monotonic() - self._last_event
+                quiet_for = self.monotonic() - self._last_event
                 if quiet_for >= self.debounce:
                     break
                 time.sleep(self.debounce - quiet_for)

@@ -8,9 +8,7 @@ through ``Publisher.on_skipped``).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
+from reconciler.clock import Clock, wall
 from reconciler.gitops.commits import ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
 from reconciler.gitops.edits import (
     ANY,
@@ -29,7 +27,7 @@ class SpecWriteBack:
         publisher: Publisher,
         *,
         config: RepoConfig | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = wall,
     ) -> None:
         self.publisher = publisher
         self.config = config or RepoConfig()

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from reconciler.clock import Clock, wall
 from reconciler.gitops import status_policy
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import RemoteUnavailable
@@ -39,7 +39,7 @@ class StatusWriter:
         *,
         config: RepoConfig | None = None,
         timing: WriterTiming | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = wall,
     ) -> None:
         self.publisher = publisher
         self.cluster = cluster

@@ -8,6 +8,9 @@ from reconciler.names import (
     CLUSTER_OPERATOR_NAME as CLUSTER_OPERATOR_NAME,
 )
 from reconciler.names import (
+    CONTROLLER_FIELD_MANAGER as CONTROLLER_FIELD_MANAGER,
+)
+from reconciler.names import (
     DRIVER_CONTAINER as DRIVER_CONTAINER,
 )
 from reconciler.names import (
@@ -50,6 +53,9 @@ from reconciler.names import (
     REVISION_HASH_LABEL as REVISION_HASH_LABEL,
 )
 from reconciler.names import (
+    SYNC_FIELD_MANAGER as SYNC_FIELD_MANAGER,
+)
+from reconciler.names import (
     VBIOS_VERSION_LABEL as VBIOS_VERSION_LABEL,
 )
 from reconciler.names import (
@@ -58,10 +64,6 @@ from reconciler.names import (
 from reconciler.names import (
     VFIO_GPU_RESOURCE as VFIO_GPU_RESOURCE,
 )
-
-#: field managers of SPEC 4.6: the sync role and the rollout controller
-SYNC_FIELD_MANAGER = "gpu-gitops-reconciler"
-CONTROLLER_FIELD_MANAGER = "gpu-rollout-controller"
 
 
 def cluster_operator_path(name: str | None = None, *, subresource: str | None = None) -> str:

@@ -3,11 +3,15 @@
 One set of values, two ways in:
 
 - ``RepoConfig.from_obj``: a file that validation (``schemas/repo-config.schema.json``) already
-  accepted, for validation's file discovery and the controllers' settings;
-- ``RepoConfig.from_yaml`` / ``from_mapping``: the file as a commit holds it, unchecked, for the
-  Git side. Only the keys the Git side uses are checked, and a wrong one raises
-  ``RepoConfigError`` naming the key, so a daemon never dies on a traceback for a typo in the
-  config file (the Git side raises it again as ``reconciler.gitops.errors.RepoConfigError``).
+  accepted, for ``reconciler validate``'s file discovery;
+- ``RepoConfigFile.parse`` (and ``RepoConfig.from_yaml`` / ``from_mapping`` on top of it): the
+  file as a commit holds it, unchecked, parsed once for everything that reads it: the sync pass
+  (signature mode, folders), the Git side and the daemon's controller settings. Only the keys
+  the Git side uses are checked, and a wrong one is a ``RepoConfigError`` naming the key, so a
+  daemon never dies on a traceback for a typo in the config file (the Git side raises it again
+  as ``reconciler.gitops.errors.RepoConfigError``). The signature mode and the controllers'
+  ``rollout.readyTimeout`` are read even from a file whose other keys are wrong: the signature
+  check runs before the config is judged, and a controller setting never fails the Git side.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from reconciler.fieldpath import section
 
 CONFIG_FILE = "reconciler.yaml"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
@@ -68,6 +74,8 @@ class RepoConfig:
     fetch_interval: float = 30.0
     status_min_interval: float = 5.0
     ready_timeout: float = 600.0
+    #: ``signatures.mode`` as written (None: not set); ``trust.signatures`` judges the value
+    signature_mode: str | None = field(default=None, compare=False)
     #: the whole file, for sections other modules interpret (firmware, signatures, ...); not
     #: part of equality: two configs are equal when their settings are
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -84,9 +92,7 @@ class RepoConfig:
     def from_obj(cls, obj: Mapping[str, Any] | None) -> RepoConfig:
         """Build from a validated config (None or an empty file means all defaults)."""
         obj = obj or {}
-        status = obj.get("status") or {}
-        sync = obj.get("sync") or {}
-        rollout = obj.get("rollout") or {}
+        status, sync, rollout = (section(obj, (key,)) for key in ("status", "sync", "rollout"))
         return cls(
             clusters_dir=str(obj.get("clustersDir", "clusters")).strip("/"),
             status_path=str(status.get("path", "status")).strip("/"),
@@ -94,6 +100,7 @@ class RepoConfig:
             fetch_interval=parse_duration(sync.get("fetchInterval", "30s")),
             status_min_interval=parse_duration(sync.get("statusMinInterval", "5s")),
             ready_timeout=parse_duration(rollout.get("readyTimeout", "10m")),
+            signature_mode=_signature_mode(obj),
             raw=dict(obj),
         )
 
@@ -121,12 +128,32 @@ class RepoConfig:
                 key="sync.statusMinInterval",
             ),
             ready_timeout=_ready_timeout_or_default(raw.get("rollout"), defaults.ready_timeout),
+            signature_mode=_signature_mode(raw),
             raw=dict(raw),
         )
 
     @classmethod
     def from_yaml(cls, text: bytes | str | None) -> RepoConfig:
         """Parse the file's text (YAML 1.2); None or empty text gives the defaults."""
+        return RepoConfigFile.parse(text).settings()
+
+
+@dataclass(frozen=True, slots=True)
+class RepoConfigFile:
+    """``reconciler.yaml`` of one commit, parsed once; each reader takes what it needs."""
+
+    #: the top-level mapping ({} when absent, not YAML or not a mapping)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    #: the settings (None when ``error``)
+    config: RepoConfig | None = field(default_factory=RepoConfig)
+    #: why the settings are refused, naming the key or the line
+    error: RepoConfigError | None = None
+    #: the YAML refusal (located) when the text is not usable YAML at all
+    yaml_error: str | None = None
+
+    @classmethod
+    def parse(cls, text: bytes | str | None) -> RepoConfigFile:
+        """The file's text (YAML 1.2); None or empty text gives the defaults."""
         from reconciler.files import YamlRefused, parse_yaml
 
         if not text:
@@ -134,8 +161,54 @@ class RepoConfig:
         try:
             data = parse_yaml(text, CONFIG_FILE)
         except YamlRefused as exc:  # located: "reconciler.yaml:LINE:COL: what is wrong"
-            raise RepoConfigError(str(exc)) from exc
-        return cls.from_mapping(data)
+            return cls(config=None, error=RepoConfigError(str(exc)), yaml_error=str(exc))
+        return cls.from_data(data)
+
+    @classmethod
+    def from_data(cls, data: object) -> RepoConfigFile:
+        """An already parsed document (e.g. ``--repo-config``)."""
+        raw = data if isinstance(data, Mapping) else {}
+        try:
+            config = RepoConfig.from_mapping(cast("Mapping[str, Any] | None", data))
+            return cls(raw=raw, config=config)
+        except RepoConfigError as exc:
+            return cls(raw=raw, config=None, error=exc)
+
+    def settings(self) -> RepoConfig:
+        """The settings; raises ``RepoConfigError`` when refused."""
+        if self.config is None:
+            assert self.error is not None
+            raise self.error
+        return self.config
+
+    @property
+    def signature_mode(self) -> str | None:
+        """``signatures.mode``, read even when other settings are refused."""
+        return _signature_mode(self.raw)
+
+    @property
+    def ready_timeout(self) -> float:
+        """``rollout.readyTimeout`` in seconds (an unusable value keeps the default)."""
+        return _ready_timeout_or_default(self.raw.get("rollout"), RepoConfig().ready_timeout)
+
+    @property
+    def ready_timeout_error(self) -> str | None:
+        """Why ``rollout.readyTimeout`` is set but unusable (the daemon warns); None: usable
+        or not set."""
+        rollout = self.raw.get("rollout")
+        if not isinstance(rollout, Mapping) or "readyTimeout" not in rollout:
+            return None
+        try:
+            parse_duration_setting(rollout["readyTimeout"], key="rollout.readyTimeout")
+        except RepoConfigError as exc:
+            return str(exc)
+        return None
+
+
+def _signature_mode(raw: Mapping[str, Any]) -> str | None:
+    section = raw.get("signatures")
+    mode = section.get("mode") if isinstance(section, Mapping) else None
+    return str(mode) if mode is not None else None
 
 
 def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:

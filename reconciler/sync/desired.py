@@ -15,20 +15,21 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reconciler.fieldpath import MISSING, FieldPath, ensure, remove, resolve, section
 from reconciler.firmware.request import firmware_request_annotation
-from reconciler.gitops.edits import MISSING, read_field
-from reconciler.gitops.ownership import FieldPath, set_field
 from reconciler.names import API_VERSION, KIND, REQUEST_ANNOTATION
+from reconciler.names import SOURCE_COMMIT_ANNOTATION as SOURCE_COMMIT_ANNOTATION
 from reconciler.policy.rules import is_helm_ownership_key
+from reconciler.sync.fields import FW_POLICY, FW_VIRT
 
-SOURCE_COMMIT_ANNOTATION = "gpu.metax-tech.com/source-commit"
 FIRMWARE_REQUEST_ANNOTATION = REQUEST_ANNOTATION
-FW_POLICY_FIELD: FieldPath = ("spec", "driver", "fwUpgradePolicy")
-FW_VIRT_FIELD: FieldPath = ("spec", "driver", "fwEnableVirt")
+FW_POLICY_FIELD: FieldPath = FW_POLICY
+FW_VIRT_FIELD: FieldPath = FW_VIRT
 PREFER_CLOUD = "PreferCloud"
 
 #: metadata a person may own in Git; everything else under metadata is the server's
 OWNED_METADATA = ("name", "labels", "annotations")
+
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
@@ -47,11 +48,11 @@ def firmware_requested(
 ) -> bool:
     """The new commit asks for a firmware upgrade: it says ``PreferCloud`` where the last
     applied commit did not, and the cluster is not already upgrading firmware."""
-    if read_field(proposed, FW_POLICY_FIELD) != PREFER_CLOUD:
+    if resolve(proposed, FW_POLICY_FIELD) != PREFER_CLOUD:
         return False
-    if live is not None and read_field(live, FW_POLICY_FIELD) == PREFER_CLOUD:
+    if live is not None and resolve(live, FW_POLICY_FIELD) == PREFER_CLOUD:
         return False
-    return last_applied is None or read_field(last_applied, FW_POLICY_FIELD) != PREFER_CLOUD
+    return last_applied is None or resolve(last_applied, FW_POLICY_FIELD) != PREFER_CLOUD
 
 
 def apply_body(
@@ -84,17 +85,16 @@ def apply_body(
                             "spec": spec}
     kept_set = {tuple(f) for f in kept}
     for field in kept_set:
-        _remove(body, field)
-    if FW_POLICY_FIELD not in kept_set and read_field(body, FW_POLICY_FIELD) == PREFER_CLOUD:
-        live_policy = read_field(live, FW_POLICY_FIELD) if live is not None else MISSING
+        remove(body, field)
+    if FW_POLICY_FIELD not in kept_set and resolve(body, FW_POLICY_FIELD) == PREFER_CLOUD:
+        live_policy = resolve(live, FW_POLICY_FIELD) if live is not None else MISSING
         if live_policy != PREFER_CLOUD:
-            set_field(body, FW_POLICY_FIELD, "Never" if live_policy is MISSING else live_policy)
+            ensure(body, FW_POLICY_FIELD, "Never" if live_policy is MISSING else live_policy)
             # fwEnableVirt goes with the request too; the cluster keeps its value meanwhile
-            live_virt = read_field(live, FW_VIRT_FIELD) if live is not None else MISSING
-            if read_field(body, FW_VIRT_FIELD) is not MISSING:
-                set_field(body, FW_VIRT_FIELD, live_virt)  # MISSING: left out
-            pending = _mapping(_mapping(live.get("metadata") if live else None)
-                               .get("annotations")).get(FIRMWARE_REQUEST_ANNOTATION)
+            live_virt = resolve(live, FW_VIRT_FIELD) if live is not None else MISSING
+            if resolve(body, FW_VIRT_FIELD) is not MISSING:
+                ensure(body, FW_VIRT_FIELD, live_virt)  # MISSING: left out
+            pending = section(live, ("metadata", "annotations")).get(FIRMWARE_REQUEST_ANNOTATION)
             request = firmware_request or pending
             if request:
                 annotations[FIRMWARE_REQUEST_ANNOTATION] = str(request)
@@ -123,20 +123,9 @@ def drifted(body: Mapping[str, Any], live: Mapping[str, Any], *,
     walk(_mapping(body.get("spec")), _mapping(live.get("spec")), ("spec",))
     meta = _mapping(body.get("metadata"))
     live_meta = _mapping(live.get("metadata"))
-    for section in ("labels", "annotations"):
-        walk(_mapping(meta.get(section)), _mapping(live_meta.get(section)),
-             ("metadata", section))
+    for part in ("labels", "annotations"):
+        walk(_mapping(meta.get(part)), _mapping(live_meta.get(part)), ("metadata", part))
     return found
-
-
-def _remove(obj: dict[str, Any], field: FieldPath) -> None:
-    node: Any = obj
-    for name in field[:-1]:
-        node = node.get(name) if isinstance(node, dict) else None
-        if node is None:
-            return
-    if isinstance(node, dict):
-        node.pop(field[-1], None)
 
 
 def sync_owned_tree(managed_fields: Iterable[Mapping[str, Any]], manager: str) -> Mapping[str, Any]:

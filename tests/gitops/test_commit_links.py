@@ -119,11 +119,11 @@ def test_yaml_from_a_commit_nested_deep_never_reaches_the_c_parser_unbounded() -
     """libyaml's composer recurses on the C stack: 100,000 levels would kill the daemon with
     SIGSEGV (status snapshots, write-back edits, the signature mode in reconciler.yaml)."""
     from reconciler.gitops.edits import edit_policy_text, parse_status
-    from reconciler.sync.loop import _repo_signature_mode
+    from reconciler.policy.repo_config import RepoConfigFile
 
     deep = "signatures: " + "[" * 100_000 + "]" * 100_000 + "\n"
     assert parse_status(deep) is None
-    assert _repo_signature_mode(deep.encode()) is None
+    assert RepoConfigFile.parse(deep.encode()).signature_mode is None
     result = edit_policy_text(deep, [])
     assert result.text is None
     assert result.detail == ("policy file is not usable: collections nested more than 100 "

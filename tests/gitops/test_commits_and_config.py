@@ -104,3 +104,28 @@ def test_both_ways_in_give_the_same_settings() -> None:
     assert parsed.ready_timeout == 300.0 and parsed.raw == obj
     # the controllers' setting never fails the Git side: an unusable value keeps the default
     assert RepoConfig.from_yaml("rollout: {readyTimeout: 10 minutes}").ready_timeout == 600.0
+
+
+def test_one_parse_of_reconciler_yaml_serves_every_reader() -> None:
+    """The sync, the Git side and the daemon's controller settings read one parse result: a
+    refused key refuses the settings, while the signature mode, the ready timeout (with why it
+    is unusable) and the raw sections stay readable."""
+    from reconciler.policy.repo_config import RepoConfigFile
+
+    parsed = RepoConfigFile.parse(
+        "clustersDir: 5\nsignatures: {mode: ssh}\nrollout: {readyTimeout: 10 minutes}\n"
+        "firmware: {reboot: {mode: manual}}\n")
+    assert parsed.config is None and parsed.error is not None
+    assert "clustersDir" in str(parsed.error)
+    assert parsed.signature_mode == "ssh"
+    assert parsed.ready_timeout == 600.0
+    assert parsed.ready_timeout_error is not None
+    assert "rollout.readyTimeout" in parsed.ready_timeout_error
+    assert parsed.raw["firmware"] == {"reboot": {"mode": "manual"}}
+    good = RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n")
+    assert good.settings().ready_timeout == good.ready_timeout == 300.0
+    assert good.ready_timeout_error is None and good.yaml_error is None
+    broken = RepoConfigFile.parse("status: [1\n")
+    assert broken.yaml_error is not None and broken.yaml_error.startswith("reconciler.yaml:2:1:")
+    with pytest.raises(RepoConfigError):
+        broken.settings()

@@ -7,10 +7,10 @@ import difflib
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.fieldpath import MISSING
 from reconciler.gitops.edits import (
     ANY,
     FW_UPGRADE_POLICY_FIELD,
-    MISSING,
     PAUSE_FIELD,
     PAYLOAD_VERSION_FIELD,
     EditOutcome,

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from reconciler.gitops.edits import MISSING
+from reconciler.fieldpath import MISSING
+from reconciler.fieldpath import ensure as set_field
 from reconciler.gitops.ownership import (
     CONTROLLER_FIELDS,
     controller_changed_fields,
     decide_ownership,
     record_write_back,
-    set_field,
 )
 
 PAUSE = ("spec", "driver", "upgradePolicy", "pause")

@@ -8,8 +8,7 @@ from ruamel.yaml import YAML
 
 from reconciler.kube.api import JSON, KubeApi
 from reconciler.kube.objects import cluster_operator_path
-from reconciler.names import CLUSTER_OPERATOR_NAME
-from reconciler.sync.desired import SOURCE_COMMIT_ANNOTATION
+from reconciler.names import CLUSTER_OPERATOR_NAME, SOURCE_COMMIT_ANNOTATION
 from tests.gitops.conftest import Remote, git
 
 

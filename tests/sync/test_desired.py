@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reconciler.names import SOURCE_COMMIT_ANNOTATION
 from reconciler.sync.desired import (
     FIRMWARE_REQUEST_ANNOTATION,
-    SOURCE_COMMIT_ANNOTATION,
     apply_body,
     drifted,
     firmware_request_value,

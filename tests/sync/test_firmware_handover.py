@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import CONTROLLER_FIELD_MANAGER, cluster_operator_path
-from reconciler.names import API_VERSION, CLUSTER_OPERATOR_NAME, KIND
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import API_VERSION, CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER, KIND
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.sync.desired import FIRMWARE_REQUEST_ANNOTATION

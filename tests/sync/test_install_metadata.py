@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reconciler.kube.api import KubeApi
-from reconciler.kube.objects import SYNC_FIELD_MANAGER
+from reconciler.names import SYNC_FIELD_MANAGER
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import FINALIZER, HELM_ANNOTATIONS, HELM_LABELS
 from reconciler.sim.waiting import wait_for

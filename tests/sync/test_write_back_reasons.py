@@ -3,7 +3,7 @@ firmware status phase: a refused or failed upgrade is never called finished."""
 
 from __future__ import annotations
 
-from reconciler.sync.loop import _firmware_never_reason
+from reconciler.sync.drift import firmware_never_reason as _firmware_never_reason
 
 
 def test_completed_is_finished() -> None:

@@ -1,0 +1,153 @@
+"""The shell around the pure steps: applies an accepted commit's plan, records a rejection,
+and reports both (log, Event, metrics, the status snapshot offered to Git)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from reconciler.clock import Clock
+from reconciler.firmware.status_view import firmware_snapshot
+from reconciler.gitops.repository import PolicyRepository
+from reconciler.gitops.status_policy import build_snapshot
+from reconciler.kube.api import JSON, KubeApi
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import SYNC_FIELD_MANAGER
+from reconciler.ops.metrics import Metrics
+from reconciler.policy.findings import Finding
+from reconciler.sync.baseline import Baseline
+from reconciler.sync.commit_view import CommitView
+from reconciler.sync.drift import DriftRepair, WriteBacks
+from reconciler.sync.events import record_event
+from reconciler.sync.outcome import Accepted, NothingToApply, Outcome, Rejected
+from reconciler.sync.record import SyncRecord, SyncStats, log
+from reconciler.sync.steps import ApplyPlan
+
+#: most findings kept in a status snapshot's rejection (the log and the event have them all)
+MAX_FINDINGS = 20
+#: most apply latencies kept in ``SyncStats.applies``
+MAX_APPLIES_KEPT = 1000
+
+
+class CommitShell:
+    """Acts on the outcome of one commit's steps."""
+
+    def __init__(
+        self, api: KubeApi, repo: PolicyRepository, *, cluster: str, cluster_operator: str,
+        record: SyncRecord, stats: SyncStats, baseline: Baseline, drift: DriftRepair,
+        write_backs: WriteBacks, metrics: Metrics | None, wall: Clock, monotonic: Clock,
+        set_live: Callable[[JSON], None],
+    ) -> None:
+        self.api = api
+        self.repo = repo
+        self.cluster = cluster
+        self.name = cluster_operator
+        self.record = record
+        self.stats = stats
+        self.baseline = baseline
+        self.drift = drift
+        self.write_backs = write_backs
+        self.metrics = metrics
+        self.wall = wall
+        self.monotonic = monotonic
+        self.set_live = set_live
+
+    def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float) -> None:
+        """Apply, reject or keep; then remember that ``view.head`` was handled."""
+        if isinstance(outcome, NothingToApply):
+            if self.record.handled_commit != view.head:
+                log.warning("%s: %s", self.cluster, outcome.message)
+            self.record.handled_commit = view.head
+            return
+        live = view.live.obj if view.live is not None else None
+        warnings = outcome.value.warnings if isinstance(outcome, Accepted) else outcome.warnings
+        self._log_warnings(warnings)
+        if isinstance(outcome, Accepted):
+            self.apply(view, outcome.value, seen_at=seen_at)
+        else:
+            self.reject(view.source, outcome, live)
+        if self.metrics is not None:
+            self.metrics.set_sync_rejected(self.cluster, self.record.rejection is not None)
+        self.record.handled_commit = view.head
+        self.record.handled_source = view.source
+
+    def apply(self, view: CommitView, plan: ApplyPlan, *, seen_at: float) -> None:
+        """Server-side apply of ``plan.body``; then the log line, the Event and the
+        write-backs the plan asks for."""
+        sha = view.source
+        applied = self.api.apply(cluster_operator_path(self.name), plan.body,
+                                 field_manager=SYNC_FIELD_MANAGER, force=True)
+        elapsed = self.monotonic() - seen_at
+        self.set_live(applied)
+        self.baseline.applied(plan.proposed, view.head)
+        self.drift.body = plan.body
+        self.record.applied_commit = sha
+        self.record.rejection = None
+        self.stats.applied += 1
+        self.stats.applies.append((sha, elapsed))
+        del self.stats.applies[:-MAX_APPLIES_KEPT]
+        if self.metrics is not None:
+            self.metrics.observe_merge_to_apply(self.cluster, elapsed)
+        info = self.repo.reader.info(sha)
+        kept = ", ".join(".".join(f[1:]) for f in plan.kept)
+        log.info("%s: applied %s (%s) by %s to ClusterOperator %s%s", self.cluster, sha[:12],
+                 info.subject, info.author, self.name,
+                 f"; kept the controller's {kept}" if kept else "",
+                 extra={"cluster": self.cluster, "commit": sha})
+        if plan.firmware_request is not None:
+            log.info("%s: firmware upgrade requested by %s; handed to the firmware orchestrator",
+                     self.cluster, sha[:12])
+        record_event(self.api, self.name, applied, reason="PolicyApplied",
+                     message=f"applied commit {sha[:12]}: {info.subject}", clock=self.wall())
+        for decision in plan.write_backs:
+            self.write_backs.dispatch(decision.field, decision.cluster_value, decision.git_value,
+                                      applied)
+
+    def reject(self, sha: str, rejected: Rejected, live: Mapping[str, Any] | None) -> None:
+        """Nothing applied: the findings go to the status snapshot, and the first time for
+        this commit to the log, a Warning Event and the rejection metric."""
+        first_time = self.record.handled_source != sha
+        self.record.rejection = {
+            "commit": sha,
+            "findings": [f.as_dict() for f in rejected.findings[:MAX_FINDINGS]],
+        }
+        if not first_time:
+            return
+        self.stats.rejected += 1
+        where = rejected.findings[0] if rejected.findings else None
+        located = f"{where.file}:{where.line}: " if where else ""
+        log.warning("%s: rejected commit %s, nothing applied: %s%s", self.cluster, sha[:12],
+                    located, rejected.reason, extra={"cluster": self.cluster, "commit": sha})
+        for finding in rejected.findings[1:MAX_FINDINGS]:
+            log.warning("%s:   %s:%d: %s", self.cluster, finding.file, finding.line,
+                        finding.message)
+        reason = "PolicyRejected"
+        if where is not None and where.rule.startswith("Commit"):
+            reason = where.rule
+        if self.metrics is not None:
+            self.metrics.count_sync_rejection(self.cluster, reason)
+        record_event(self.api, self.name, live, reason=reason, warning=True,
+                     message=f"commit {sha[:12]} not applied: {located}{rejected.reason}",
+                     clock=self.wall())
+        if live is not None:
+            self.offer_status(live)
+
+    def offer_status(self, live: Mapping[str, Any]) -> None:
+        """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
+        status = live.get("status")
+        firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
+        snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
+                                  rejection=self.record.rejection,
+                                  firmware=firmware_section(firmware))
+        self.repo.status.offer(snapshot)
+
+    def _log_warnings(self, warnings: tuple[Finding, ...]) -> None:
+        for warning in warnings:
+            log.info("%s: %s:%d: %s", self.cluster, warning.file, warning.line, warning.message)
+
+
+def firmware_section(firmware: Any) -> dict[str, Any] | None:
+    """``status.firmwareUpgrade`` as the snapshot's ``firmware`` section (docs/firmware.md)."""
+    if not isinstance(firmware, Mapping) or not firmware:
+        return None
+    return firmware_snapshot(firmware)

@@ -1,0 +1,93 @@
+"""The typed, frozen view of one commit that the sync pass's steps judge (``steps.py``).
+
+Everything a step needs is read before the steps run (``observe.py``): the commit's
+``reconciler.yaml`` parsed once, the signature verdicts, the cluster's policy files, and the
+cluster side (the live object, the baseline of SPEC 4.6). So each step is a pure function of
+this view and the steps before it, and a table test builds a view by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reconciler.fieldpath import items, resolve, section
+from reconciler.files import FileRefused
+from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.trust.signatures import SignatureCheck
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFile:
+    """One ``clusters/<name>/*.yaml`` file of the commit."""
+
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureEvidence:
+    """What signature verification needs and found, for the commits from the person's commit up
+    to the branch head (our own commits above it must be signed by a trusted key too)."""
+
+    #: ``signatures.mode`` in force (the flag tightened by the repository), or None when the two
+    #: cannot be combined (``mode_error`` says why)
+    mode: str | None = "none"
+    mode_error: str | None = None
+    #: a trusted key is configured (``--trusted-gpg-key`` / ``--allowed-signers``)
+    verifier: bool = False
+    #: the commits to verify, head side first, the person's commit last
+    commits: tuple[str, ...] = ()
+    #: the verdicts in ``commits`` order, up to the first one that refuses
+    checks: tuple[tuple[str, SignatureCheck], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LiveObject:
+    """The ClusterOperator as the cluster has it (a read-only view over the API's JSON)."""
+
+    obj: Mapping[str, Any]
+
+    @property
+    def managed_fields(self) -> tuple[Any, ...]:
+        return tuple(m for m in items(self.obj, ("metadata", "managedFields"))
+                     if isinstance(m, Mapping))
+
+    @property
+    def upgrade_phase(self) -> Any:
+        return section(self.obj, ("status", "upgradeStatus")).get("phase")
+
+    @property
+    def firmware_phase(self) -> Any:
+        return section(self.obj, ("status", "firmwareUpgrade")).get("phase")
+
+    def field(self, path: tuple[str, ...]) -> Any:
+        return resolve(self.obj, path)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitView:
+    """One commit of the policy branch, with the cluster beside it."""
+
+    #: the branch head that was read
+    head: str
+    #: the newest commit by a person at or below ``head``: what the cluster runs, for people
+    source: str
+    cluster: str
+    #: the ClusterOperator this reconciler manages
+    cluster_operator: str
+    #: field manager whose spec changes are the rollout's own (SPEC 4.6)
+    controller_manager: str
+    live: LiveObject | None
+    #: the last applied object with our landed write-backs (None: not known)
+    baseline: Mapping[str, Any] | None
+    #: ``reconciler.yaml`` parsed once (None when the file itself is refused)
+    config: RepoConfigFile | None
+    #: ``reconciler.yaml`` is a link, a folder or too large
+    config_refused: FileRefused | None
+    signatures: SignatureEvidence
+    #: the cluster's policy files (None when not read: the config was refused)
+    files: tuple[PolicyFile, ...] | None
+    #: the cluster folder or one of its files is a link, a folder or too large
+    files_refused: FileRefused | None = None

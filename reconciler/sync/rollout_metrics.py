@@ -1,0 +1,72 @@
+"""The rollout's metrics as the sync role sees them on the ClusterOperator (phase, conditions,
+step, node counts, failures, rollbacks), for a process that may not run the controller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from reconciler.fieldpath import items, section
+from reconciler.gitops.publisher import PendingChange
+from reconciler.ops.metrics import NODE_STATES, Metrics
+from reconciler.sync.fields import PAUSE, VERSION_FIELD
+
+
+class RolloutMetrics:
+    def __init__(self, metrics: Metrics, *, cluster: str,
+                 node_counts: Callable[[], Mapping[str, int]] | None = None) -> None:
+        """``node_counts``: node states only a controller in this process knows (in flight,
+        unavailable), for the ``gpu_reconciler_nodes`` metric."""
+        self.metrics = metrics
+        self.cluster = cluster
+        self.node_counts = node_counts
+        self._failures_seen = 0
+        self._rollback_seen: str | None = None
+
+    def observe(self, live: Mapping[str, Any]) -> None:
+        metrics, cluster = self.metrics, self.cluster
+        upgrade = section(live, ("status", "upgradeStatus"))
+        inner = section(upgrade, ("status",))
+        conditions = [c for c in items(upgrade, ("condition",)) if isinstance(c, Mapping)]
+        if upgrade.get("phase"):
+            metrics.set_rollout_phase(cluster, str(upgrade["phase"]))
+        metrics.set_rollout_conditions(cluster, {
+            str(c.get("type")) for c in conditions if c.get("status") == "True"})
+        steps = items(live, ("spec", "driver", "upgradePolicy", "upgradeSteps"))
+        index = inner.get("currentStepIndex")
+        state = inner.get("currentStepState")
+        if state:
+            metrics.set_rollout_step(cluster, index if isinstance(index, int) else 0, str(state),
+                                     steps=len(steps))
+        total = int(inner.get("totalUpgradeReplicas") or 0)
+        ready = int(inner.get("totalUpgradeReadyReplicas") or 0)
+        counts = dict.fromkeys(NODE_STATES, 0)
+        counts["upgraded"] = ready
+        counts["pending"] = max(total - ready, 0)
+        if self.node_counts is not None:
+            counts.update(self.node_counts())
+            counts["pending"] = max(total - ready - counts.get("in_flight", 0), 0)
+        metrics.set_nodes(cluster, counts)
+        failures = int(inner.get("currentFailureRetry") or 0)
+        if failures > self._failures_seen:
+            for _ in range(failures - self._failures_seen):
+                metrics.count_node_failure(cluster, "driver-pod-failed")
+        self._failures_seen = failures
+        rolled_back = next((c for c in conditions if c.get("type") == "RolledBack"
+                            and c.get("status") == "True"), None)
+        marker = str(rolled_back.get("lastTransitionTime")) if rolled_back else None
+        if rolled_back is not None and marker != self._rollback_seen:
+            metrics.count_rollback(cluster, str(rolled_back.get("reason") or "unknown"))
+        self._rollback_seen = marker
+
+
+def commit_kind(change: PendingChange) -> str:
+    """The ``kind`` label of a landed commit's metric."""
+    if change.kind == "status":
+        return "status"
+    fields = {tuple(e.field) for e in change.edits}
+    if PAUSE in fields:
+        return "pause"
+    if VERSION_FIELD in fields:
+        return "rollback"
+    return "firmware"
