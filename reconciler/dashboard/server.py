@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import parse_qs, urlsplit
 
+from reconciler.clock import monotonic, wall
 from reconciler.dashboard.audit import GitAudit
 from reconciler.dashboard.model import (
     ACTIVE_PHASES,
@@ -72,12 +73,14 @@ class DashboardApp:
     """Keeps the newest view; ``changed()`` asks for a rebuild."""
 
     def __init__(self, facts: Callable[[], ClusterFacts], *, object_name: str,
-                 audit: GitAudit | None = None, clock: Callable[[], float] = time.time,
+                 audit: GitAudit | None = None, clock: Callable[[], float] = wall,
+                 monotonic: Callable[[], float] = monotonic,
                  ready_timeout: float = 600.0) -> None:
         self._facts = facts
         self.object_name = object_name
         self.audit = audit
         self._clock = clock
+        self._monotonic = monotonic
         self.ready_timeout = ready_timeout
         self._cond = threading.Condition()
         self._dirty = True
@@ -122,7 +125,7 @@ class DashboardApp:
 
     def build(self) -> Built:
         """Rebuild now (the builder thread calls this; tests and the benchmark too)."""
-        started = time.perf_counter()
+        started = self._monotonic()
         facts = self._facts()
         now = self._clock()
         co = facts.cluster_operator or {}
@@ -149,7 +152,7 @@ class DashboardApp:
             self._compare = compare
         states = json.dumps({"version": version, "view": data}).encode()
         full = json.dumps({"version": version, "view": view.to_json()}).encode()
-        elapsed = time.perf_counter() - started
+        elapsed = self._monotonic() - started
         built = Built(version, view, full, states, view.fleet_key(), elapsed)
         with self._cond:
             self._built = built
@@ -204,13 +207,13 @@ class DashboardApp:
 
     # -- serving -----------------------------------------------------------------------------
     def wait_view(self, after: int | None, timeout: float) -> Built | None:
-        deadline = time.monotonic() + timeout
+        deadline = self._monotonic() + timeout
         with self._cond:
             while True:
                 built = self._built
                 if built is not None and (after is None or built.version != after):
                     return built
-                left = deadline - time.monotonic()
+                left = deadline - self._monotonic()
                 if left <= 0 or self._stop:
                     return built
                 self._cond.wait(left)
