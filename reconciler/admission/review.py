@@ -72,8 +72,10 @@ class Decision:
     def response(self, uid: str) -> dict[str, Any]:
         body: dict[str, Any] = {"uid": uid, "allowed": self.allowed}
         if not self.allowed:
+            # not reason Invalid: kubectl prints only "The request is invalid" for an Invalid
+            # status without field causes, and the message is what a person must read
             body["status"] = {"status": "Failure", "code": self.code, "message": self.message,
-                              "reason": "Invalid" if self.code == 422 else "BadRequest"}
+                              "reason": "Forbidden" if self.code == 403 else "BadRequest"}
         if self.warnings:
             body["warnings"] = list(self.warnings)
         return body
@@ -137,7 +139,7 @@ def decide(request: Mapping[str, Any]) -> Decision:
             return Decision(True, warnings=_warnings(findings, stored=True), why=exception)
     errors = [f for f in findings if f.is_error]
     if errors:
-        return Decision(False, 422, _lines(errors, MAX_LINES), _warnings(
+        return Decision(False, 403, _lines(errors, MAX_LINES), _warnings(
             [f for f in findings if not f.is_error]), errors=tuple(errors))
     return Decision(True, warnings=_warnings(findings), why="valid")
 

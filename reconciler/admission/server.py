@@ -199,7 +199,9 @@ class _ReviewHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HttpsServer
     server_version = "gpu-reconciler-admission"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server_version
 
     def setup(self) -> None:
         super().setup()
@@ -212,16 +214,16 @@ class _ReviewHandler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != PATH:
             self._error(404, f"not found: the webhook serves POST {PATH}")
             return
+        body = self._body()  # read first, so the connection stays usable after an error
+        if body is None:
+            return
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
             self._error(400, "expected Content-Type application/json (an AdmissionReview), "
-                             f"got {content_type or 'none'!r}", close=True)
-            return
-        body = self._body()
-        if body is None:
+                             f"got {content_type or 'none'!r}")
             return
         try:
-            obj = json.loads(body)
+            obj = json.loads(body.decode("utf-8"))
         except UnicodeDecodeError as exc:
             self._error(400, f"the body is not UTF-8 JSON: {exc.reason} at byte {exc.start}")
             return

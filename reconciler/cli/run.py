@@ -128,6 +128,14 @@ class _Daemon:
 @click.option("--git-password-file", envvar=f"{ENV}GIT_PASSWORD_FILE", default=None,
               type=click.Path(exists=True, dir_okay=False),
               help="File holding the HTTPS password or token (read at each fetch and push).")
+@click.option("--admission-listen", envvar=f"{ENV}ADMISSION_LISTEN", default=None,
+              metavar="HOST:PORT",
+              help="Serve the validating admission webhook (POST /validate-clusteroperator, "
+                   "HTTPS) here; off when not set, in builtin and operator mode alike.")
+@click.option("--admission-cert-dir", envvar=f"{ENV}ADMISSION_CERT_DIR", default=None,
+              type=click.Path(file_okay=False),
+              help="Directory with the webhook's tls.crt and tls.key (e.g. a cert-manager "
+                   "Secret); a changed pair is served from the next connection on.")
 @click.option("--ops-listen", envvar=f"{ENV}OPS_LISTEN", default=":8080", show_default=True,
               metavar="HOST:PORT|off", help="/healthz, /readyz and /metrics.")
 @click.option("--leader-elect/--no-leader-elect", envvar=f"{ENV}LEADER_ELECT", default=False,
@@ -232,6 +240,9 @@ def _serve(s: _Settings) -> int:
             raise click.ClickException(f"--ops-listen {o['ops_listen']}: {exc}") from exc
         shutdown.on_shutdown("ops server", ops.stop)
         log.info("ops endpoints on %s (/healthz /readyz /metrics)", ops.url)
+
+    if o["admission_listen"]:
+        _start_admission(o, shutdown)
 
     controller: Any = None
     firmware = None
@@ -495,6 +506,31 @@ def _start_webhook(s: _Settings, sync: Any, metrics: Metrics, shutdown: Any) -> 
         raise click.ClickException(f"--webhook-listen {o['webhook_listen']}: {exc}") from exc
     shutdown.on_shutdown("webhook server", server.stop)
     log.info("webhook receiver on %s/webhook", server.url)
+
+
+def _start_admission(o: dict[str, Any], shutdown: Any) -> None:
+    """The admission webhook's own HTTPS listener (SPEC 8). Every replica serves it, leader or
+    not: the API server calls whichever Service endpoint it picks."""
+    from reconciler.admission.server import AdmissionServer, CertificateError, CertificateSource
+    from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+
+    if not o["admission_cert_dir"]:
+        raise click.UsageError("--admission-listen needs --admission-cert-dir (the serving "
+                               "certificate's tls.crt and tls.key)")
+    try:
+        host, port = parse_listen_address(o["admission_listen"])
+    except ListenAddressError as exc:
+        raise click.BadParameter(str(exc), param_hint="--admission-listen") from exc
+    try:
+        server = AdmissionServer(host, port, CertificateSource(Path(o["admission_cert_dir"])))
+    except CertificateError as exc:
+        raise click.BadParameter(str(exc), param_hint="--admission-cert-dir") from exc
+    except OSError as exc:
+        raise click.ClickException(f"--admission-listen {o['admission_listen']}: {exc}") from exc
+    server.start()
+    shutdown.on_shutdown("admission webhook", server.stop)
+    log.info("admission webhook on %s (certificate from %s)", server.url,
+             o["admission_cert_dir"])
 
 
 #: connections to the API server: the watches hold some, the controllers' action workers (32)
