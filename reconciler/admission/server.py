@@ -17,6 +17,7 @@ a certificate its configuration trusts, and nothing else is served here.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -205,17 +206,37 @@ class _ReviewHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.connection.settimeout(self.server.owner.limits.idle_timeout)
+        owner = self.server.owner
+        self.connection.settimeout(owner.limits.idle_timeout)
+        self._reader = _DeadlineReader(self.connection, owner.clock, owner.limits.idle_timeout)
+        self._buffered = io.BufferedReader(self._reader, 1 << 16)
+        self.rfile = self._buffered
+
+    def handle_one_request(self) -> None:
+        """Waits up to ``idle_timeout`` for a request to begin; from its first byte, the request
+        line, headers and body must all arrive within ``read_timeout`` (a client trickling
+        bytes cannot hold a connection slot)."""
+        self._reader.deadline = None
+        try:
+            if not self._buffered.peek(1):
+                self.close_connection = True
+                return
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return
+        owner = self.server.owner
+        self._reader.deadline = owner.clock() + owner.limits.read_timeout
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("admission %s: " + format, self.address_string(), *args)
 
     def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != PATH:
-            self._error(404, f"not found: the webhook serves POST {PATH}")
-            return
         body = self._body()  # read first, so the connection stays usable after an error
         if body is None:
+            return
+        if self.path.split("?", 1)[0] != PATH:
+            self._error(404, f"not found: the webhook serves POST {PATH}")
             return
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
@@ -266,21 +287,13 @@ class _ReviewHandler(BaseHTTPRequestHandler):
             self._error(413, f"the body of {length} bytes exceeds the limit of {limits.max_body} "
                              "bytes for an AdmissionReview", close=True)
             return None
-        clock = self.server.owner.clock
-        deadline = clock() + limits.read_timeout
         chunks: list[bytes] = []
         remaining = length
         while remaining:
-            left = deadline - clock()
-            if left <= 0:
-                self._error(408, f"the body did not arrive within {limits.read_timeout:g} s",
-                            close=True)
-                return None
-            self.connection.settimeout(left)
             try:
                 chunk = self.rfile.read1(min(remaining, 1 << 16))
             except TimeoutError:
-                self._error(408, f"the body did not arrive within {limits.read_timeout:g} s",
+                self._error(408, f"the request did not arrive within {limits.read_timeout:g} s",
                             close=True)
                 return None
             except OSError:
@@ -291,7 +304,6 @@ class _ReviewHandler(BaseHTTPRequestHandler):
                 return None
             chunks.append(chunk)
             remaining -= len(chunk)
-        self.connection.settimeout(limits.idle_timeout)
         return b"".join(chunks)
 
     def _log_decision(self, answer: dict[str, Any]) -> None:
@@ -304,7 +316,10 @@ class _ReviewHandler(BaseHTTPRequestHandler):
                      message.splitlines()[0] if message else "")
 
     def _not_allowed(self) -> None:
-        self._error(405, f"only POST {PATH}", close=True)
+        bodiless = (self.headers.get("Content-Length") is None
+                    and not self.headers.get("Transfer-Encoding"))
+        if bodiless or self._body() is not None:
+            self._error(405, f"only POST {PATH}")
 
     do_GET = do_PUT = do_DELETE = do_PATCH = _not_allowed
 
@@ -314,7 +329,9 @@ class _ReviewHandler(BaseHTTPRequestHandler):
         self._send(code, "text/plain; charset=utf-8", (message + "\n").encode())
 
     def _send(self, code: int, content_type: str, body: bytes) -> None:
+        self._reader.deadline = None
         try:
+            self.connection.settimeout(self.server.owner.limits.idle_timeout)
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -325,3 +342,27 @@ class _ReviewHandler(BaseHTTPRequestHandler):
         except OSError as exc:
             self.close_connection = True
             log.debug("admission: answering %s failed: %s", self.address_string(), exc)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's reads, each bounded by what is left of the request's deadline."""
+
+    def __init__(self, sock: Any, clock: Callable[[], float], idle_timeout: float) -> None:
+        self.sock = sock
+        self.clock = clock
+        self.idle_timeout = idle_timeout
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.deadline is None:
+            self.sock.settimeout(self.idle_timeout)
+        else:
+            left = self.deadline - self.clock()
+            if left <= 0:
+                raise TimeoutError("the request's deadline passed")
+            self.sock.settimeout(left)
+        count: int = self.sock.recv_into(buffer)
+        return count

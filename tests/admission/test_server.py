@@ -199,6 +199,33 @@ def test_a_body_that_trickles_past_the_read_deadline_gets_408(served: Served) ->
     assert time.monotonic() - started < 5
 
 
+def test_headers_that_trickle_past_the_deadline_lose_the_connection(served: Served) -> None:
+    sock = _raw_tls(served)
+    started = time.monotonic()
+    sock.sendall(f"POST {PATH} HTTP/1.1\r\n".encode())
+    closed = False
+    for index in range(20):  # a header line every 0.1 s: each read is quick, the whole is not
+        time.sleep(0.1)
+        try:
+            sock.sendall(f"X-{index}: y\r\n".encode())
+        except OSError:
+            closed = True
+            break
+    reply = b"" if closed else _read_all(sock)
+    sock.close()
+    assert not reply.startswith(b"HTTP/1.1 200")
+    assert time.monotonic() - started < 3.5  # read_timeout 1 s; not cut: 2 s + idle 5 s
+    assert served.post(_review_bytes())[0] == 200
+
+
+def test_an_idle_kept_alive_connection_may_wait_longer_than_the_read_deadline(
+        served: Served) -> None:
+    conn = served.client()
+    assert served.post(_review_bytes(), conn=conn)[0] == 200
+    time.sleep(1.5)  # over read_timeout (1 s), under idle_timeout (5 s)
+    assert served.post(_review_bytes(), conn=conn)[0] == 200
+
+
 @pytest.mark.parametrize(("method", "path", "code"), [
     ("GET", PATH, 405), ("PUT", PATH, 405), ("POST", "/validate", 404), ("POST", "/", 404),
 ])
