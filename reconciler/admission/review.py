@@ -11,7 +11,8 @@ rules. Two things differ from a file, both decided here:
 - What the rollout and the firmware orchestrator write themselves is allowed by its content,
   never by the user name, field manager or header of the request (any client chooses those):
   ``pause: true`` always; the payload set back to the one the rollout started from while a
-  rollout is active; the firmware parameters set to the running flow's own values. An update
+  rollout is active (with the release of the controller's own pause that the same write makes);
+  the firmware parameters set to the running flow's own values. An update
   made only of such changes is allowed whatever else the stored object holds (it was stored
   before), so the controller is never locked out of its own rollback.
 
@@ -166,13 +167,19 @@ def _own_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     if not changes:
         return "the spec is unchanged"
     status = _mapping(old, "status")
+    rollback = any(pointer.startswith(PAYLOAD + "/") for pointer, _, _ in changes) and all(
+        _payload_back(status, new_spec, pointer, after)
+        for pointer, _, after in changes if pointer.startswith(PAYLOAD + "/"))
     reasons: set[str] = set()
     for pointer, _before, after in changes:
         if pointer == PAUSE and after is True:
             reasons.add("pause: true is always allowed")
-        elif pointer.startswith(PAYLOAD + "/") and _payload_back(status, new_spec, pointer,
-                                                                 after):
+        elif pointer.startswith(PAYLOAD + "/") and rollback:
             reasons.add("the payload is set back to the one the rollout started from")
+        elif pointer == PAUSE and rollback:
+            # the controller's apply of the payload releases the pause: true it set at a gate
+            # (server-side apply drops a field its manager no longer sends)
+            reasons.add("the rollback's write releases the rollout's own pause")
         elif pointer in FIRMWARE_FIELDS and _firmware_own(status, new):
             reasons.add("the firmware parameters are the running flow's own")
         else:

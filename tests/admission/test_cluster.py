@@ -383,3 +383,71 @@ def test_the_dev_cluster_registration_is_fail_closed_and_matches_only_the_resour
                               "operations": ["CREATE", "UPDATE"],
                               "resources": ["clusteroperators"], "scope": "Cluster"}]
 
+
+
+@contextlib.contextmanager
+def _controller(plane: ControlPlane, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The rollout controller of ``cluster-operator`` (no webhook of its own)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECONCILER_")}
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*RECONCILER, "run", "--role", "controller", "--kubeconfig", str(plane.kubeconfig),
+             "--ops-listen", "off", "--ready-timeout", "60s"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**env, "PYTHONUNBUFFERED": "1"}, preexec_fn=_limit_memory)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+
+
+def test_enable_rollout_false_mid_rollout_is_allowed_and_the_rollback_runs_to_its_end(
+        control_plane: ControlPlane, kube: KubeApi, daemon: Daemon, fleet: Any,
+        tmp_path: Path) -> None:
+    """Every spec write of the controller (pause: true at the gate, the payload set back while
+    the stored phase still says Progressing) passes the webhook, and so does the person's
+    enableRollout: false."""
+    from reconciler.kube.objects import CLUSTER_OPERATOR_NAME
+    from reconciler.sim.operator_install import DEFAULT_PAYLOAD
+
+    path = cluster_operator_path(CLUSTER_OPERATOR_NAME)
+    old_version, new_version = DEFAULT_PAYLOAD.version, "2.33.0.9"
+    log_path = tmp_path / "controller.log"
+
+    def inner() -> dict[str, Any]:
+        upgrade = (kube.get(path).get("status") or {}).get("upgradeStatus") or {}
+        return {"phase": upgrade.get("phase"), **(upgrade.get("status") or {})}
+
+    with _controller(control_plane, log_path) as process:
+        wait_for(lambda: inner()["phase"], timeout=60, what="the controller's first status",
+                 observe=lambda: log_path.read_text()[-2000:])
+        gated = policy(enableRollout=True, maxParallel=2,
+                       upgradeSteps=[{"replicas": 2, "pauseDuration": {}},
+                                     {"replicas": "100%", "pauseDuration": 0}])
+        kube.patch(path, {"spec": {"driver": {"payload": {"version": new_version},
+                                              "upgradePolicy": gated}}})
+        wait_for(lambda: kube.get(path)["spec"]["driver"]["upgradePolicy"]["pause"] is True,
+                 timeout=90, what="the controller's pause: true at the gate",
+                 observe=lambda: (inner(), log_path.read_text()[-2000:]))
+        assert inner()["phase"] == "Progressing"
+        assert len(fleet.ready_driver_nodes(new_version)) == 2
+        result = _patch(control_plane, CLUSTER_OPERATOR_NAME,
+                        [_replace("/spec/driver/upgradePolicy/enableRollout", False)])
+        assert result.returncode == 0, result.stderr
+        wait_for(lambda: inner()["phase"] == "Disabled"
+                 and inner().get("currentStepState") == "Completed",
+                 timeout=120, what="the forced rollback finished",
+                 observe=lambda: (inner(), log_path.read_text()[-2000:]))
+        spec = kube.get(path)["spec"]["driver"]
+        assert spec["payload"]["version"] == old_version  # the controller's own write passed
+        assert sorted(fleet.ready_driver_nodes(old_version)) == fleet.node_names
+        os.killpg(process.pid, signal.SIGTERM)
+        assert process.wait(30) == 0
+    text = log_path.read_text()
+    assert "denied the request" not in text and "failed calling webhook" not in text, text[-3000:]

@@ -186,6 +186,27 @@ def test_a_payload_change_that_is_not_the_rollback_is_denied(
     assert set(rules_of(response)) == {"transition-locked-field"}
 
 
+@pytest.mark.parametrize("pause", [False, ...])
+def test_the_rollbacks_write_may_release_the_controllers_pause(pause: Any) -> None:
+    # RestorePayload is a server-side apply of the payload alone: the pause: true the controller
+    # applied at the gate is dropped by the same write
+    old = cluster_operator(stored=True, phase="Progressing",
+                           upgrade_policy=policy(enableRollout=False, pause=True))
+    new = changed(changed(old, *PAYLOAD, "version", OLD_VERSION), *UP, "pause", pause)
+    assert answer(admission_review("UPDATE", new, old))["allowed"] is True
+    # without the payload set back, releasing the pause is an ordinary (valid) change
+    alone = changed(old, *UP, "pause", pause)
+    assert answer(admission_review("UPDATE", alone, old))["allowed"] is True
+
+
+def test_a_pause_release_with_a_payload_that_is_not_the_rollback_is_denied() -> None:
+    old = cluster_operator(stored=True, phase="Progressing", upgrade_policy=policy(pause=True))
+    new = changed(changed(old, *PAYLOAD, "version", "2.30.0.1"), *UP, "pause", False)
+    response = answer(admission_review("UPDATE", new, old))
+    assert response["allowed"] is False
+    assert rules_of(response) == ["transition-locked-field"]
+
+
 def test_the_payload_set_back_with_another_change_is_denied() -> None:
     old = cluster_operator(stored=True, phase="Disabling")
     new = changed(changed(old, *PAYLOAD, "version", OLD_VERSION), *UP, "maxParallel", 1)
