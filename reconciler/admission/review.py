@@ -45,6 +45,9 @@ KIND = "AdmissionReview"
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
 #: Validation findings of a policy *file* that every stored object would trip (SPEC 8).
 FILE_ONLY_RULES = frozenset({"server-populated-field", "helm-ownership-metadata"})
+#: The transition rules' findings (reconciler.policy.transitions), about the change itself.
+TRANSITION_RULES = frozenset({"transition-locked-field", "firmware-locked-field",
+                              "firmware-rollout-conflict"})
 #: Lines of a denial message and admission warnings; the API server shortens what is longer.
 MAX_LINES = 50
 MAX_WARNINGS = 20
@@ -137,7 +140,10 @@ def decide(request: Mapping[str, Any]) -> Decision:
     if old is not None:
         exception = _own_change(old, obj)
         if exception:
-            return Decision(True, warnings=_warnings(findings, stored=True), why=exception)
+            # the transition findings are about this very change, which its content allows;
+            # the rest was in the stored object already
+            stored = [f for f in findings if f.rule not in TRANSITION_RULES]
+            return Decision(True, warnings=_warnings(stored, stored=True), why=exception)
     errors = [f for f in findings if f.is_error]
     if errors:
         return Decision(False, 403, _lines(errors, MAX_LINES), _warnings(
