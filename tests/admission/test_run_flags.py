@@ -36,7 +36,9 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--admission-listen", "127.0.0.1:0"], "--admission-listen needs --admission-cert-dir"),
+    (["--admission-listen", "127.0.0.1:0"], "--admission-listen needs either --admission-cert-dir"),
+    (["--admission-listen", "127.0.0.1:0", "--admission-cert-dir", ".", "--admission-self-signed"],
+     "--admission-listen needs either --admission-cert-dir"),
     (["--admission-listen", "nonsense", "--admission-cert-dir", "."],
      "Invalid value for --admission-listen: listen address 'nonsense' must be HOST:PORT"),
     (["--admission-listen", "127.0.0.1:0", "--admission-cert-dir", "{empty}"],

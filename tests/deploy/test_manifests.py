@@ -84,8 +84,7 @@ def test_deployment_args_are_options_of_reconciler_run() -> None:
 def test_secrets_are_referenced_not_embedded() -> None:
     spec = _one("Deployment")["spec"]["template"]["spec"]
     secrets = {v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
-    assert secrets == {"gpu-reconciler-git", "gpu-reconciler-webhook",
-                       "gpu-reconciler-admission-tls"}
+    assert secrets == {"gpu-reconciler-git", "gpu-reconciler-webhook"}
     examples = {d["metadata"]["name"] for d in load_documents(DEPLOY / "secrets.example.yaml")}
     assert examples == secrets
     assert all(d["kind"] != "Secret" for d in _all_documents())
