@@ -154,6 +154,7 @@ class AdmissionServer:
 class _HttpsServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # the API server may open many connections at once
 
     def __init__(self, address: tuple[str, int], owner: AdmissionServer) -> None:
         self.owner = owner
