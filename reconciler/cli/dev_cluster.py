@@ -97,11 +97,19 @@ def dev_cluster() -> None:
 @click.option("--prometheus", "with_prometheus", is_flag=True,
               help="Also run a Prometheus server on loopback that scrapes the fleet's MX Exporter "
                    "metrics; its URL is printed on stderr.")
+# --admission (SPEC 8): our webhook server beside the control plane, registered fail-closed
+@click.option("--admission", is_flag=True, default=False,
+              help="Start the reconciler's validating admission webhook on a loopback port and "
+                   "register it (failurePolicy Fail), so bad ClusterOperator changes are refused "
+                   "by the API server. Without it nothing is registered.")
 def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_version: str | None,
-       directory: Path | None, seed: int, timeout: float, with_prometheus: bool) -> None:
+       directory: Path | None, seed: int, timeout: float, with_prometheus: bool,
+       admission: bool) -> None:
     """Start the control plane and the fleet; print the kubeconfig path once the fleet is Ready;
     run until Ctrl-C or `reconciler dev-cluster down`."""
+    from reconciler.kube.api import KubeError
     from reconciler.policy.payload import Payload
+    from reconciler.sim.admission import DevAdmission
     from reconciler.sim.control_plane import ControlPlane, ControlPlaneError
     from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
     from reconciler.sim.fleet import Fleet, node_name
@@ -153,6 +161,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     plane = ControlPlane(workdir=directory)
     fleet: Fleet | None = None
     telemetry = _Telemetry()
+    webhook: DevAdmission | None = None
     code = 0
     try:
         started = clock.monotonic()
@@ -162,6 +171,9 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
                       install_seconds=install, payload=payload, seed=seed)
         fleet.start(timeout=timeout)
         _say(f"{nodes} nodes registered")
+        if admission:
+            webhook = DevAdmission(plane.api(pool_size=4), directory).start()
+            _say(f"admission webhook registered at {webhook.url} (failurePolicy Fail)")
         broken = {f.node for f in faults
                   if (f.kind in POD_FAULTS or f.kind == FaultKind.NODE_NOT_READY)
                   and f.applies_to(payload.version)}
@@ -180,13 +192,15 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
             sys.stdout.flush()
         stop.wait()
         _say("stopping")
-    except (ControlPlaneError, WaitTimeout, TimeoutError, PrometheusError) as exc:
+    except (ControlPlaneError, WaitTimeout, TimeoutError, PrometheusError, KubeError) as exc:
         plane.mark_failed()
         telemetry.mark_failed()
         _say(f"error: {exc}")
         _say(f"logs kept in {plane.logs}")
         code = 1
     finally:
+        if webhook is not None:
+            webhook.stop()
         telemetry.stop()
         if fleet is not None:
             fleet.stop(cleanup=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,6 +123,35 @@ def _duration(value: str | None, flag: str) -> float | None:
 @click.option("--git-password-file", envvar=f"{ENV}GIT_PASSWORD_FILE", default=None,
               type=click.Path(exists=True, dir_okay=False),
               help="File holding the HTTPS password or token (read at each fetch and push).")
+@click.option("--admission-listen", envvar=f"{ENV}ADMISSION_LISTEN", default=None,
+              metavar="HOST:PORT",
+              help="Serve the validating admission webhook (POST /validate-clusteroperator, "
+                   "HTTPS) here; off when not set, in builtin and operator mode alike.")
+@click.option("--admission-cert-dir", envvar=f"{ENV}ADMISSION_CERT_DIR", default=None,
+              type=click.Path(file_okay=False),
+              help="Directory with the webhook's tls.crt and tls.key (e.g. a cert-manager "
+                   "Secret); a changed pair is served from the next connection on.")
+@click.option("--admission-self-signed", is_flag=True, envvar=f"{ENV}ADMISSION_SELF_SIGNED",
+              default=False,
+              help="Instead of --admission-cert-dir: the leader issues and rotates the CA and "
+                   "serving certificate, kept in the Secret --admission-secret (namespace "
+                   "--leader-elect-namespace), and keeps caBundle of --admission-webhook-config "
+                   "current; every replica serves from the Secret.")
+@click.option("--admission-secret", envvar=f"{ENV}ADMISSION_SECRET",
+              default="gpu-reconciler-admission-tls", show_default=True,
+              help="With --admission-self-signed: the Secret holding the CA and certificate.")
+@click.option("--admission-webhook-config", envvar=f"{ENV}ADMISSION_WEBHOOK_CONFIG",
+              default="gpu-reconciler-admission", show_default=True,
+              help="With --admission-self-signed: the ValidatingWebhookConfiguration whose "
+                   "caBundle the leader keeps current.")
+@click.option("--admission-host", "admission_hosts", envvar=f"{ENV}ADMISSION_HOSTS",
+              multiple=True, metavar="NAME|IP",
+              help="With --admission-self-signed: a name the serving certificate carries "
+                   "(repeatable) [gpu-reconciler.NAMESPACE.svc].")
+@click.option("--admission-cert-interval", envvar=f"{ENV}ADMISSION_CERT_INTERVAL", default="30s",
+              show_default=True,
+              help="With --admission-self-signed: how often the Secret is checked (the leader "
+                   "renews, every replica picks up a new pair).")
 @click.option("--ops-listen", envvar=f"{ENV}OPS_LISTEN", default=":8080", show_default=True,
               metavar="HOST:PORT|off", help="/healthz, /readyz and /metrics.")
 @click.option("--leader-elect/--no-leader-elect", envvar=f"{ENV}LEADER_ELECT", default=False,
@@ -228,6 +258,9 @@ def _serve(s: _Settings) -> int:
             raise click.ClickException(f"--ops-listen {o['ops_listen']}: {exc}") from exc
         shutdown.on_shutdown("ops server", ops.stop)
         log.info("ops endpoints on %s (/healthz /readyz /metrics)", ops.url)
+
+    if o["admission_listen"]:
+        _start_admission(o, api, leader, shutdown)
 
     controller: Any = None
     firmware = None
@@ -509,6 +542,68 @@ def _start_webhook(s: _Settings, sync: Any, metrics: Metrics, shutdown: Any) -> 
         raise click.ClickException(f"--webhook-listen {o['webhook_listen']}: {exc}") from exc
     shutdown.on_shutdown("webhook server", server.stop)
     log.info("webhook receiver on %s/webhook", server.url)
+
+
+def _start_admission(o: dict[str, Any], api: KubeApi, leader: _Leadership,
+                     shutdown: Any) -> None:
+    """The admission webhook's own HTTPS listener (SPEC 8). Every replica serves it, leader or
+    not: the API server calls whichever Service endpoint it picks."""
+    from reconciler.admission.server import AdmissionServer, CertificateError, CertificateSource
+    from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+
+    if o["admission_self_signed"] == bool(o["admission_cert_dir"]):
+        raise click.UsageError("--admission-listen needs either --admission-cert-dir (a mounted "
+                               "tls.crt and tls.key) or --admission-self-signed")
+    try:
+        host, port = parse_listen_address(o["admission_listen"])
+    except ListenAddressError as exc:
+        raise click.BadParameter(str(exc), param_hint="--admission-listen") from exc
+
+    def serve(cert_dir: Path) -> None:
+        server = AdmissionServer(host, port, CertificateSource(cert_dir))
+        server.start()
+        shutdown.on_shutdown("admission webhook", server.stop)
+        log.info("admission webhook on %s (certificate from %s)", server.url, cert_dir)
+
+    if o["admission_self_signed"]:
+        _self_signed(o, api, leader, shutdown, serve)
+        return
+    try:
+        serve(Path(o["admission_cert_dir"]))
+    except CertificateError as exc:
+        raise click.BadParameter(str(exc), param_hint="--admission-cert-dir") from exc
+    except OSError as exc:
+        raise click.ClickException(f"--admission-listen {o['admission_listen']}: {exc}") from exc
+
+
+def _self_signed(o: dict[str, Any], api: KubeApi, leader: _Leadership, shutdown: Any,
+                 serve: Callable[[Path], None]) -> None:
+    """The Secret-held certificate: the listener starts once the Secret has a pair (at once
+    for a leader, once the leader issued it for the others)."""
+    from reconciler.admission.self_signed import SelfSignedCertificates
+    from reconciler.gitops.mirror import default_state_dir
+
+    namespace = o["leader_elect_namespace"]
+    state = Path(o["state_dir"]).expanduser() if o["state_dir"] else default_state_dir()
+    cert_dir = state / "admission-tls"
+
+    def ready() -> None:
+        try:
+            serve(cert_dir)
+        except OSError as exc:  # the port is taken: nothing to serve with, stop the daemon
+            log.error("--admission-listen %s: %s", o["admission_listen"], exc)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    certificates = SelfSignedCertificates(
+        api, namespace=namespace, secret=o["admission_secret"],
+        webhook_config=o["admission_webhook_config"],
+        hosts=list(o["admission_hosts"]) or [f"gpu-reconciler.{namespace}.svc"],
+        cert_dir=cert_dir, is_leader=leader.is_leader, on_ready=ready,
+        interval=_duration(o["admission_cert_interval"], "--admission-cert-interval") or 30.0)
+    certificates.start()
+    shutdown.on_shutdown("admission certificates", certificates.stop)
+    log.info("admission certificates from Secret %s/%s (the leader issues and rotates them)",
+             namespace, o["admission_secret"])
 
 
 #: connections to the API server: the watches hold some, the controllers' action workers (32)

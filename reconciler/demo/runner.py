@@ -99,6 +99,7 @@ class Demo:
         self.fleet: Any = None
         self.remote: Remote | None = None
         self.daemon: subprocess.Popen[bytes] | None = None
+        self.admission: Any = None
         self.daemon_log = Path("/nonexistent")
         self.last: Snapshot | None = None
         self.live: Live | None = None
@@ -193,6 +194,9 @@ class Demo:
                 with contextlib.suppress(Exception):
                     part.stop()
             self._stop_daemon()
+            if self.admission is not None:
+                with contextlib.suppress(Exception):
+                    self.admission.stop()
             if self.live is not None:
                 self.live.stop()
                 self.live = None
@@ -305,6 +309,7 @@ class Demo:
                             and s.spec_version == OLD, 90,
                             "the reconciler to apply the repository's lab-10 policy")
         self.say(f"the reconciler applied {POLICY_FILE} (phase {applied.phase})")
+        self._start_admission()
         self._start_live()
 
         # a pull request bumps the driver; the CI check validates it; Alice merges it
@@ -336,6 +341,8 @@ class Demo:
             released += 1
             self.say(f"step {snap.step} done: {snap.on(NEW)} node(s) on {NEW}. The reconciler "
                      "paused at the manual gate and committed pause: true to Git")
+            if released == 1:
+                self._refused_patch()
             self.say(f"Bob checks the canary nodes ({self.options.review_seconds:g} s), then "
                      "merges pause: false")
             self.sleep(self.options.review_seconds)
@@ -404,6 +411,36 @@ class Demo:
                 preexec_fn=_die_with_parent
                 if threading.current_thread() is threading.main_thread() else None,
             )
+
+    def _start_admission(self) -> None:
+        """The admission webhook, as `dev-cluster up --admission` registers it (fail closed)."""
+        from reconciler.sim.admission import DevAdmission
+
+        assert self.api is not None
+        self.admission = DevAdmission(self.api, self.work).start()
+        self.say(f"admission webhook registered ({self.admission.url}): the API server asks "
+                 "the reconciler before any ClusterOperator change")
+
+    def _refused_patch(self) -> None:
+        """Someone changes maxParallel in the cluster mid-rollout, the seed's way; the API
+        server refuses it with the webhook's message (SPEC 4.2)."""
+        patch = '[{"op": "replace", "path": "/spec/driver/upgradePolicy/maxParallel", "value": 5}]'
+        command = ["kubectl", "patch",
+                   f"clusteroperators.gpu.metax-tech.com/{CLUSTER_OPERATOR_NAME}",
+                   "--type=json", "-p", patch]
+        if shutil.which("kubectl") is None:
+            self.say("kubectl is not installed: skipping the refused `kubectl patch` "
+                     "(scripts/install installs Debian's kubectl)")
+            return
+        done = subprocess.run([command[0], "--kubeconfig", str(self.plane.kubeconfig),
+                               *command[1:]], capture_output=True, text=True, timeout=60,
+                              check=False)
+        shown = " ".join(command[:3]) + " ... maxParallel: 5"
+        if done.returncode == 0:
+            raise DemoError(f"`{shown}` was admitted mid-rollout; the webhook should refuse it")
+        reason = done.stderr.strip().splitlines()[0] if done.stderr.strip() else "(no message)"
+        self.say(f"meanwhile someone runs `{shown}` mid-rollout: refused by the API server: "
+                 f"{reason}")
 
     def _reconciler(self, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "reconciler.cli.main", *args], cwd=cwd,

@@ -50,9 +50,14 @@ def test_the_whole_demo_runs_non_interactively(tmp_path: Path) -> None:
         "10 GPU nodes Ready on 2.32.0.6",
         "policy repository created from examples-repo/",
         "the reconciler applied clusters/lab-10/cluster-operator.yaml",
+        "admission webhook registered (https://127.0.0.1:",
         "pull request #1 (2.32.0.6 -> 2.33.0.9)",
         "Alice merged pull request #1",
         "paused at the manual gate",
+        "mid-rollout: refused by the API server: Error from server (Forbidden): admission "
+        'webhook "clusteroperators.gpu.metax-tech.com" denied the request: '
+        "/spec/driver/upgradePolicy/maxParallel: driver.upgradePolicy.maxParallel cannot change "
+        "while the rollout is Progressing",
         "Bob released the gate after step 1",
         "rollout completed: 10/10 nodes on 2.33.0.9",
         "the audit trail",

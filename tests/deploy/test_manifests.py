@@ -26,6 +26,8 @@ KINDS = {
     "Role": ("rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
     "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "ValidatingWebhookConfiguration": ("admissionregistration.k8s.io/v1",
+                                       "validatingwebhookconfigurations", False),
 }
 
 

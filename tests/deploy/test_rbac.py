@@ -8,6 +8,7 @@ and object name under the identity that made it, which is what RBAC decides on.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import signal
@@ -21,13 +22,14 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.admission.config import CONFIG_NAME, webhook_configuration
 from reconciler.demo.gitwork import Person, Remote, WorkingCopy
 from reconciler.gitops.edits import FieldEdit
-from reconciler.kube.api import KubeApi
+from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.payload import Payload
-from reconciler.sim.control_plane import MINTED_NAMESPACE
+from reconciler.sim.control_plane import MINTED_NAMESPACE, free_ports
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.deploy.audit import (
@@ -45,6 +47,8 @@ from tests.deploy.conftest import install_roles
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 RECONCILER = [sys.executable, "-m", "reconciler.cli.main"]
+WEBHOOK_CONFIGS = resource_path("admissionregistration.k8s.io/v1",
+                                "validatingwebhookconfigurations")
 OLD, NEW = "2.32.0.6", "2.33.0.9"
 REGISTRY, IMAGE = "registry.example.com/metax", "driver-image"
 ROLES = {"metax-operator": "gpu-reconciler-driver", "default": "gpu-reconciler-events",
@@ -189,10 +193,19 @@ def test_merge_to_upgrade_with_exactly_the_deployed_roles(
     person.git("commit", "--quiet", "-m", "rbac-lab policy")
     person.push()
     log_path = tmp_path / "reconciler.log"
+    # the admission webhook with its self-signed certificate: the configuration as `kubectl
+    # apply -k deploy/` creates it (no caBundle), pointed at the daemon's loopback listener
+    admission_port = free_ports(1)[0]
+    config_path = f"{WEBHOOK_CONFIGS}/{CONFIG_NAME}"
+    kube.apply(config_path, webhook_configuration(
+        url=f"https://127.0.0.1:{admission_port}/validate-clusteroperator"),
+        field_manager="deploy-test")
     try:
         wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
                  what="4 Ready driver pods", observe=fleet.driver_pods)
         args = ["run", "--repo", remote.url, "--cluster", "rbac-lab",
+                "--admission-listen", f"127.0.0.1:{admission_port}", "--admission-self-signed",
+                "--admission-host", "127.0.0.1", "--admission-cert-interval", "1s",
                 "--kubeconfig", str(kubeconfig), "--state-dir", str(tmp_path / "state"),
                 "--fetch-interval", "1s", "--status-min-interval", "1s",
                 "--ready-timeout", "60s", "--ops-listen", "off",
@@ -233,9 +246,11 @@ def test_merge_to_upgrade_with_exactly_the_deployed_roles(
                 return inner.get("currentStepState") == "Completed"
 
             wait_for(completed_in_git, timeout=60, what="the completed snapshot in Git")
+            _rotated_by_the_leader(kube, log_path)
             os.killpg(process.pid, signal.SIGTERM)
             code = process.wait(30)
     finally:
+        kube.delete(config_path)  # fail closed: without the daemon no finalizer could go
         fleet.stop(cleanup=True)
     _assert_clean_log(log_path, code)
 
@@ -246,6 +261,32 @@ def test_merge_to_upgrade_with_exactly_the_deployed_roles(
     used = {e.permission for e in entries}
     excess = [str(g) for g in granted if not any(g.covers(p) for p in used)]
     assert excess == [], f"granted but never used: {excess}"
+
+
+def _rotated_by_the_leader(kube: KubeApi, log_path: Path) -> None:
+    """The admission webhook took every ClusterOperator change of the rollout (the caBundle
+    the leader set verifies); a certificate that no longer names the host is reissued."""
+    import base64
+
+    from reconciler.admission.certificates import issue_ca, issue_serving
+    from reconciler.sim.admission import PROBE_RULE, probe
+
+    assert PROBE_RULE in probe(kube)
+    secret_path = resource_path("v1", "secrets", "gpu-reconciler-admission-tls",
+                                namespace="gpu-reconciler")
+    now = datetime.datetime.now(datetime.UTC)
+    stranger = issue_serving(issue_ca("someone else", now=now), ["other.example"], now=now)
+    kube.patch(secret_path, {"data": {
+        "tls.crt": base64.b64encode(stranger.cert_pem).decode(),
+        "tls.key": base64.b64encode(stranger.key_pem).decode()}})
+
+    def reissued() -> bool:
+        data = kube.get(secret_path)["data"]
+        return base64.b64decode(data["tls.crt"]) != stranger.cert_pem
+    wait_for(reissued, timeout=30, what="the leader reissuing the serving certificate",
+             observe=lambda: log_path.read_text()[-1500:])
+    wait_for(lambda: PROBE_RULE in probe(kube), timeout=30,
+             what="the API server calling the webhook with the reissued certificate")
 
 
 def test_grants_cover_by_namespace_and_name() -> None:
@@ -262,7 +303,8 @@ def test_grants_cover_by_namespace_and_name() -> None:
     assert cluster_wide.covers(Permission("", "pods", "metax-operator", "list"))
 
 
-DAEMON_CODE = ("controller", "sync", "firmware", "ops", "gitops", "trust", "cli/run.py")
+DAEMON_CODE = ("controller", "sync", "firmware", "ops", "gitops", "trust", "admission",
+               "cli/run.py")
 
 
 def test_every_resource_the_daemon_code_names_is_in_the_roles() -> None:
