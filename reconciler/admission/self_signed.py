@@ -19,7 +19,6 @@ import base64
 import datetime
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from reconciler.admission.certificates import (
     issue_serving,
     write_cert_dir,
 )
+from reconciler.clock import wall
 from reconciler.kube.api import Conflict, KubeApi, KubeError, NotFound, resource_path
 
 log = logging.getLogger("reconciler.admission")
@@ -110,7 +110,7 @@ class SelfSignedCertificates:
 
     def __init__(self, api: KubeApi, *, namespace: str, secret: str, webhook_config: str,
                  hosts: list[str], cert_dir: Path, is_leader: Callable[[], bool],
-                 on_ready: Callable[[], None], clock: Callable[[], float] = time.time,
+                 on_ready: Callable[[], None], clock: Callable[[], float] = wall,
                  interval: float = 30.0) -> None:
         self.api = api
         self.path = resource_path("v1", "secrets", secret, namespace=namespace)

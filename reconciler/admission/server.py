@@ -24,7 +24,6 @@ import os
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +32,7 @@ from typing import Any
 
 from reconciler.admission.certificates import CERT_FILE, KEY_FILE
 from reconciler.admission.review import MAX_REVIEW_BYTES, NotAReview, review
+from reconciler.clock import monotonic
 
 log = logging.getLogger("reconciler.admission")
 
@@ -117,7 +117,7 @@ class AdmissionServer:
 
     def __init__(self, host: str, port: int, certs: CertificateSource, *,
                  decide: Review = review, limits: Limits = Limits(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = monotonic) -> None:
         self.certs = certs
         self.decide = decide
         self.limits = limits
