@@ -3,6 +3,7 @@ and per cluster; each mistake is one located error (line and column of the value
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,3 +228,20 @@ def test_validate_ends_on_hostile_queries(tmp_path: Path) -> None:
     assert any(line.startswith("reconciler.yaml:8:")
                and "[schema-max-length]" in line for line in lines), lines
     assert not any(":5:" in line or ":7:" in line for line in lines[:-1]), lines
+
+
+def test_every_example_of_docs_health_md_is_valid() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "health.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, flags=re.DOTALL)
+    assert len(blocks) >= 5
+    header = "health:\n  prometheus: {url: 'http://127.0.0.1:9090'}\n"
+    for block in blocks:
+        if block.startswith("health:"):
+            text = block
+        elif block.startswith("    - name:"):
+            kind = "stepChecks" if "{{nodes}}" in block else "nodeChecks"
+            text = f"{header}  {kind}:\n{block}"
+        else:
+            text = header + block
+        result = validate_repo_config(text, "reconciler.yaml")
+        assert result.ok and not result.findings, (block, result.findings)
