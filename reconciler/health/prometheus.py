@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -56,7 +57,7 @@ class PrometheusClient:
         except urllib.error.HTTPError as exc:
             try:
                 body = self._read(exc, deadline)
-            except (OSError, _TooSlow, _TooLarge):
+            except (OSError, http.client.HTTPException, _TooSlow, _TooLarge):
                 body = b""
             finally:
                 exc.close()
@@ -72,8 +73,9 @@ class PrometheusClient:
             if isinstance(reason, TimeoutError):
                 return QueryError(None, f"no answer within {self.timeout:g}s")
             return QueryError(None, f"cannot reach {self.url}: {_reason(reason)}")
-        except (OSError, ValueError) as exc:  # reset connections, malformed status lines
-            return QueryError(None, f"cannot reach {self.url}: {_reason(exc)}")
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # reset or cut connections, a status line that is not HTTP
+            return QueryError(None, f"no usable answer from {self.url}: {_reason(exc)}")
         return map_answer(status, body)
 
     def _read(self, response: IO[bytes], deadline: float) -> bytes:
@@ -109,7 +111,7 @@ def map_answer(status: int, body: bytes) -> Reading:
     """An HTTP answer of ``/api/v1/query`` as a reading (pure: the adapter's whole mapping)."""
     try:
         answer = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         answer = None
     if not isinstance(answer, Mapping):
         return QueryError(status, f"not a Prometheus API answer: {_excerpt(body)}")

@@ -68,6 +68,14 @@ def test_answers_map_to_readings(status: int, body: bytes, reading: Reading) -> 
     assert map_answer(status, body) == reading
 
 
+@pytest.mark.parametrize("body", [b"[" * 200_000, b'{"a":' * 200_000, b"\xff\xfe", b"\x00" * 10])
+def test_hostile_answers_are_query_errors_not_exceptions(body: bytes) -> None:
+    reading = map_answer(200, body)
+    assert isinstance(reading, QueryError) and reading.status == 200
+    assert reading.message.startswith("not a Prometheus API answer: ")
+    assert len(reading.message) < 300
+
+
 def test_nan_sample_is_a_value_that_the_verdict_treats_as_no_answer() -> None:
     reading = map_answer(200, vector("NaN"))
     assert isinstance(reading, float) and math.isnan(reading)
@@ -176,6 +184,33 @@ def test_a_slow_drip_answer_is_cut_at_the_deadline(serve: object) -> None:
     clock = iter(range(100)).__next__  # a virtual clock: one second per read
     reading = PrometheusClient(server.url, timeout=3, clock=lambda: float(clock())).query("up")
     assert reading == QueryError(None, "no complete answer within 3s")
+
+
+@pytest.mark.parametrize(("answer", "status", "message"), [
+    (b"HELLO\r\n\r\n", None, "no usable answer from "),  # not HTTP
+    (b"", None, "no usable answer from "),  # closed without a word
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"status\"", 200,
+     "not a Prometheus API answer: "),  # cut short
+])
+def test_a_broken_http_answer_is_a_query_error(answer: bytes, status: int | None,
+                                               message: str) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+        def answer_once() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+        thread = threading.Thread(target=answer_once, daemon=True)
+        thread.start()
+        reading = PrometheusClient(url, timeout=5).query("up")
+        thread.join(5)
+    assert isinstance(reading, QueryError) and reading.status == status, reading
+    assert reading.message.startswith(message), reading
 
 
 def test_a_closed_port_is_connection_refused() -> None:
