@@ -126,6 +126,12 @@ def _query(doc: ParsedDocument, pointer: str, label: str, query: str,
     except ValueError as exc:
         yield doc.finding(pointer, "health-promql", f"{label}: not valid PromQL: {exc}")
         return
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a panic in the Rust parser (pyo3's PanicException)
+        yield doc.finding(pointer, "health-promql",
+                          f"{label}: the PromQL parser failed on this query ({exc!r:.100})")
+        return
     kind = _result_kind(expr)
     if kind is not None:
         yield doc.finding(pointer, "health-promql",

@@ -3,11 +3,14 @@ and per cluster; each mistake is one located error (line and column of the value
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reconciler.health.checks import HealthConfig
 from reconciler.policy.validation import validate_repo_config
@@ -245,3 +248,14 @@ def test_every_example_of_docs_health_md_is_valid() -> None:
             text = header + block
         result = validate_repo_config(text, "reconciler.yaml")
         assert result.ok and not result.findings, (block, result.findings)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=80),
+       st.sampled_from(["nodeChecks", "stepChecks"]))
+def test_any_query_text_gives_findings_never_an_exception(query: str, kind: str) -> None:
+    text = check(kind, json.dumps(query))  # a JSON string is a YAML double-quoted scalar
+    result = validate_repo_config(text, "reconciler.yaml")
+    assert all(f.line >= 1 and f.column >= 1 for f in result.findings)
+    if result.errors:
+        assert result.errors[0].pointer.startswith("/health/"), result.errors
