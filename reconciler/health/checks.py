@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from reconciler.policy.payload import ARCH_SUFFIXES
 from reconciler.policy.repo_config import parse_duration
 
 #: ``HealthFailure.reason`` and the condition type of a fallback it causes
@@ -222,12 +223,23 @@ def check_placeholder(ph: Placeholder, allowed: frozenset[str]) -> None:
             f"Hostname=\"{shown}\", so its value is escaped", ph.start)
 
 
+def exporter_version(version: str) -> str:
+    """``{{version}}``: the payload version as the exporter's ``driver_version`` label writes
+    it, without the arch suffix (``2.33.0.9-amd64`` and ``2.33.0.9`` are one driver, SPEC 2)."""
+    for suffix in ARCH_SUFFIXES:
+        if version.endswith(suffix):
+            return version[: -len(suffix)]
+    return version
+
+
 def node_query(check: NodeCheck, node: str, version: str) -> str:
-    return substitute(check.query, {"node": node, "version": version}, NODE_PLACEHOLDERS)
+    return substitute(check.query, {"node": node, "version": exporter_version(version)},
+                      NODE_PLACEHOLDERS)
 
 
 def step_query(check: StepCheck, nodes: Iterable[str], version: str) -> str:
-    return substitute(check.query, {"nodes": nodes_regex(nodes), "version": version},
+    return substitute(check.query,
+                      {"nodes": nodes_regex(nodes), "version": exporter_version(version)},
                       STEP_PLACEHOLDERS)
 
 

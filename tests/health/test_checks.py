@@ -170,6 +170,17 @@ def test_placeholders_that_cannot_be_substituted(query: str, message: str) -> No
         node_query(NodeCheck("c", query, parse_expectation("== 1"), 60.0), "n", "v")
 
 
+@pytest.mark.parametrize("version", ["2.33.0.9", "2.33.0.9-amd64", "2.33.0.9-arm64"])
+def test_version_is_written_as_the_exporter_reports_it(version: str) -> None:
+    check = NodeCheck("v", 'count(x{Hostname="{{node}}", driver_version!="{{version}}"})',
+                      parse_expectation("== 0"), 60.0)
+    assert node_query(check, "n1", version) == \
+        'count(x{Hostname="n1", driver_version!="2.33.0.9"})'
+    step = StepCheck("s", 'max(x{Hostname=~"{{nodes}}", driver_version="{{version}}"})',
+                     parse_expectation("== 0"), 0.0)
+    assert step_query(step, ["n1"], version) == 'max(x{Hostname=~"n1", driver_version="2.33.0.9"})'
+
+
 def test_placeholder_like_text_in_a_comment_is_left_alone() -> None:
     check = NodeCheck("c", 'min(x{a="{{node}}"}) # {{anything}}\n', parse_expectation("== 1"),
                       60.0)
