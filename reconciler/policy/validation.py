@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from reconciler.policy.document import MAX_FILE_BYTES, ParsedDocument, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
+from reconciler.policy.health_rules import health_rules
 from reconciler.policy.rules import RuleContext, semantic_rules
 from reconciler.policy.schema import schema_findings
 from reconciler.policy.transitions import previous_spec_of, transition_rules
@@ -49,6 +50,8 @@ def validate_document(
         result.findings = sort_findings(result.findings)
         return result
     result.findings.extend(schema_findings(doc, kind))
+    if kind == "repo-config":
+        result.findings.extend(health_rules(doc))
     if kind == "clusteroperator":
         ctx = RuleContext(doc, previous_spec_of(previous), phase, firmware_phase)
         result.findings.extend(semantic_rules(ctx))
