@@ -303,6 +303,9 @@ class Demo:
                  f"({self.remote.path}); {CLUSTER} runs {OLD}")
         if self.options.dashboard:
             self._start_dashboard(self.options.dashboard, self.remote.path)
+        else:
+            self.say("to watch it in a browser as well: reconciler demo --dashboard "
+                     "(serves the live dashboard on http://127.0.0.1:8090/)")
 
         self._start_daemon(port, secret)
         applied = self.wait(lambda s: s.phase is not None and s.policy.enable_rollout

@@ -68,6 +68,7 @@ def test_the_whole_demo_runs_non_interactively(tmp_path: Path) -> None:
                                             if p < 0]
     assert positions == sorted(positions)
     assert "simulated driver install: 1 s per node (a real one takes minutes)" in out
+    assert "to watch it in a browser as well: reconciler demo --dashboard" in out
     # the audit trail: the merge, the reconciler's write-back and status commits, the release
     trail = out[out.find("the audit trail"):]
     assert "Alice Ops: Merge pull request #1: upgrade lab-10 to 2.33.0.9" in trail
