@@ -18,6 +18,8 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND: Final = "ClusterOperator"
 PLURAL: Final = "clusteroperators"
+#: label of a DaemonSet's pods and ControllerRevisions: the revision they belong to
+REVISION_LABEL: Final = "controller-revision-hash"
 CLUSTER_OPERATOR_NAME: Final = "cluster-operator"
 #: field managers of SPEC 4.6: the sync role and the rollout controller
 SYNC_FIELD_MANAGER: Final = "gpu-gitops-reconciler"
@@ -77,6 +79,8 @@ class Phase(StrEnum):
 
 #: phases in which a rollout is active (``upgrading: true``)
 ACTIVE_PHASES: Final = frozenset({Phase.PROGRESSING, Phase.TERMINATING, Phase.DISABLING})
+#: phases with no rollout running
+TERMINAL_PHASES: Final = frozenset({Phase.IDLING, Phase.DISABLED})
 
 
 class StepState(StrEnum):

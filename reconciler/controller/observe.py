@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import calendar
-import time
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconciler.names import DRIVER_DAEMONSET, GPU_RESOURCES, OPERATOR_NAMESPACE
+from reconciler.names import DRIVER_DAEMONSET, GPU_RESOURCES, OPERATOR_NAMESPACE, REVISION_LABEL
 from reconciler.rollout.model import PLANNER_LABELS, DaemonSetView, DriverPod, RolloutNode
+from reconciler.timefmt import parse_time_or
 
 JSON = dict[str, Any]
-REVISION_LABEL = "controller-revision-hash"
 
 
 def parse_timestamp(text: str | None) -> float:
-    """RFC 3339 as the API server writes it (``2026-11-30T01:02:03Z``) to epoch seconds."""
-    if not text:
-        return 0.0
-    return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    """RFC 3339 as the API server writes it (``2026-11-30T01:02:03Z``) to whole epoch seconds;
+    0 when absent or not a time."""
+    return float(math.floor(parse_time_or(text, 0.0)))
 
 
 def is_driver_pod(pod: Mapping[str, Any], daemonset: str = DRIVER_DAEMONSET,

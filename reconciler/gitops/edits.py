@@ -27,10 +27,10 @@ from ruamel.yaml.util import load_yaml_guess_indent
 from reconciler.fieldpath import MISSING, resolve
 from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.status_policy import snapshot_key
+from reconciler.names import GROUP
 from reconciler.policy.payload import normalize_version
 
 CLUSTER_OPERATOR_KIND = "ClusterOperator"
-CLUSTER_OPERATOR_GROUP = "gpu.metax-tech.com"
 
 PAUSE_FIELD = ("spec", "driver", "upgradePolicy", "pause")
 PAYLOAD_VERSION_FIELD = ("spec", "driver", "payload", "version")
@@ -129,7 +129,7 @@ def is_cluster_operator(doc: Any) -> bool:
     return (
         isinstance(doc, Mapping)
         and doc.get("kind") == CLUSTER_OPERATOR_KIND
-        and str(doc.get("apiVersion", "")).startswith(CLUSTER_OPERATOR_GROUP + "/")
+        and str(doc.get("apiVersion", "")).startswith(GROUP + "/")
     )
 
 

@@ -22,9 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from reconciler.gitops.commits import PHASE_TRAILER, ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
-
-ACTIVE_PHASES = frozenset({"Progressing", "Terminating", "Disabling"})
-TERMINAL_PHASES = frozenset({"Idling", "Disabled"})
+from reconciler.names import TERMINAL_PHASES
 
 
 @dataclass(frozen=True, slots=True)

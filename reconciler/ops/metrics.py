@@ -15,11 +15,13 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from reconciler.names import Phase, StepState
+
 PREFIX: Final = "gpu_reconciler"
 
 # SPEC 4.1: status.upgradeStatus.phase and status.currentStepState values.
-ROLLOUT_PHASES: Final = ("Idling", "Progressing", "Terminating", "Disabling", "Disabled")
-STEP_STATES: Final = ("StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", "Completed")
+ROLLOUT_PHASES: Final = tuple(phase.value for phase in Phase)
+STEP_STATES: Final = tuple(state.value for state in StepState)
 
 # status.upgradeStatus.condition types (reconciler.rollout.status); a caller may add others.
 ROLLOUT_CONDITIONS: Final = ("Progressing", "ManualGate", "BatchFailed", "RolledBack")

@@ -26,10 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-GROUP = "gpu.metax-tech.com"
-VERSION = "v1alpha1"
-KIND = "ClusterOperator"
-PLURAL = "clusteroperators"
+from reconciler.names import GROUP, KIND, PLURAL, VERSION
+
 SINGULAR = "clusteroperator"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
