@@ -1,0 +1,162 @@
+"""Health gates end to end: the rollout controller (in-process) on the real control plane, the
+fleet's MX Exporter stand-in and a real Prometheus server scraping it (SPEC 9)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from reconciler.controller.act import Target
+from reconciler.controller.health import HealthFeeder
+from reconciler.controller.loop import RolloutController
+from reconciler.health.section import read_health
+from reconciler.kube.api import KubeApi
+from reconciler.names import CANARY_LABEL, CLUSTER_OPERATOR_NAME
+from reconciler.ops.metrics import Metrics
+from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.faults import Fault, FaultKind
+from reconciler.sim.operator_install import install_crd
+from reconciler.sim.waiting import wait_for
+from tests.conftest import FleetFactory
+from tests.controller.helpers import (
+    InvariantObserver,
+    event_reasons,
+    start_rollout,
+    upgrade_status,
+)
+from tests.health.conftest import PrometheusFactory
+from tests.sim.test_fleet import NEW
+
+pytestmark = pytest.mark.cluster
+
+ControllerFactory = Callable[[str], RolloutController]
+
+
+def health_yaml(url: str, *, step_checks: bool = False) -> str:
+    section: dict[str, Any] = {
+        "prometheus": {"url": url, "timeout": "2s"},
+        "interval": "1s",
+        "nodeChecks": [{
+            "name": "gpus-available",
+            # only the new driver's samples: a scrape of the old pod never passes the check
+            "query": 'min(mx_gpu_state{Hostname="{{node}}", driver_version="{{version}}"})',
+            "expect": "== 1",
+            "within": "4s",
+        }],
+    }
+    if step_checks:
+        section["stepChecks"] = [{
+            "name": "no-throttling",
+            "query": 'max(mx_clk_thr{Hostname=~"{{nodes}}"}) or vector(0)',
+            "expect": "== 0",
+            "for": "1s",
+        }]
+    return yaml.safe_dump({"health": section})
+
+
+@pytest.fixture
+def controller_with(kube: KubeApi) -> Iterator[ControllerFactory]:
+    started: list[RolloutController] = []
+
+    def make(config_text: str) -> RolloutController:
+        install_crd(kube)
+        section = read_health(config_text)
+        assert section.config is not None, section.error
+        metrics = Metrics()
+        ctl = RolloutController(
+            kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+            settings=PlannerSettings(ready_timeout=30, retry_backoff=0.5, retry_backoff_max=2),
+            health=HealthFeeder(section, on_result=metrics.count_health_check),
+        )
+        ctl.metrics = metrics  # type: ignore[attr-defined]
+        started.append(ctl.start())
+        assert ctl.wait_synced(30)
+        return ctl
+
+    yield make
+    for ctl in started:
+        ctl.stop()
+
+
+def conditions(kube: KubeApi) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in upgrade_status(kube).get("condition") or ()}
+
+
+def test_unavailable_gpus_on_a_canary_pause_batch_one_naming_the_check_and_node(
+    kube: KubeApi, fleet_factory: FleetFactory, prometheus_for: PrometheusFactory,
+    controller_with: ControllerFactory,
+) -> None:
+    fleet = fleet_factory(nodes=12, faults=[
+        Fault("node-0007", FaultKind.GPU_UNAVAILABLE, version=NEW.version)])
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 12, timeout=120,
+             what="12 Ready driver pods", observe=fleet.driver_pods)
+    kube.patch("/api/v1/nodes/node-0007", {"metadata": {"labels": {CANARY_LABEL: "true"}}})
+    prometheus = prometheus_for(fleet)
+    ctl = controller_with(health_yaml(prometheus.url))
+    observer = InvariantObserver(kube, max_parallel=2).start()
+    try:
+        start_rollout(kube, NEW.version, {
+            "enableRollout": True,
+            "upgradeSteps": [{"replicas": 2, "pauseDuration": {}},
+                             {"replicas": "100%", "pauseDuration": 0}],
+            "maxParallel": 2, "maxUnavailable": 1,
+            "maxFailureThreshold": 1, "fallback": "pause",
+        })
+
+        def failed() -> dict[str, Any] | None:
+            cond = conditions(kube).get("HealthCheckFailed")
+            return cond if cond and cond.get("status") == "True" else None
+
+        cond = wait_for(failed, timeout=120, what="the HealthCheckFailed condition",
+                        observe=lambda: upgrade_status(kube))
+        for part in ("gpus-available", "node-0007", "value 0"):
+            assert part in cond["message"]
+        status = upgrade_status(kube)
+        assert conditions(kube)["BatchFailed"]["status"] == "True"
+        assert status["status"]["currentStepState"] == "StepPaused"
+        assert status["status"]["currentStepIndex"] == 1
+        co = kube.get(f"/apis/gpu.metax-tech.com/v1alpha1/clusteroperators/"
+                      f"{CLUSTER_OPERATOR_NAME}")
+        assert co["spec"]["driver"]["upgradePolicy"]["pause"] is True
+        # node-0001 passed (counted); node-0007 failed and is not
+        assert status["status"]["totalUpgradeReadyReplicas"] == 1
+        assert set(observer.deletions) == {"node-0007", "node-0001"}  # batch 1 only
+        assert not observer.violations
+        reasons = event_reasons(kube)
+        assert "HealthCheckPassed" in reasons and "HealthCheckFailed" in reasons
+        exposition = ctl.metrics.exposition().decode()  # type: ignore[attr-defined]
+        assert 'gpu_reconciler_health_check_total{check="gpus-available",result="fail"}' \
+            in exposition
+    finally:
+        observer.stop()
+
+
+def test_clean_rollout_with_node_and_step_checks_completes(
+    kube: KubeApi, fleet_factory: FleetFactory, prometheus_for: PrometheusFactory,
+    controller_with: ControllerFactory,
+) -> None:
+    fleet = fleet_factory(nodes=4)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
+             what="4 Ready driver pods", observe=fleet.driver_pods)
+    prometheus = prometheus_for(fleet)
+    ctl = controller_with(health_yaml(prometheus.url, step_checks=True))
+    start_rollout(kube, NEW.version, {
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": 2, "pauseDuration": 0},
+                         {"replicas": "100%", "pauseDuration": 0}],
+        "maxParallel": 2, "maxUnavailable": 1, "maxFailureThreshold": 1, "fallback": "pause",
+    })
+    wait_for(lambda: upgrade_status(kube).get("status", {}).get("currentStepState")
+             == "Completed", timeout=180, what="the rollout to complete",
+             observe=lambda: upgrade_status(kube))
+    status = upgrade_status(kube)
+    assert status["phase"] == "Idling"
+    assert status["status"]["totalUpgradeReadyReplicas"] == 4
+    checks = status["health"]["checks"]
+    assert checks["gpus-available"]["state"] == "Passed"
+    assert checks["no-throttling"]["state"] == "Passed"
+    assert fleet.ready_driver_nodes(NEW.version) == [f"node-000{i}" for i in range(1, 5)]
+    assert ctl.health is not None and ctl.health.queries > 0
