@@ -110,9 +110,10 @@ def test_unavailable_gpus_on_a_canary_pause_batch_one_naming_the_check_and_node(
             cond = conditions(kube).get("HealthCheckFailed")
             return cond if cond and cond.get("status") == "True" else None
 
-        cond: dict[str, Any] = wait_for(failed, timeout=120,
-                                        what="the HealthCheckFailed condition",
-                                        observe=lambda: upgrade_status(kube))
+        found = wait_for(failed, timeout=120, what="the HealthCheckFailed condition",
+                         observe=lambda: upgrade_status(kube))
+        assert found is not None
+        cond: dict[str, Any] = found
         for part in ("gpus-available", "node-0007", "value 0"):
             assert part in cond["message"]
         status = upgrade_status(kube)
