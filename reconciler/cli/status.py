@@ -210,9 +210,9 @@ def _render(item: StatusReport) -> None:
         table = Table(title="health checks", title_justify="left")
         for column in ("check", "node", "verdict", "last value", "since"):
             table.add_column(column)
-        for row in item.health_checks:
-            table.add_row(*map(_t, (row["check"], row["node"] or "(step)", row["state"],
-                                    row["value"], row["since"])))
+        for check in item.health_checks:
+            table.add_row(*map(_t, (check["check"], check["node"] or "(step)", check["state"],
+                                    check["value"], check["since"])))
         console.print(table)
     if item.rejection:
         table = Table(title=_t(f"rejected commit {str(item.rejection.get('commit'))[:12]}"),
