@@ -44,6 +44,8 @@ class PendingQuery:
     check: str
     query: str
     node: str | None = None
+    #: a step check: the step's nodes (its ``{{nodes}}``)
+    nodes: tuple[str, ...] = ()
 
 
 def verifying(node: RolloutNode, revision: str) -> bool:
@@ -145,5 +147,5 @@ def pending_queries(snapshot: RolloutSnapshot) -> list[PendingQuery]:
             record = HealthRecord.from_data(step, 0.0)
             for check, query in pending_step_queries(config.step_checks, nodes, version,
                                                      record).items():
-                out.append(PendingQuery(check, query))
+                out.append(PendingQuery(check, query, nodes=tuple(nodes)))
     return out
