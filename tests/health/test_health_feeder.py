@@ -4,6 +4,7 @@ per check and node per ``interval``; an invalid section fails closed; readings c
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from reconciler.controller.health import HealthFeeder
 from reconciler.health.checks import HealthRecord, QueryError, Reading
@@ -134,3 +135,34 @@ def test_a_cluster_section_replaces_the_top_level_one() -> None:
     assert own is not None and own.node_checks == () and own.prometheus_url == "http://p:9090"
     top = read_health(text, cluster="prod-b").config
     assert top is not None and len(top.node_checks) == 2
+
+
+def test_run_role_controller_reads_health_from_repo_config(tmp_path: Path) -> None:
+    """``reconciler run --role controller --repo-config F``: the feeder the daemon builds."""
+    from reconciler.cli import run
+    from reconciler.ops.metrics import Metrics
+
+    path = tmp_path / "reconciler.yaml"
+    path.write_text(CONFIG, encoding="utf-8")
+    data, text = run._read_repo_config(str(path))
+    options = {"repo_config": str(path), "repo_config_data": data, "repo_config_text": text,
+               "cluster": None}
+    settings = run._Settings(options=options, role="controller", mode="builtin",
+                             fetch_interval=None, status_min_interval=None, ready_timeout=None,
+                             lease=(0, 0, 0))
+    feeder = run._health_feeder(settings, None, Metrics())
+    assert isinstance(feeder, HealthFeeder) and feeder.section.config is not None
+    assert [c.name for c in feeder.section.config.node_checks] == ["gpus-available",
+                                                                   "driver-reported"]
+    path.write_text(CONFIG.replace("'== 1'", "'= 1'"), encoding="utf-8")
+    data, text = run._read_repo_config(str(path))
+    options.update(repo_config_data=data, repo_config_text=text)
+    options.pop("repo_config_file", None)
+    failing = run._health_feeder(settings, None, Metrics())
+    assert failing.section.config is None
+    assert f"{path}:7:15:" in failing.section.error and "health-expect" in failing.section.error
+    path.write_text("rollout: {readyTimeout: 5m}\n", encoding="utf-8")
+    data, text = run._read_repo_config(str(path))
+    options.update(repo_config_data=data, repo_config_text=text)
+    options.pop("repo_config_file", None)
+    assert run._health_feeder(settings, None, Metrics()) is None
