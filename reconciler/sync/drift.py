@@ -160,12 +160,16 @@ class WriteBacks:
 
 
 def pause_reason(upgrade: Mapping[str, Any]) -> str | None:
-    for condition in items(upgrade, ("condition",)):
-        if not isinstance(condition, Mapping) or condition.get("status") != "True":
-            continue
+    true = [c for c in items(upgrade, ("condition",))
+            if isinstance(c, Mapping) and c.get("status") == "True"]
+    # a fallback a health check caused names the check (SPEC 9), not only the failed nodes
+    health = next((c for c in true if c.get("type") == "HealthCheckFailed"), None)
+    for condition in true:
         if condition.get("type") == "ManualGate":
             return "manual gate"
         if condition.get("type") == "BatchFailed":
+            if health is not None:
+                return f"failure fallback: {health.get('message') or 'health check failed'}"
             return f"failure fallback: {condition.get('message') or 'failures'}"
     return None
 
