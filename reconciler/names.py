@@ -61,6 +61,9 @@ ANN_HEALTH: Final = ANNOTATION_PREFIX + "health"
 ANN_HEALTH_FAILURE: Final = ANNOTATION_PREFIX + "health-failure"
 #: the step in which the node passed its checks: the step checks' ``{{nodes}}``
 ANN_HEALTH_STEP: Final = ANNOTATION_PREFIX + "health-step"
+#: operator mode (SPEC 9): the sync role's node checks of a node the vendor upgraded:
+#: ``{"revision", "started", "passed", "failure"}`` as JSON
+ANN_VENDOR_HEALTH: Final = ANNOTATION_PREFIX + "vendor-health"
 
 # Values of ANN_STATE (annotation values, so plain strings). Each is meaningful only together
 # with ANN_TARGET.

@@ -396,6 +396,29 @@ def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
     return (data if isinstance(data, dict) else {}), text
 
 
+def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics,
+                         shutdown: Any) -> None:
+    """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9)."""
+    from reconciler.health.section import read_health
+    from reconciler.sync.health_watch import VendorHealthWatch
+
+    o = s.options
+    _repo_config(o, sync)
+    section = read_health(o.get("repo_config_text"), o["repo_config"] or "reconciler.yaml",
+                          o.get("cluster") or None)
+    if section.error is not None:
+        log.error("health section invalid; operator-mode health checks not run: %s",
+                  section.error)
+        return
+    if section.config is None or not section.config.node_checks:
+        return
+    watch = VendorHealthWatch(api, cluster_operator=o["cluster_operator"], section=section,
+                              on_failure=sync.write_backs.pause_for_health,
+                              on_result=metrics.count_health_check).start()
+    shutdown.on_shutdown("operator-mode health checks", watch.stop)
+    log.info("operator mode: health checks run on the nodes the vendor upgrades")
+
+
 def _health_feeder(s: _Settings, sync: Any, metrics: Metrics) -> Any:
     """The ``health`` section of --repo-config (or reconciler.yaml at the branch head), read
     at start; None without one. A section that does not validate fails closed (no node
@@ -481,6 +504,8 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
         raise click.ClickException(str(exc)) from exc
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
+    if s.mode == "operator":
+        _start_vendor_health(s, api, sync, metrics, shutdown)
     log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s",
              redact(o["repo"]),
              o["branch"], o["cluster"], o["cluster_operator"], s.mode)

@@ -8,6 +8,7 @@ when a step reached its target; the controller calls ``pending_queries`` before 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from reconciler.names import (
     ANN_HEALTH_STEP,
     ANN_STATE,
     ANN_TARGET,
+    ANN_VENDOR_HEALTH,
     STATE_DONE,
     STATE_UPGRADING,
 )
@@ -149,3 +151,56 @@ def pending_queries(snapshot: RolloutSnapshot) -> list[PendingQuery]:
                                                      record).items():
                 out.append(PendingQuery(check, query, nodes=tuple(nodes)))
     return out
+
+
+# -- operator mode: the vendor runs the rollout, the sync role checks its nodes (SPEC 9) ------
+
+@dataclass(frozen=True, slots=True)
+class VendorRecord:
+    """``ANN_VENDOR_HEALTH``: the node checks' timers for one revision, and the failure once
+    one was found (then the sync role has committed ``pause: true`` and checks it no more)."""
+
+    revision: str
+    record: HealthRecord
+    failure: str | None = None
+    #: False: nothing was stored for this revision (the checks start now)
+    stored: bool = True
+
+    def to_text(self) -> str:
+        data: dict[str, Any] = {"revision": self.revision, **self.record.as_data()}
+        if self.failure is not None:
+            data["failure"] = self.failure
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def read(cls, node: RolloutNode, revision: str, now: float) -> VendorRecord:
+        """The stored record of ``revision``; another revision's (or garbage) starts afresh."""
+        text = node.annotations.get(ANN_VENDOR_HEALTH)
+        try:
+            data = json.loads(text) if text and len(text) <= 65536 else None
+        except ValueError:
+            data = None
+        if not isinstance(data, Mapping) or data.get("revision") != revision:
+            return cls(revision, HealthRecord(now), stored=False)
+        failure = data.get("failure")
+        return cls(revision, HealthRecord.from_data(data, now),
+                   failure if isinstance(failure, str) else None)
+
+
+def vendor_verifying(nodes: Iterable[RolloutNode], status: Mapping[str, Any]
+                     ) -> tuple[str, list[RolloutNode]]:
+    """The revision the vendor rolls out (or rolled out last: checks of a node it upgraded
+    go on after the rollout completed) and the nodes whose driver pod is Ready there; their
+    checks run until they passed or failed once. None before any rollout or while it rolls
+    back."""
+    inner = status.get("status") or {}
+    revision = str(inner.get("upgradingPodSpecRevision") or "")
+    if status.get("phase") not in ("Progressing", "Idling") or not revision:
+        return revision, []
+    out = []
+    for node in nodes:
+        pod = node.pod
+        if pod is None or pod.revision != revision or not pod.ready or pod.deleting:
+            continue
+        out.append(node)
+    return revision, out
