@@ -162,3 +162,67 @@ def test_clean_rollout_with_node_and_step_checks_completes(
     assert checks["no-throttling"]["state"] == "Passed"
     assert fleet.ready_driver_nodes(NEW.version) == [f"node-000{i}" for i in range(1, 5)]
     assert ctl.health is not None and ctl.health.queries > 0
+
+
+def test_unavailable_gpus_with_rollback_end_with_every_node_ready_on_the_old_version(
+    kube: KubeApi, fleet_factory: FleetFactory, prometheus_for: PrometheusFactory,
+    controller_with: ControllerFactory,
+) -> None:
+    fleet = fleet_factory(nodes=4, faults=[
+        Fault("node-0001", FaultKind.GPU_UNAVAILABLE, version=NEW.version)])
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
+             what="4 Ready driver pods", observe=fleet.driver_pods)
+    old = fleet.ready_driver_nodes()
+    prometheus = prometheus_for(fleet)
+    controller_with(health_yaml(prometheus.url))
+    start_rollout(kube, NEW.version, {
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": 2, "pauseDuration": {}},
+                         {"replicas": "100%", "pauseDuration": 0}],
+        "maxParallel": 2, "maxUnavailable": 1, "maxFailureThreshold": 1,
+        "fallback": "rollback",
+    })
+
+    def rolled_back() -> bool:
+        cond = conditions(kube).get("RolledBack")
+        return bool(cond and cond.get("status") == "True")
+
+    wait_for(rolled_back, timeout=180, what="the rollback", observe=lambda: upgrade_status(kube))
+    assert conditions(kube)["HealthCheckFailed"]["status"] == "True"
+    assert "node-0001" in conditions(kube)["HealthCheckFailed"]["message"]
+    assert upgrade_status(kube)["phase"] == "Idling"
+    wait_for(lambda: sorted(fleet.ready_driver_nodes()) == sorted(old)
+             and not fleet.ready_driver_nodes(NEW.version), timeout=60,
+             what="every node Ready on the old version", observe=fleet.driver_pods)
+
+
+def test_throttling_gpus_fail_the_step_check_and_pause_at_once(
+    kube: KubeApi, fleet_factory: FleetFactory, prometheus_for: PrometheusFactory,
+    controller_with: ControllerFactory,
+) -> None:
+    fleet = fleet_factory(nodes=4, faults=[
+        Fault("node-0002", FaultKind.GPU_THROTTLING, version=NEW.version)])
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
+             what="4 Ready driver pods", observe=fleet.driver_pods)
+    prometheus = prometheus_for(fleet)
+    controller_with(health_yaml(prometheus.url, step_checks=True))
+    start_rollout(kube, NEW.version, {
+        "enableRollout": True,
+        "upgradeSteps": [{"replicas": 2, "pauseDuration": 0},
+                         {"replicas": "100%", "pauseDuration": 0}],
+        "maxParallel": 2, "maxUnavailable": 1, "maxFailureThreshold": 1, "fallback": "pause",
+    })
+
+    def failed() -> dict[str, Any] | None:
+        cond = conditions(kube).get("HealthCheckFailed")
+        return cond if cond and cond.get("status") == "True" else None
+
+    found = wait_for(failed, timeout=120, what="the step check's failure",
+                     observe=lambda: upgrade_status(kube))
+    assert found is not None
+    assert "no-throttling" in found["message"] and "mx_clk_thr" in found["message"]
+    status = upgrade_status(kube)
+    assert status["status"]["currentStepIndex"] == 1
+    assert status["status"]["currentStepState"] == "StepPaused"
+    assert status["status"]["currentFailureRetry"] == 0  # a step check is no node failure
+    assert sorted(fleet.ready_driver_nodes(NEW.version)) == ["node-0001", "node-0002"]
