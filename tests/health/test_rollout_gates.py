@@ -3,6 +3,9 @@ fleet's MX Exporter stand-in and a real Prometheus server scraping it (SPEC 9)."
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -226,3 +229,96 @@ def test_throttling_gpus_fail_the_step_check_and_pause_at_once(
     assert status["status"]["currentStepState"] == "StepPaused"
     assert status["status"]["currentFailureRetry"] == 0  # a step check is no node failure
     assert sorted(fleet.ready_driver_nodes(NEW.version)) == ["node-0001", "node-0002"]
+
+
+class _Forwarder:
+    """A loopback TCP forwarder with a fixed port whose target can change: Prometheus "down"
+    (target None: connections are closed at once) and "back" (a new server's port)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.target: int | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import socket
+
+        self.listener.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            target = self.target
+            if target is None:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", target), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+        self.thread.join(5)
+
+
+def test_prometheus_down_starts_nothing_fails_nothing_and_the_rollout_goes_on_once_back(
+    kube: KubeApi, fleet_factory: FleetFactory, prometheus_for: PrometheusFactory,
+    controller_with: ControllerFactory,
+) -> None:
+    fleet = fleet_factory(nodes=3)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60,
+             what="3 Ready driver pods", observe=fleet.driver_pods)
+    forwarder = _Forwarder()  # Prometheus down from the start
+    observer = InvariantObserver(kube, max_parallel=1).start()
+    try:
+        controller_with(health_yaml(f"http://127.0.0.1:{forwarder.port}"))
+        start_rollout(kube, NEW.version, {
+            "enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}],
+            "maxParallel": 1, "maxUnavailable": 1, "maxFailureThreshold": 1,
+            "fallback": "pause"})
+        wait_for(lambda: "query error" in str(upgrade_status(kube).get("status", {})
+                                              .get("message")),
+                 timeout=60, what="the status naming the unanswered check",
+                 observe=lambda: upgrade_status(kube))
+        message = upgrade_status(kube)["status"]["message"]
+        assert "gpus-available" in message and "waiting since" in message
+        time.sleep(6)  # past the check's 4 s `within`: no answer is no failure
+        status = upgrade_status(kube)
+        assert status["status"]["currentFailureRetry"] == 0
+        assert "BatchFailed" not in conditions(kube)
+        assert set(observer.deletions) == {"node-0001"}  # nothing new started
+        prometheus = prometheus_for(fleet)
+        forwarder.target = int(prometheus.url.rsplit(":", 1)[1])  # back
+        wait_for(lambda: upgrade_status(kube).get("status", {}).get("currentStepState")
+                 == "Completed", timeout=120, what="the rollout to complete",
+                 observe=lambda: upgrade_status(kube))
+        assert upgrade_status(kube)["status"]["totalUpgradeReadyReplicas"] == 3
+        assert not observer.violations
+    finally:
+        observer.stop()
+        forwarder.close()
