@@ -15,14 +15,16 @@ import yaml
 from reconciler.controller.act import Target
 from reconciler.controller.health import HealthFeeder
 from reconciler.controller.loop import RolloutController
+from reconciler.health.checks import HealthRecord
 from reconciler.health.section import read_health
 from reconciler.kube.api import KubeApi
-from reconciler.names import CANARY_LABEL, CLUSTER_OPERATOR_NAME
+from reconciler.names import ANN_FAILED_AT, ANN_HEALTH, CANARY_LABEL, CLUSTER_OPERATOR_NAME
 from reconciler.ops.metrics import Metrics
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
+from reconciler.timefmt import parse_time
 from tests.conftest import FleetFactory
 from tests.controller.helpers import (
     InvariantObserver,
@@ -322,3 +324,44 @@ def test_prometheus_down_starts_nothing_fails_nothing_and_the_rollout_goes_on_on
     finally:
         observer.stop()
         forwarder.close()
+
+
+def test_a_new_controller_resumes_a_verifying_nodes_stored_timer(
+    kube: KubeApi, fleet_factory: FleetFactory, prometheus_for: PrometheusFactory,
+    controller_with: ControllerFactory,
+) -> None:
+    fleet = fleet_factory(nodes=3, faults=[
+        Fault("node-0001", FaultKind.GPU_UNAVAILABLE, version=NEW.version)])
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60,
+             what="3 Ready driver pods", observe=fleet.driver_pods)
+    prometheus = prometheus_for(fleet)
+    text = health_yaml(prometheus.url).replace("within: 4s", "within: 8s")
+    first = controller_with(text)
+    start_rollout(kube, NEW.version, {
+        "enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}],
+        "maxParallel": 1, "maxUnavailable": 1, "maxFailureThreshold": 1, "fallback": "pause"})
+
+    def record() -> str | None:
+        ann = kube.get("/api/v1/nodes/node-0001")["metadata"].get("annotations") or {}
+        return ann.get(ANN_HEALTH)
+
+    stored = wait_for(record, timeout=60, what="node-0001's health record")
+    first.stop()  # the controller goes away while the node is verifying
+    time.sleep(4)
+    restarted_at = time.time()
+    second = controller_with(text)
+    started = HealthRecord.from_text(stored, 0).started
+
+    def failed() -> dict[str, Any] | None:
+        cond = conditions(kube).get("HealthCheckFailed")
+        return cond if cond and cond.get("status") == "True" else None
+
+    wait_for(failed, timeout=60, what="the failure after the stored within",
+             observe=lambda: upgrade_status(kube))
+    failed_at = kube.get("/api/v1/nodes/node-0001")["metadata"]["annotations"][ANN_FAILED_AT]
+    # the failure came once 8 s had passed since the first controller started the checks,
+    # before 8 s had passed since the second one began: the stored timer, not a new one
+    assert HealthRecord.from_text(record(), 0).started == started
+    moment = parse_time(failed_at)
+    assert moment is not None and started + 8 - 0.5 <= moment < restarted_at + 8
+    assert second.health is not None and second.health.queries > 0
