@@ -56,6 +56,16 @@ ANN_FAILED_AT: Final = ANNOTATION_PREFIX + "failed-at"
 #: ``<batch epoch>|<failures counted in that epoch>``; the source of ``currentFailureRetry``
 ANN_FAILURES: Final = ANNOTATION_PREFIX + "failures"
 ANN_FAILURE_REASON: Final = ANNOTATION_PREFIX + "failure-reason"
+#: the node checks' timers (SPEC 9): a ``HealthRecord`` as JSON, written while the node is
+#: verified on the target; a restart resumes the same timers
+ANN_HEALTH: Final = ANNOTATION_PREFIX + "health"
+#: why the node's health check failed (check, value, node): the fallback condition names it
+ANN_HEALTH_FAILURE: Final = ANNOTATION_PREFIX + "health-failure"
+#: the step in which the node passed its checks: the step checks' ``{{nodes}}``
+ANN_HEALTH_STEP: Final = ANNOTATION_PREFIX + "health-step"
+#: operator mode (SPEC 9): the sync role's node checks of a node the vendor upgraded:
+#: ``{"revision", "started", "passed", "failure"}`` as JSON
+ANN_VENDOR_HEALTH: Final = ANNOTATION_PREFIX + "vendor-health"
 
 # Values of ANN_STATE (annotation values, so plain strings). Each is meaningful only together
 # with ANN_TARGET.
@@ -102,6 +112,8 @@ class ConditionType(StrEnum):
     MANUAL_GATE = "ManualGate"
     BATCH_FAILED = "BatchFailed"
     ROLLED_BACK = "RolledBack"
+    #: a health check failed (SPEC 9): beside the fallback it caused
+    HEALTH_CHECK_FAILED = "HealthCheckFailed"
 
 
 # -- firmware (SPEC 5) -------------------------------------------------------------------------

@@ -217,7 +217,7 @@ class _Settings:
                     "for the rollout controller alone)")
         ready = _duration(o["ready_timeout"], "--ready-timeout")
         if o["repo_config"]:
-            o["repo_config_data"] = _read_repo_config(o["repo_config"])
+            o["repo_config_data"], o["repo_config_text"] = _read_repo_config(o["repo_config"])
         lease = tuple(_duration(o[k], f"--{k.replace('_', '-')}") or 0.0
                       for k in ("lease_duration", "renew_deadline", "retry_period"))
         return cls(
@@ -285,6 +285,7 @@ def _serve(s: _Settings) -> int:
             settings=PlannerSettings(ready_timeout=_ready_timeout(s, sync),
                                      cordon_ahead=bool(o["cordon_ahead"])),
             is_leader=leader.is_leader,
+            health=_health_feeder(s, sync, metrics),
         )
         controller.start()
         shutdown.on_shutdown("rollout controller", controller.stop)
@@ -371,6 +372,7 @@ def _repo_config(o: dict[str, Any], sync: Any) -> RepoConfigFile:
             if sync is not None:
                 head = sync.repo.mirror.head(o["branch"])
                 text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
+            o["repo_config_text"] = text
             parsed = RepoConfigFile.parse(text)
             if parsed.yaml_error is not None:
                 log.warning("reconciler.yaml unusable (%s); using defaults", parsed.yaml_error)
@@ -381,16 +383,58 @@ def _repo_config(o: dict[str, Any], sync: Any) -> RepoConfigFile:
     return parsed
 
 
-def _read_repo_config(path: str) -> dict[str, Any]:
+def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
     """--repo-config, read at start: a link, a FIFO, an oversized or unparsable file is a usage
     error naming it (bounded like a policy file, never followed)."""
     from reconciler.files import FileRefused, YamlRefused, parse_yaml, printable, read_bounded
 
     try:
-        data = parse_yaml(read_bounded(path), path)
+        text = read_bounded(path)
+        data = parse_yaml(text, path)
     except (FileRefused, YamlRefused) as exc:
         raise click.BadParameter(printable(str(exc)), param_hint="--repo-config") from None
-    return data if isinstance(data, dict) else {}
+    return (data if isinstance(data, dict) else {}), text
+
+
+def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics,
+                         shutdown: Any) -> None:
+    """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9)."""
+    from reconciler.health.section import read_health
+    from reconciler.sync.health_watch import VendorHealthWatch
+
+    o = s.options
+    _repo_config(o, sync)
+    section = read_health(o.get("repo_config_text"), o["repo_config"] or "reconciler.yaml",
+                          o.get("cluster") or None)
+    if section.error is not None:
+        log.error("health section invalid; operator-mode health checks not run: %s",
+                  section.error)
+        return
+    if section.config is None or not section.config.node_checks:
+        return
+    watch = VendorHealthWatch(api, cluster_operator=o["cluster_operator"], section=section,
+                              on_failure=sync.write_backs.pause_for_health,
+                              on_result=metrics.count_health_check).start()
+    shutdown.on_shutdown("operator-mode health checks", watch.stop)
+    log.info("operator mode: health checks run on the nodes the vendor upgrades")
+
+
+def _health_feeder(s: _Settings, sync: Any, metrics: Metrics) -> Any:
+    """The ``health`` section of --repo-config (or reconciler.yaml at the branch head), read
+    at start; None without one. A section that does not validate fails closed (no node
+    starts; the status and an Event carry the located error)."""
+    from reconciler.controller.health import HealthFeeder
+    from reconciler.health.section import read_health
+
+    o = s.options
+    _repo_config(o, sync)  # reads the text once
+    path = o["repo_config"] or "reconciler.yaml"
+    section = read_health(o.get("repo_config_text"), path, o.get("cluster") or None)
+    if not section.present:
+        return None
+    if section.error is not None:
+        log.error("health section invalid, no node starts: %s", section.error)
+    return HealthFeeder(section, on_result=metrics.count_health_check)
 
 
 def _firmware_settings(o: dict[str, Any], sync: Any) -> Any:
@@ -460,6 +504,8 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
         raise click.ClickException(str(exc)) from exc
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
+    if s.mode == "operator":
+        _start_vendor_health(s, api, sync, metrics, shutdown)
     log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s",
              redact(o["repo"]),
              o["branch"], o["cluster"], o["cluster_operator"], s.mode)

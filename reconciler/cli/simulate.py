@@ -19,6 +19,8 @@ import click
 
 from reconciler.cli.numbers import BoundedInt, FiniteFloat
 from reconciler.files import FileRefused, printable, read_bounded
+from reconciler.health.checks import HealthConfig
+from reconciler.health.section import read_health
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -115,7 +117,8 @@ def load_driver_spec(path: Path) -> dict[str, Any]:
     return dict(driver)
 
 
-def load_faults(path: Path | None, nodes: int) -> dict[str, Fault]:
+def load_faults(path: Path | None, nodes: int,
+                gpu: dict[str, str] | None = None) -> dict[str, Fault]:
     """The ``--faults`` file: read and parsed with the policy files' bounds (no link, a regular
     file of at most 1 MiB, 100 levels of nesting); every problem is located at file:line:col."""
     if path is None:
@@ -172,12 +175,29 @@ def load_faults(path: Path | None, nodes: int) -> dict[str, Fault]:
             gpu_faults[node] = str(fault)
             continue
         faults[node] = cast(Fault, fault)
-    if gpu_faults:
+    if gpu is not None:  # health checks read them
+        gpu.update(gpu_faults)
+    elif gpu_faults:
         # Without health checks (not read by simulate yet) a rollout never looks at GPU
         # telemetry, so a node with a GPU fault upgrades like any other, as in a real cluster.
         click.echo(f"note: {len(gpu_faults)} GPU fault(s) ({', '.join(sorted(gpu_faults))}) do "
                    "not change this rollout: no health checks read GPU telemetry", err=True)
     return faults
+
+
+def load_health(path: Path | None, cluster: str | None) -> HealthConfig | None:
+    """The ``health`` section of ``--repo-config`` that applies to ``--cluster`` (validated
+    like ``reconciler validate``; a section that does not validate exits 2, located)."""
+    if path is None:
+        return None
+    try:
+        data = read_bounded(path)
+    except FileRefused as refused:
+        _fail(f"cannot read --repo-config {path}: {refused.reason}")
+    section = read_health(data, str(path), cluster)
+    if section.error is not None:
+        _fail(f"--repo-config: the health section is not valid: {section.error}")
+    return section.config
 
 
 def _clock(seconds: float) -> str:
@@ -296,6 +316,15 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
                    "instant a status can record).")
 @click.option("--ready-timeout", type=FiniteFloat(0, min_open=True), default=600.0,
               show_default=True, help="readyTimeout of the reconciler, seconds.")
+@click.option("--repo-config", "repo_config", type=click.Path(path_type=Path), default=None,
+              help="A reconciler.yaml whose health section (SPEC 9) the simulated cluster "
+                   "uses (clusters.<--cluster>.health where it has its own).")
+@click.option("--cluster", default=None, metavar="NAME",
+              help="The simulated cluster's name, for the clusters.<NAME> sections of "
+                   "--repo-config.")
+@click.option("--scrape-delay", type=FiniteFloat(0), default=15.0, show_default=True,
+              help="With health checks: seconds from a new pod turning Ready until its GPU "
+                   "telemetry is in Prometheus (the checks read no sample until then).")
 @click.option("--cordon-ahead/--no-cordon-ahead", "cordon_ahead", default=True,
               show_default=True,
               help="Cordon the nodes next in line ahead of their start, as `reconciler run` "
@@ -313,13 +342,18 @@ def simulate(
     auto_confirm: float | None,
     until: float,
     ready_timeout: float,
+    repo_config: Path | None,
+    cluster: str | None,
+    scrape_delay: float,
     cordon_ahead: bool,
     fmt: str,
     html_file: Path | None,
 ) -> None:
     """Simulate the rollout POLICY_FILE asks for on a virtual fleet (no cluster)."""
     driver = load_driver_spec(policy_file)
-    faults = load_faults(faults_file, nodes)
+    health = load_health(repo_config, cluster)
+    gpu_faults: dict[str, str] = {}
+    faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None)
     if not from_version.strip():
         _fail("--from-version must not be empty")
     payload = driver.get("payload") or {}
@@ -336,6 +370,9 @@ def simulate(
         until=until,
         faults=faults,
         settings=PlannerSettings(ready_timeout=ready_timeout, cordon_ahead=cordon_ahead),
+        health=health,
+        gpu_faults=gpu_faults,
+        scrape_delay=scrape_delay,
     )
     result = run_simulation(driver, config)
     if html_file is not None:

@@ -196,7 +196,8 @@ def _render(item: StatusReport) -> None:
     else:
         console.print("[bold]waiting for[/bold] nothing")
     failing = [c for c in item.conditions if c.get("status") == "True"
-               and c.get("type") in ("BatchFailed", "RolledBack", "ManualGate")]
+               and c.get("type") in ("BatchFailed", "RolledBack", "ManualGate",
+                                     "HealthCheckFailed")]
     if failing:
         table = Table(title="conditions", title_justify="left")
         for column in ("type", "reason", "message"):
@@ -204,6 +205,14 @@ def _render(item: StatusReport) -> None:
         for condition in failing:
             table.add_row(*map(_t, (condition["type"], condition["reason"],
                                     condition["message"])))
+        console.print(table)
+    if item.health_checks:
+        table = Table(title="health checks", title_justify="left")
+        for column in ("check", "node", "verdict", "last value", "since"):
+            table.add_column(column)
+        for check in item.health_checks:
+            table.add_row(*map(_t, (check["check"], check["node"] or "(step)", check["state"],
+                                    check["value"], check["since"])))
         console.print(table)
     if item.rejection:
         table = Table(title=_t(f"rejected commit {str(item.rejection.get('commit'))[:12]}"),

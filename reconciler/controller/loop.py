@@ -20,6 +20,7 @@ from typing import Literal
 from reconciler.clock import Clock, wall
 from reconciler.controller.act import ActionExecutor, Target
 from reconciler.controller.dispatch import Dispatcher
+from reconciler.controller.health import HealthFeeder
 from reconciler.controller.hooks import NoObserver, RolloutObserver
 from reconciler.controller.index import NodeIndex
 from reconciler.controller.observe import daemonset_view
@@ -85,6 +86,7 @@ class RolloutController(WatchDrivenWorker):
         is_leader: Callable[[], bool] = lambda: True,
         workers: int = 32,
         observer: RolloutObserver | None = None,
+        health: HealthFeeder | None = None,
     ) -> None:
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
         self.api = api
@@ -93,6 +95,9 @@ class RolloutController(WatchDrivenWorker):
         self.stats = ControllerStats()
         self.observer: RolloutObserver = observer or NoObserver()
         self.last_plan: Plan | None = None
+        #: the health gates' readings before each plan (None: no ``health`` section)
+        self.health = health
+        self._health_error_reported: str | None = None
         # kept by the informers' handlers and by our own writes, under ``_lock``
         self.index = NodeIndex(daemonset=target.daemonset, namespace=target.namespace,
                                observer=self.observer)
@@ -224,6 +229,14 @@ class RolloutController(WatchDrivenWorker):
         if observed is None:
             return None
         snap, co = observed
+        if self.health is not None:
+            snap = self.health.feed(snap)  # outside the lock: it asks Prometheus
+            error = self.health.section.error
+            if error is not None and error != self._health_error_reported:
+                self._health_error_reported = error
+                self.dispatcher.record_event(RecordEvent(
+                    "Warning", "HealthConfigInvalid",
+                    f"health section invalid, no node starts: {error}"), co)
         firmware_phase = str(((co.get("status") or {}).get("firmwareUpgrade") or {}).get("phase")
                              or "")
         if firmware_phase not in FIRMWARE_IDLE_PHASES and snap.status.get("phase") not in (

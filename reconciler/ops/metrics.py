@@ -165,6 +165,13 @@ class Metrics:
             ["verdict"],
             registry=r,
         )
+        self.health_checks_total = Counter(
+            f"{PREFIX}_health_check_total",
+            "Health check readings (SPEC 9), by check and result (pass, fail, waiting: no "
+            "usable answer).",
+            ["check", "result"],
+            registry=r,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica holds the leader Lease, 0 otherwise.",
@@ -222,6 +229,9 @@ class Metrics:
 
     def count_rollback(self, cluster: str, reason: str) -> None:
         self.rollbacks_total.labels(cluster=cluster, reason=reason).inc()
+
+    def count_health_check(self, check: str, result: str) -> None:
+        self.health_checks_total.labels(check=check, result=result).inc()
 
     def count_status_commit(self, kind: str = "status") -> None:
         self.status_commits_total.labels(kind=kind).inc()

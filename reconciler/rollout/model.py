@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.health.checks import HealthConfig, Reading
 from reconciler.names import (
     ANN_DELETED_AT as ANN_DELETED_AT,
 )
@@ -102,6 +103,30 @@ class DaemonSetView:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthReading:
+    """The latest answer to one check's query and when it was read (a reading older than the
+    check's start, e.g. of an earlier attempt, decides nothing)."""
+
+    at: float
+    value: Reading
+
+
+@dataclass(frozen=True, slots=True)
+class HealthInput:
+    """The health gates of SPEC 9 as the planner sees them: the ``health`` section (None when
+    the section does not validate: ``error`` says why, and no node starts) and the latest
+    readings of the pending checks, which the controller fills."""
+
+    config: HealthConfig | None
+    #: node name -> check name -> reading (node checks)
+    node_readings: Mapping[str, Mapping[str, HealthReading]] = field(default_factory=dict)
+    #: check name -> reading (the current step's checks)
+    step_readings: Mapping[str, HealthReading] = field(default_factory=dict)
+    #: the located validation error of the ``health`` section (fail closed)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutSnapshot:
     nodes: Mapping[str, RolloutNode]
     daemonset: DaemonSetView
@@ -110,6 +135,8 @@ class RolloutSnapshot:
     policy: UpgradePolicy
     #: ``status.upgradeStatus`` as last written (``{}`` when never written)
     status: Mapping[str, Any] = field(default_factory=dict)
+    #: the health gates; None: no ``health`` section (the rollout judges pods alone)
+    health: HealthInput | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from reconciler import planning
+from reconciler.health.checks import (
+    Health,
+    HealthFailure,
+    HealthState,
+    step_health,
+)
 from reconciler.names import (
     ACTIVE_PHASES,
     ANN_ATTEMPT,
@@ -26,6 +32,9 @@ from reconciler.names import (
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
+    ANN_HEALTH,
+    ANN_HEALTH_FAILURE,
+    ANN_HEALTH_STEP,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
@@ -33,10 +42,12 @@ from reconciler.names import (
     STATE_DONE,
     STATE_FAILED,
     STATE_UPGRADING,
+    ConditionType,
 )
 from reconciler.policy.payload import Payload
 from reconciler.policy.quantity import Quantity
 from reconciler.policy.upgrade_policy import UpgradeStep
+from reconciler.rollout import health_gate
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
     Action,
@@ -107,6 +118,21 @@ class _Planner:
         self.total = len(snapshot.nodes)
         #: nodes cordoned ahead that stay so (every other one is released)
         self.keep_cordoned: frozenset[str] = frozenset()
+        health = snapshot.health
+        #: the health gates (SPEC 9); None: pods alone decide, exactly as without ``health``
+        self.health = health.config if health is not None else None
+        #: why nothing new starts: a check without an answer, or a section that does not
+        #: validate (fail closed)
+        self.health_hold: list[str] = []
+        if health is not None and health.error is not None:
+            self.health_hold.append(f"health configuration invalid, no node starts: "
+                                    f"{health.error}")
+        #: node -> the health failure found in this pass
+        self.health_failures: dict[str, HealthFailure] = {}
+        #: nodes whose node checks passed in this pass (their record lands with its actions)
+        self.health_passed: list[str] = []
+        #: ``upgradeStatus.health`` as this pass leaves it
+        self.health_status: dict[str, Any] = dict(self.s.health)
 
     # ----------------------------------------------------------------------------- entry
 
@@ -119,6 +145,8 @@ class _Planner:
         else:
             self._idle()
         self.s = self.s.evolve(upgrading=self.s.phase in ACTIVE_PHASES)
+        if self.health_status != dict(self.s.health):
+            self.s = self.s.evolve(health=self.health_status)
         status = self.s.to_json()
         # ``source`` is the status as read, every SPEC field present
         changed = st.without_update_time(status) != st.without_update_time(self.s.source)
@@ -210,6 +238,7 @@ class _Planner:
 
     def _start(self, before: dict[str, Any], desired: Payload, old_revision: str) -> None:
         message = f"upgrading driver {before.get('version')} -> {desired.version}"
+        self.health_status = {}
         self._set(
             last_co_driver_spec={"payload": before},
             last_applied_spec={"payload": dict(self.snap.payload)},
@@ -298,20 +327,19 @@ class _Planner:
         """Record the move, cordon, delete the old pod, in that order."""
         assert node.pod is not None
         was = self._was_unschedulable(node)
-        self.actions.append(
-            AnnotateNode(
-                node.name,
-                {
-                    ANN_STATE: STATE_UPGRADING,
-                    ANN_TARGET: target,
-                    ANN_WAS_UNSCHEDULABLE: was,
-                    ANN_ATTEMPT: str(attempt),
-                    ANN_DELETED_AT: self.now_text,
-                    ANN_FAILED_AT: None,
-                    ANN_FAILURE_REASON: None,
-                },
-            )
-        )
+        update: dict[str, str | None] = {
+            ANN_STATE: STATE_UPGRADING,
+            ANN_TARGET: target,
+            ANN_WAS_UNSCHEDULABLE: was,
+            ANN_ATTEMPT: str(attempt),
+            ANN_DELETED_AT: self.now_text,
+            ANN_FAILED_AT: None,
+            ANN_FAILURE_REASON: None,
+        }
+        for key in (ANN_HEALTH, ANN_HEALTH_FAILURE, ANN_HEALTH_STEP):
+            if key in node.annotations:  # a new attempt: its checks start afresh
+                update[key] = None
+        self.actions.append(AnnotateNode(node.name, update))
         if not node.unschedulable:
             self.actions.append(Cordon(node.name))
         self.actions.append(DeleteDriverPod(node.name, node.pod.name))
@@ -504,9 +532,11 @@ class _Planner:
                 "ends"
             )
         self._set(step_message="")
+        verifying, health_failed = self._judge_nodes(revision)
         scan = scan_nodes(
             self.snap.nodes.values(), revision, now=self.now, epoch=self.s.epoch(),
             ready_timeout=self.settings.ready_timeout,
+            verifying=verifying, health_failed=health_failed,
         )
         self._settle(scan, revision, counted=True)
         self._record_deletions(scan.unrecorded)
@@ -584,6 +614,8 @@ class _Planner:
             self._fallback(scan, index)
             return False
         if scan.ready >= target:
+            if not self._step_checks(index, revision):
+                return False
             return self._step_done(scan, index, revision)
         if self.policy.pause:
             self._set(step_message=self.s.step_message or "paused: spec.driver.upgradePolicy.pause")
@@ -622,6 +654,9 @@ class _Planner:
     def _resume(self, index: int) -> None:
         """A person resumed a batch the fallback paused: a new epoch, no failures counted."""
         self._condition(st.COND_BATCH_FAILED, "False", "Resumed", "a person resumed the batch")
+        if self.s.condition_true(ConditionType.HEALTH_CHECK_FAILED):
+            self._condition(ConditionType.HEALTH_CHECK_FAILED, "False", "Resumed",
+                            "a person resumed the batch; the checks run again")
         self._set_epoch(index, reason="Resumed")
         self._set(current_failure_retry=0)
         self._event("Resumed", f"step {index}: resumed after the fallback", step=index)
@@ -681,6 +716,11 @@ class _Planner:
         policy = self.policy
         steps = policy.steps
         self._set(current_step_state=st.STEP_UPGRADE)
+        if self.health_hold:  # SPEC 9: no answer (or no valid section): nothing new starts
+            self._set(step_message="; ".join(self.health_hold))
+            self.keep_cordoned = frozenset(n.name for n in scan.cordoned)
+            self.in_flight = scan.in_flight
+            return
         next_wave = 0
         if steps[index - 1].pause_ms == 0 and index < len(steps):
             # the next step begins the moment this one is done: its first wave may wait
@@ -777,6 +817,7 @@ class _Planner:
             f"step {index}: {self.s.current_failure_retry} failures reached "
             f"maxFailureThreshold {self.policy.max_failure_threshold} (failed: {named})"
         )
+        self._health_failure_condition(scan)
         if self.policy.fallback == "rollback":
             self._begin_rollback(st.PHASE_TERMINATING, st.REASON_THRESHOLD, message)
             self._rolling_back()
@@ -873,3 +914,144 @@ class _Planner:
             current_step_state=st.STEP_COMPLETED,
         )
         self._event("RolledBack", message, warning=True, step=self._step_index())
+
+    # ----------------------------------------------------------------------------- health gates
+
+    def _version(self) -> str:
+        return str((self.s.applied_payload or self.snap.payload).get("version") or "")
+
+    def _note(self, health: Health, node: str | None) -> None:
+        """Each check's last value and verdict, for ``reconciler status``."""
+        checks = dict(self.health_status.get("checks") or {})
+        for outcome in health.checks:
+            entry: dict[str, Any] = {"state": str(outcome.state), "value": outcome.value,
+                                     "since": format_time(outcome.since)}
+            if node is not None:
+                entry["node"] = node
+            checks[outcome.check] = entry
+        self.health_status["checks"] = checks
+
+    def _judge_nodes(self, revision: str) -> tuple[frozenset[str], frozenset[str]]:
+        """The node checks of the moved nodes Ready on ``revision`` (SPEC 9): returns the
+        nodes still verifying (in flight) and those that failed now."""
+        config = self.health
+        if config is None or not config.node_checks or self.snap.health is None:
+            return frozenset(), frozenset()
+        all_readings = self.snap.health.node_readings
+        version = self._version()
+        waiting: set[str] = set()
+        failed: set[str] = set()
+        for node in self.snap.nodes.values():
+            if not health_gate.verifying(node, revision):
+                continue
+            readings = all_readings.get(node.name, {})
+            health = health_gate.judge_node(config, node, version, readings, self.now)
+            self._note(health, node.name)
+            update: dict[str, str | None] = {}
+            text = health.record.to_text()
+            if text != node.annotations.get(ANN_HEALTH):
+                update[ANN_HEALTH] = text
+            results = {c.check: str(c.state) for c in health.checks}
+            if health.state is HealthState.PASSED:
+                update[ANN_HEALTH_STEP] = str(self.s.current_step_index)
+                self.health_passed.append(node.name)
+                self.actions.append(AnnotateNode(node.name, update))
+                values = ", ".join(f"{c.check}={c.value}" for c in health.checks)
+                self._event("HealthCheckPassed", f"{node.name}: node health checks passed "
+                            f"({values})", node=node.name, step=self._step_index(),
+                            extra={"checks": results})
+            elif health.failure is not None:
+                failure = health.failure
+                update[ANN_HEALTH_FAILURE] = failure.message
+                self.actions.append(AnnotateNode(node.name, update))
+                failed.add(node.name)
+                self.health_failures[node.name] = failure
+                self._event("HealthCheckFailed", failure.message, warning=True, node=node.name,
+                            step=self._step_index(),
+                            extra={"checks": {failure.check: str(HealthState.FAILED)},
+                                   "value": failure.value, "query": failure.query})
+            else:
+                if update:
+                    self.actions.append(AnnotateNode(node.name, update))
+                waiting.add(node.name)
+                self.requeue.append(self.now + config.interval)
+                self.requeue.extend(health.record.started + c.within
+                                    for c in config.node_checks)
+                fresh = health_gate.fresh(readings, health.record.started)
+                if health_gate.no_answer(config, health, fresh):
+                    self.health_hold.append(f"{node.name}: {health.message}")
+        return frozenset(waiting), frozenset(failed)
+
+    def _step_checks(self, index: int, revision: str) -> bool:
+        """The step checks, once all of the step's nodes passed and before StepReady: True
+        when they passed (or there are none)."""
+        config = self.health
+        if config is None or not config.step_checks or self.snap.health is None:
+            return True
+        nodes = sorted({*health_gate.step_nodes(self.snap.nodes.values(), revision, index),
+                        *(self.health_passed if index == self.s.current_step_index else ())})
+        if not nodes:
+            return True
+        epoch = self.s.epoch()
+        record = health_gate.step_record(self.health_status, epoch, self.now)
+        already = all(c.name in record.passed for c in config.step_checks)
+        readings = health_gate.fresh(self.snap.health.step_readings, record.started)
+        health = step_health(config.step_checks, nodes, self._version(), record, readings,
+                             self.now)
+        self.health_status["step"] = {"epoch": epoch, "index": index,
+                                      **health.record.as_data()}
+        self._note(health, None)
+        results = {c.check: str(c.state) for c in health.checks}
+        if health.state is HealthState.PASSED:
+            if not already:
+                values = ", ".join(f"{c.check}={c.value}" for c in health.checks)
+                self._event("HealthCheckPassed", f"step {index}: step health checks passed "
+                            f"({values})", step=index, extra={"checks": results})
+            return True
+        if health.failure is not None:
+            self._step_check_failed(health.failure, index)
+            return False
+        self._set(current_step_state=st.STEP_UPGRADE,
+                  step_message=health.message or f"step {index}: step health checks hold")
+        self.requeue.append(self.now + config.interval)
+        self.requeue.extend(since + c.hold for c in config.step_checks
+                            if (since := health.record.holding.get(c.name)) is not None)
+        if health_gate.no_answer(config, health, readings):
+            self.health_hold.append(health.message)
+        return False
+
+    def _step_check_failed(self, failure: HealthFailure, index: int) -> None:
+        """A false step check ends the batch: the fallback at once (SPEC 9)."""
+        message = f"step {index}: {failure.message}"
+        self._condition(ConditionType.HEALTH_CHECK_FAILED, "True", failure.reason,
+                        f"check {failure.check}: value {failure.value} (query {failure.query})")
+        self._event("HealthCheckFailed", message, warning=True, step=index,
+                    extra={"checks": {failure.check: str(HealthState.FAILED)},
+                           "value": failure.value, "query": failure.query})
+        if self.policy.fallback == "rollback":
+            self._begin_rollback(st.PHASE_TERMINATING, st.REASON_THRESHOLD, message)
+            self._rolling_back()
+            return
+        self._condition(st.COND_BATCH_FAILED, "True", failure.reason, message)
+        if not self.policy.pause:
+            self.actions.append(SetPolicyPause(True))
+        self._set(current_step_state=st.STEP_PAUSED, step_message=message)
+        self._event("FallbackPaused", message, warning=True, step=index)
+
+    def _health_failure_condition(self, scan: NodeScan) -> None:
+        """A fallback caused by failed node checks also carries a HealthCheckFailed condition
+        naming the check, the node and the value."""
+        found = [f.message for f in self.health_failures.values()]
+        for node in scan.failed:
+            ann = node.annotations
+            if ann.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED:
+                found.append(ann.get(ANN_HEALTH_FAILURE) or f"health check failed on node "
+                             f"{node.name}")
+        if not found:
+            return
+        limit = self.settings.message_node_limit
+        message = "; ".join(sorted(found)[:limit])
+        if len(found) > limit:
+            message += f" and {len(found) - limit} more"
+        self._condition(ConditionType.HEALTH_CHECK_FAILED, "True",
+                        ConditionType.HEALTH_CHECK_FAILED.value, message)

@@ -6,11 +6,12 @@ This is the planner's only O(N) step; everything else works on its counts and sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 
 from reconciler.names import (
     ANN_DELETED_AT,
+    ANN_FAILURE_REASON,
     ANN_FAILURES,
     ANN_STATE,
     ANN_TARGET,
@@ -18,6 +19,7 @@ from reconciler.names import (
     STATE_CORDONED,
     STATE_FAILED,
     STATE_UPGRADING,
+    ConditionType,
 )
 from reconciler.rollout import status as st
 from reconciler.rollout.model import FAILURE_REASONS, RolloutNode
@@ -67,10 +69,15 @@ def scan_nodes(
     epoch: str,
     ready_timeout: float,
     rollback_from: str = "",
+    verifying: Set[str] = frozenset(),
+    health_failed: Set[str] = frozenset(),
 ) -> NodeScan:
     """Classify every node against ``target``; detect completions and failures.
 
     ``rollback_from`` is the revision being rolled back (empty while progressing).
+    ``verifying``: moved nodes Ready on the target whose health checks have not passed yet
+    (in flight, not upgraded); ``health_failed``: those whose check failed just now (SPEC 9).
+    A node that failed a health check stays failed with its pod Ready until it is retried.
     """
     scan = NodeScan()
     epoch = epoch + "|"
@@ -100,10 +107,20 @@ def scan_nodes(
         if failures and failures.startswith(epoch):
             scan.epoch_failures += st.int_or(failures[len(epoch) :], 1)
         in_flight = False
+        #: Ready on the target but not upgraded: its health checks have not passed
+        held = ready_target and (
+            node.name in verifying or node.name in health_failed
+            or (state == STATE_FAILED
+                and ann.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED)
+        )
         if waiting:
             pass
         elif state == STATE_UPGRADING:
-            if ready_target:
+            if ready_target and node.name in health_failed:
+                scan.new_failures.append((node, ConditionType.HEALTH_CHECK_FAILED.value))
+            elif ready_target and node.name in verifying:
+                in_flight = True
+            elif ready_target:
                 scan.completed.append(node)
             elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
                 scan.new_failures.append((node, str(pod.waiting_reason)))
@@ -124,7 +141,7 @@ def scan_nodes(
                     ):
                         scan.redo.append(node)  # the recorded delete never happened
         elif state == STATE_FAILED:
-            if ready_target:
+            if ready_target and not held:
                 scan.completed.append(node)
             else:
                 scan.failed.append(node)
@@ -152,7 +169,7 @@ def scan_nodes(
                     scan.untouched.append(node)
             elif other == STATE_UPGRADING:
                 in_flight = True  # waiting for the DaemonSet to recreate the pod
-        if ready_target:
+        if ready_target and not held:
             scan.ready += 1
         elif rollback_from and pod is not None and pod.ready and pod.revision == rollback_from:
             scan.ready_other += 1
@@ -164,7 +181,8 @@ def scan_nodes(
                 and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"
             )
             if (
-                not node.ready
+                held
+                or not node.ready
                 or pod is None
                 or not pod.ready
                 or pod.deleting

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reconciler.health.checks import Expectation, HealthConfig, NoSample, Reading
 from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -31,9 +32,12 @@ from reconciler.rollout.actions import (
     SetPolicyPause,
     Uncordon,
 )
+from reconciler.rollout.health_gate import pending_queries
 from reconciler.rollout.model import (
     DaemonSetView,
     DriverPod,
+    HealthInput,
+    HealthReading,
     PlannerSettings,
     RolloutNode,
     RolloutSnapshot,
@@ -67,6 +71,14 @@ class SimConfig:
     auto_confirm: float | None = None
     until: float = DEFAULT_UNTIL
     faults: Mapping[str, Fault] = field(default_factory=dict)
+    #: the health gates (SPEC 9); None: no ``health`` section
+    health: HealthConfig | None = None
+    #: node -> ``gpu-unavailable`` (its node checks fail on the new version) or
+    #: ``gpu-throttling`` (the step checks of its step fail)
+    gpu_faults: Mapping[str, str] = field(default_factory=dict)
+    #: seconds from a new pod turning Ready until its telemetry is in Prometheus (scrape
+    #: delay): a check reads no sample until then
+    scrape_delay: float = 15.0
     settings: PlannerSettings = field(default_factory=PlannerSettings)
     #: plan again after every change and check that the repeat asks for no node action
     #: (idempotency); costs a second pass per event, meant for tests
@@ -115,9 +127,11 @@ class SimResult:
     planning_calls: int
     #: (t, in_flight, unavailable, upgraded, step index, step target) after every planning call
     ticks: list[tuple[float, int, int, int, int, int]]
+    #: the health checks' outcomes (None without a ``health`` section)
+    health_checks: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        result = {
             "final": self.final,
             "duration_seconds": self.duration_seconds,
             "completed": self.completed,
@@ -129,6 +143,9 @@ class SimResult:
             "nodes": self.nodes,
             "events": [event.to_json() for event in self.events],
         }
+        if self.health_checks is not None:
+            result["health_checks"] = self.health_checks
+        return result
 
 
 class Simulation:
@@ -179,6 +196,9 @@ class Simulation:
         self.confirm_scheduled = False
         self.last_change = 0.0
         self.pending_interventions = len(config.interventions)
+        #: node -> when its current pod turned Ready (the scrape delay runs from it)
+        self.ready_at: dict[str, float] = {}
+        self.health_outcomes: list[dict[str, Any]] = []
         for at, kind, node in config.interventions:
             self._push(at, "person:" + kind, node)
 
@@ -189,13 +209,46 @@ class Simulation:
         heapq.heappush(self.queue, (at, self.seq, kind, node, pod))
 
     def _snapshot(self) -> RolloutSnapshot:
-        return RolloutSnapshot(
+        snapshot = RolloutSnapshot(
             nodes=self.nodes,
             daemonset=self.ds,
             payload=self.payload,
             policy=self.policy,
             status=self.status,
         )
+        if self.config.health is None:
+            return snapshot
+        return self._with_readings(snapshot, self.config.health)
+
+    def _with_readings(self, snapshot: RolloutSnapshot, config: HealthConfig) -> RolloutSnapshot:
+        """Prometheus as the simulator models it: every pending check read now; no sample
+        until the scrape delay after the pod turned Ready; a GPU fault makes the checks it
+        touches read a value outside their expectation."""
+        bare = dataclasses.replace(snapshot, health=HealthInput(config))
+        expects = {c.name: c.expect for c in config.node_checks}
+        expects.update((c.name, c.expect) for c in config.step_checks)
+        nodes: dict[str, dict[str, HealthReading]] = {}
+        step: dict[str, HealthReading] = {}
+        now = EPOCH + self.t
+        faults = self.config.gpu_faults
+        for pending in pending_queries(bare):
+            expect = expects[pending.check]
+            if pending.node is not None:
+                value = self._reading(expect, [pending.node],
+                                      faults.get(pending.node) == "gpu-unavailable")
+                nodes.setdefault(pending.node, {})[pending.check] = HealthReading(now, value)
+            else:
+                members = list(pending.nodes)
+                value = self._reading(expect, members, any(
+                    faults.get(n) == "gpu-throttling" for n in members))
+                step[pending.check] = HealthReading(now, value)
+        return dataclasses.replace(snapshot, health=HealthInput(config, nodes, step))
+
+    def _reading(self, expect: Expectation, nodes: list[str], faulty: bool) -> Reading:
+        delay = self.config.scrape_delay
+        if any(self.t < self.ready_at.get(n, self.t) + delay for n in nodes):
+            return NoSample()
+        return _failing(expect) if faulty else _passing(expect)
 
     def _apply(self, action: Action) -> None:
         cfg = self.config
@@ -254,6 +307,16 @@ class Simulation:
             self.events.append(
                 SimEvent(self.t, action.reason, action.message, action.node, action.step)
             )
+            if action.reason in ("HealthCheckPassed", "HealthCheckFailed"):
+                for check, result in dict(action.extra.get("checks") or {}).items():
+                    outcome: dict[str, Any] = {"t": self.t, "check": check, "result": result}
+                    if action.node is not None:
+                        outcome["node"] = action.node
+                    if action.step is not None:
+                        outcome["step"] = action.step
+                    if "value" in action.extra:
+                        outcome["value"] = action.extra["value"]
+                    self.health_outcomes.append(outcome)
 
     def _handle(self, kind: str, node_name_: str, pod_name: str) -> None:
         if kind == "wake":
@@ -276,6 +339,7 @@ class Simulation:
             return  # that pod was replaced meanwhile, or the node left
         if kind == "ready":
             pod = dataclasses.replace(node.pod, ready=True)
+            self.ready_at[node.name] = self.t
             self.events.append(
                 SimEvent(self.t, "NodeReady",
                          f"{node.name}: driver Ready on "
@@ -444,7 +508,20 @@ class Simulation:
             events=self.events,
             planning_calls=self.calls,
             ticks=self.ticks,
+            health_checks=self.health_outcomes if self.config.health is not None else None,
         )
+
+
+def _passing(expect: Expectation) -> float:
+    """A value ``expect`` holds for."""
+    n = expect.number
+    return {"==": n, "!=": n + 1, "<": n - 1, "<=": n, ">": n + 1, ">=": n}[expect.op]
+
+
+def _failing(expect: Expectation) -> float:
+    """A value ``expect`` does not hold for."""
+    n = expect.number
+    return {"==": n + 1, "!=": n, "<": n, "<=": n + 1, ">": n, ">=": n - 1}[expect.op]
 
 
 def simulate(driver: Mapping[str, Any], config: SimConfig) -> SimResult:

@@ -176,6 +176,10 @@ def _count(raw: object) -> int:
         return 0
 
 
+def _mapping(raw: object) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
 @dataclass(frozen=True, slots=True)
 class Condition:
     """One entry of ``status.upgradeStatus.condition``."""
@@ -219,6 +223,7 @@ _TOP_FIELDS: Final = (
     ("upgrading", "upgrading"),
     ("phase", "phase"),
     ("message", "message"),
+    ("health", "health"),
 )
 _INNER_FIELDS: Final = (
     ("lastPodSpecRevision", "last_pod_spec_revision"),
@@ -264,6 +269,9 @@ class UpgradeStatus:
     #: ``status.message``: what the current step waits for
     step_message: str = ""
     recheck_time: str = ""
+    #: ``health`` (not a SPEC 4.1 field; absent without a ``health`` section): the step
+    #: checks' timers and each check's last value and verdict (SPEC 9)
+    health: Mapping[str, Any] = field(default_factory=dict)
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -292,6 +300,7 @@ class UpgradeStatus:
             last_update_time=_text(inner["lastUpdateTime"]),
             step_message=_text(inner["message"]),
             recheck_time=_text(inner["recheckTime"]),
+            health=_mapping(source.get("health")),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it

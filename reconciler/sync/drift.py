@@ -144,6 +144,23 @@ class WriteBacks:
         self.repo.policy_publisher.kick()
         log.info("%s: %s", self.cluster, change.subject)
 
+    def pause_for_health(self, reason: str, live: Mapping[str, Any]) -> None:
+        """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded: commit
+        ``pause: true`` with the reason; the sync applies it and the vendor stops."""
+        with self._lock:
+            if any(p == PAUSE for p, _ in self._pending.values()):
+                return
+        upgrade = section(live, ("status", "upgradeStatus"))
+        snapshot = {"upgradeStatus": upgrade, "spec": {"driver": section(live, ("spec", "driver"))}}
+        change = self.repo.spec.pause(self.cluster, reason=f"health check failed: {reason}",
+                                      step=step_label(snapshot),
+                                      source_commit=self.applied_commit())
+        with self._lock:
+            self._pending[change.change_id] = (PAUSE, True)
+        self.stats.write_backs += 1
+        self.repo.policy_publisher.kick()
+        log.info("%s: %s", self.cluster, change.subject)
+
     def _reason_once_explained(self, path: FieldPath, reason: str | None,
                                generic: str) -> str | None:
         """``reason`` when known; None (look again shortly) while the status write that explains
@@ -160,12 +177,16 @@ class WriteBacks:
 
 
 def pause_reason(upgrade: Mapping[str, Any]) -> str | None:
-    for condition in items(upgrade, ("condition",)):
-        if not isinstance(condition, Mapping) or condition.get("status") != "True":
-            continue
+    true = [c for c in items(upgrade, ("condition",))
+            if isinstance(c, Mapping) and c.get("status") == "True"]
+    # a fallback a health check caused names the check (SPEC 9), not only the failed nodes
+    health = next((c for c in true if c.get("type") == "HealthCheckFailed"), None)
+    for condition in true:
         if condition.get("type") == "ManualGate":
             return "manual gate"
         if condition.get("type") == "BatchFailed":
+            if health is not None:
+                return f"failure fallback: {health.get('message') or 'health check failed'}"
             return f"failure fallback: {condition.get('message') or 'failures'}"
     return None
 

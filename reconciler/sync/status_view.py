@@ -54,6 +54,9 @@ class StatusReport:
     busy_nodes: dict[str, list[str]] = field(default_factory=dict)
     unavailable_nodes: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
+    #: each health check's last value and verdict (SPEC 9): check, node (node checks),
+    #: state (Passed, Waiting, Failed), value, since
+    health_checks: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -149,6 +152,7 @@ def report(snapshot: Mapping[str, Any], *, now: float,
         unavailable_nodes=dict(_mapping(_mapping(nodes).get("unavailable"))),
         source=dict(_mapping(snapshot.get("git"))),
     )
+    result.health_checks = health_rows(_mapping(upgrade.get("health")))
     result.waiting_for = waiting_for(result, upgrade, raw_policy, now=now)
     return result
 
@@ -200,6 +204,18 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
         waiting = [r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot"]
         out.append(f"a person: reboot {', '.join(waiting) or 'the nodes'} (firmware upgrade)")
     return out
+
+
+def health_rows(health: Mapping[str, Any]) -> list[dict[str, str]]:
+    """``upgradeStatus.health.checks`` as rows, by check name."""
+    rows = []
+    for name, entry in sorted(_mapping(health.get("checks")).items()):
+        entry = _mapping(entry)
+        rows.append({"check": str(name), "node": str(entry.get("node") or ""),
+                     "state": str(entry.get("state") or ""),
+                     "value": str(entry.get("value") or ""),
+                     "since": str(entry.get("since") or "")})
+    return rows
 
 
 def firmware_lines(firmware: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
