@@ -47,6 +47,8 @@ class Job:
     refused: FileRefused | None = None
     #: findings about the job's inputs (its cluster's status snapshot cannot be read)
     notes: tuple[Finding, ...] = ()
+    #: repo-config: the repository's cluster folders (the known upstreams of promotion.after)
+    known_clusters: tuple[str, ...] | None = None
 
 
 def _lexical(path: Path) -> Path:
@@ -83,6 +85,16 @@ class Repository:
         if rel is None or rel.parts[: len(prefix)] != prefix or len(rel.parts) < len(prefix) + 2:
             return None
         return rel.parts[len(prefix)]
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """The cluster folders (links included: the daemon refuses them, but they name a
+        cluster)."""
+        clusters = self.root / self.config.clusters_dir
+        if clusters.is_symlink() or not clusters.is_dir():
+            return ()
+        return tuple(sorted(entry.name for entry in clusters.iterdir()
+                            if not entry.name.startswith(".")
+                            and (entry.is_dir() or entry.is_symlink())))
 
     def link_above(self, path: Path) -> FileRefused | None:
         """A symbolic link among the folders between the root and ``path`` (the daemon sees
@@ -303,7 +315,8 @@ def plan_jobs(repo: Repository, files: Sequence[Path], against: str | None) -> l
     for path in files:
         kind = repo.kind_of(path)
         cluster = repo.cluster_of(path) if kind == "clusteroperator" else None
-        job = Job(path, _shown(path), kind, cluster, refused=repo.link_above(path))
+        job = Job(path, _shown(path), kind, cluster, refused=repo.link_above(path),
+                  known_clusters=repo.cluster_names() if kind == "repo-config" else None)
         if state is not None and kind == "clusteroperator":
             snapshot = None
             notes: list[Finding] = []
@@ -339,6 +352,7 @@ def run_job(job: Job) -> ValidationResult:
     result = validate_document(
         data, job.shown, previous=job.previous, phase=job.phase,
         firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
+        known_clusters=job.known_clusters,
     )
     if job.notes:
         result.findings.extend(job.notes)
