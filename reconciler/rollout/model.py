@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.names import (
     ANN_DELETED_AT as ANN_DELETED_AT,
 )
@@ -110,6 +111,9 @@ class RolloutSnapshot:
     policy: UpgradePolicy
     #: ``status.upgradeStatus`` as last written (``{}`` when never written)
     status: Mapping[str, Any] = field(default_factory=dict)
+    #: the cluster's maintenance windows (SPEC 10; None: always open): fresh node starts
+    #: happen only when the calendar is open at the planner's ``now``
+    windows: WindowCalendar | None = None
 
 
 @dataclass(frozen=True, slots=True)
