@@ -32,6 +32,7 @@ from reconciler.controller.worker import (
     shown_failure,
     with_failure_condition,
 )
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
@@ -85,8 +86,11 @@ class RolloutController(WatchDrivenWorker):
         is_leader: Callable[[], bool] = lambda: True,
         workers: int = 32,
         observer: RolloutObserver | None = None,
+        windows: Callable[[], WindowCalendar | None] = lambda: None,
     ) -> None:
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
+        #: the cluster's maintenance windows as of the latest commit (SPEC 10)
+        self.windows = windows
         self.api = api
         self.target = target
         self.settings = settings or PlannerSettings()
@@ -213,6 +217,7 @@ class RolloutController(WatchDrivenWorker):
                 policy=policy,
                 status=dict(planned if planned is not None
                             else (co.get("status") or {}).get("upgradeStatus") or {}),
+                windows=self.windows(),
             )
             return snap, co
 

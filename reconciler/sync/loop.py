@@ -34,6 +34,7 @@ from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER
 from reconciler.ops.metrics import Metrics
+from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.sync.apply import CommitShell
 from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import LiveObject
@@ -107,6 +108,7 @@ class ClusterSync:
                                       stats=self.stats)
         self.rollout_metrics = (RolloutMetrics(metrics, cluster=cluster, node_counts=node_counts)
                                 if metrics is not None else None)
+        self.config_file: RepoConfigFile | None = None
         self.shell = CommitShell(
             api, self.repo, cluster=cluster, cluster_operator=cluster_operator,
             record=self.record, stats=self.stats, baseline=self.baseline, drift=self.drift,
@@ -305,6 +307,9 @@ class ClusterSync:
             baseline=self.baseline.current(), flag_mode=self.signature_mode,
             verifier=self.verifier,
         )
+        if view.config is not None:
+            #: the settings of the last commit read (the controller's windows, SPEC 10)
+            self.config_file = view.config
         self.shell.settle(view, plan_commit(view), seen_at=seen_at)
 
     def _cluster_changed(self, live: JSON) -> None:
