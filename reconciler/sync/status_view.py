@@ -192,7 +192,10 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
         named = ", ".join(f"{n} ({why})" for n, why in sorted(report.unavailable_nodes.items()))
         out.append(f"unavailable nodes: {named}")
     message = report.message
-    if active and message and not any(message in line for line in out) and (
+    window = _window_wait(message, now) if active else None
+    if window:
+        out.append(window)
+    elif active and message and not any(message in line for line in out) and (
             "busy" in message or "unavailable" in message or "waiting" in message):
         out.append(message)
     firmware = report.firmware or {}
@@ -200,6 +203,23 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
         waiting = [r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot"]
         out.append(f"a person: reboot {', '.join(waiting) or 'the nodes'} (firmware upgrade)")
     return out
+
+
+#: the planner's step message while a maintenance window holds fresh starts (SPEC 10)
+_WINDOW_NEXT = "the next window opens at "
+
+
+def _window_wait(message: str, now: float) -> str | None:
+    """``a maintenance window: ...`` with the time left, from the planner's step message."""
+    if "no new node starts" not in message or "window" not in message:
+        return None
+    why = message.split(": no new node starts", 1)[0]
+    at = message.rsplit(_WINDOW_NEXT, 1)[1] if _WINDOW_NEXT in message else None
+    opens = parse_time(at) if at else None
+    if opens is None:
+        return f"a maintenance window ({why}); {message.rsplit('; ', 1)[-1]}"
+    return (f"a maintenance window ({why}): fresh node starts wait until {at} "
+            f"({_duration(opens - now)} from now)")
 
 
 def firmware_lines(firmware: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
