@@ -17,6 +17,7 @@ number passed in. The rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -238,6 +239,58 @@ def build_snapshot(
     if firmware is not None:
         snapshot["firmware"] = dict(firmware)
     return snapshot
+
+
+# -- the completion record (SPEC 10) ----------------------------------------------------------
+
+_ROLLED_BACK_VERSION = re.compile(r"^driver (\S+) rolled back to ")
+
+
+def rollout_version(upgrade: Mapping[str, Any]) -> str | None:
+    """The driver version an active rollout (or its rollback) is about: the applied payload."""
+    if upgrade.get("phase") not in ACTIVE_PHASES:
+        return None
+    payload = _mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload"))
+    version = payload.get("version")
+    return str(version) if version else None
+
+
+def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None, *,
+                 active_version: str | None, now_text: str) -> dict[str, Any] | None:
+    """``lastRollout`` of a snapshot whose ``upgradeStatus`` is ``upgrade``: ``previous`` (the
+    record the last snapshot carried) until a rollout ends, then that rollout's. A record
+    equal in version and result to ``previous`` keeps its ``finishedAt``: later snapshots never
+    move it. ``active_version``: the version the last active snapshot was rolling out (the
+    status of a finished rollback names the version it went back to)."""
+    step = _mapping(upgrade.get("status"))
+    if upgrade.get("phase") not in TERMINAL_PHASES or step.get("currentStepState") != "Completed":
+        return dict(previous) if previous else None
+    rolled_back = _condition(upgrade, "RolledBack")
+    if rolled_back is not None and rolled_back.get("status") == "True":
+        result = "RolledBack"
+        named = _ROLLED_BACK_VERSION.match(str(rolled_back.get("message") or ""))
+        version = active_version or (named.group(1) if named else None)
+        ended = rolled_back.get("lastTransitionTime")
+    else:
+        result = "Completed"
+        payload = _mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload"))
+        version = str(payload["version"]) if payload.get("version") else None
+        progressing = _condition(upgrade, "Progressing")
+        ended = (progressing or {}).get("lastTransitionTime") if (progressing or {}).get(
+            "reason") == "RolloutCompleted" else None
+    if not version:
+        return dict(previous) if previous else None
+    if previous and previous.get("version") == version and previous.get("result") == result:
+        return dict(previous)
+    finished = ended or step.get("lastUpdateTime") or now_text
+    return {"version": version, "result": result, "finishedAt": str(finished)}
+
+
+def _condition(upgrade: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    for condition in upgrade.get("condition") or ():
+        if _mapping(condition).get("type") == ctype:
+            return _mapping(condition)
+    return None
 
 
 def trailers(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
