@@ -35,6 +35,8 @@ class SnapshotKey:
     step_state: str | None
     rejected_commit: str | None = None
     firmware_phase: str | None = None
+    #: the version the promotion gate holds (SPEC 10)
+    held_version: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -49,7 +51,7 @@ class SnapshotKey:
         return self.terminal or (
             self.rejected_commit is not None
             and (committed is None or committed.rejected_commit != self.rejected_commit)
-        )
+        ) or (committed is not None and committed.held_version != self.held_version)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -68,6 +70,8 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
         # no firmware section and an idle one say the same: no commit for that alone
         firmware_phase=_str_or_none(_mapping(snapshot.get("firmware")).get("phase") or None)
         if _mapping(snapshot.get("firmware")).get("phase") != "Idle" else None,
+        held_version=_str_or_none(
+            _mapping(_mapping(snapshot.get("promotion")).get("held")).get("version")),
     )
 
 
@@ -189,6 +193,9 @@ def describe(snapshot: Mapping[str, Any]) -> str:
         what = f"{key.phase} {state or ''}".strip()
     if key.firmware_phase and key.firmware_phase != "Idle":
         what += f"; firmware {key.firmware_phase}"
+    if key.held_version:
+        upstream = _mapping(_mapping(snapshot.get("promotion")).get("held")).get("upstream")
+        what += f"; {key.held_version} held by promotion gate (after {upstream})"
     return f"status({cluster}): {what}"
 
 
@@ -223,6 +230,7 @@ def build_snapshot(
     source_commit: str | None,
     rejection: Mapping[str, Any] | None = None,
     firmware: Mapping[str, Any] | None = None,
+    promotion: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A status snapshot (``schemas/status-snapshot.schema.json``, without ``cluster`` and
     ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object."""
@@ -238,6 +246,8 @@ def build_snapshot(
         snapshot["rejection"] = dict(rejection)
     if firmware is not None:
         snapshot["firmware"] = dict(firmware)
+    if promotion is not None:
+        snapshot["promotion"] = dict(promotion)
     return snapshot
 
 

@@ -19,7 +19,7 @@ from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.events import record_event
-from reconciler.sync.outcome import Accepted, NothingToApply, Outcome, Rejected
+from reconciler.sync.outcome import Accepted, Held, NothingToApply, Outcome, Rejected
 from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.steps import ApplyPlan
 
@@ -60,8 +60,19 @@ class CommitShell:
             self.record.handled_commit = view.head
             return
         live = view.live.obj if view.live is not None else None
+        if isinstance(outcome, Held):
+            self.hold(view, outcome, live)
+            self.record.handled_commit = view.head
+            self.record.handled_source = view.source
+            return
+        held_before = self.record.held
+        self.record.held = None
+        self.record.recheck_at = None
         warnings = outcome.value.warnings if isinstance(outcome, Accepted) else outcome.warnings
         self._log_warnings(warnings)
+        if isinstance(outcome, Accepted) and held_before is not None:
+            log.info("%s: promotion gate open for %s: applying %s", self.cluster,
+                     held_before.get("version"), view.source[:12])
         if isinstance(outcome, Accepted):
             self.apply(view, outcome.value, seen_at=seen_at)
         else:
@@ -132,13 +143,31 @@ class CommitShell:
         if live is not None:
             self.offer_status(live)
 
+    def hold(self, view: CommitView, held: Held, live: Mapping[str, Any] | None) -> None:
+        """Nothing applied: the promotion gate holds the change (SPEC 10). The first time for
+        this commit and version: the log and an Event "held by promotion gate"; the snapshot
+        says so; the same head is judged again at ``recheck_at`` (and on every new head)."""
+        first_time = self.record.held is None or any(
+            self.record.held.get(k) != held.held.get(k) for k in ("commit", "version"))
+        self.record.held = dict(held.held)
+        self.record.recheck_at = held.recheck_at
+        if first_time:
+            log.info("%s: commit %s %s", self.cluster, view.source[:12], held.reason,
+                     extra={"cluster": self.cluster, "commit": view.source})
+            record_event(self.api, self.name, live, reason="PromotionHeld",
+                         message=f"commit {view.source[:12]} {held.reason}", clock=self.wall())
+        if live is not None:
+            self.offer_status(live)
+
     def offer_status(self, live: Mapping[str, Any]) -> None:
         """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
         status = live.get("status")
         firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
-                                  firmware=firmware_section(firmware))
+                                  firmware=firmware_section(firmware),
+                                  promotion={"held": self.record.held}
+                                  if self.record.held is not None else None)
         self.repo.status.offer(snapshot)
 
     def _log_warnings(self, warnings: tuple[Finding, ...]) -> None:

@@ -51,6 +51,8 @@ class StatusReport:
     conditions: list[dict[str, str]] = field(default_factory=list)
     rejection: dict[str, Any] | None = None
     firmware: dict[str, Any] | None = None
+    #: the change the promotion gate holds (SPEC 10)
+    held: dict[str, Any] | None = None
     busy_nodes: dict[str, list[str]] = field(default_factory=dict)
     unavailable_nodes: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
@@ -145,6 +147,7 @@ def report(snapshot: Mapping[str, Any], *, now: float,
         conditions=conditions,
         rejection=dict(_mapping(snapshot.get("rejection"))) or None,
         firmware=dict(firmware) if firmware else None,
+        held=dict(_mapping(_mapping(snapshot.get("promotion")).get("held"))) or None,
         busy_nodes={k: list(v) for k, v in _mapping(_mapping(nodes).get("busy")).items()},
         unavailable_nodes=dict(_mapping(_mapping(nodes).get("unavailable"))),
         source=dict(_mapping(snapshot.get("git"))),
@@ -198,6 +201,9 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
     elif active and message and not any(message in line for line in out) and (
             "busy" in message or "unavailable" in message or "waiting" in message):
         out.append(message)
+    if report.held:
+        out.append(f"the promotion gate: {report.held.get('version')} waits for "
+                   f"{report.held.get('upstream')} ({report.held.get('reason')})")
     firmware = report.firmware or {}
     if firmware.get("phase") == "AwaitingReboot":
         waiting = [r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot"]
