@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,32 @@ def test_a_held_change_is_applied_by_itself_once_the_soak_passed(
     # no new commit by a person: only the reconciler's status commits followed the merge
     after = subjects(policy_remote, f"{sha}..main")
     assert after and all(s.startswith("gpu-gitops-reconciler: status(prod-a)") for s in after)
+
+
+def test_a_sync_restarted_while_a_change_is_held_applies_it_exactly_once(
+    kube: KubeApi, small_fleet: Fleet, policy_remote: Remote, alice: Person,
+    make_sync: SyncFactory, tmp_path: Path,
+) -> None:
+    seed = policy_remote.head()
+    first = make_sync(policy_remote.url, state_dir=tmp_path / "state")
+    wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+    alice.pull()
+    finished = float(int(time.time()))
+    config = REPO_CONFIG + f"clusters:\n  prod-a:\n    promotion: {{after: lab-1, soak: {SOAK}s}}\n"
+    sha = alice.commit_and_push(f"Promote {NEW} to prod-a", {
+        "reconciler.yaml": config,
+        "status/lab-1.yaml": lab_snapshot(finished),
+        POLICY_PATH: policy(NEW, enable=False),
+    })
+    first.trigger()
+    wait_for(lambda: first.record.held is not None, timeout=20, what="the change held")
+    applied_before = first.stats.applied
+    first.stop()  # killed while the change is held
+    assert first.stats.applied == applied_before
+    assert driver(kube)["payload"]["version"] == OLD
+    second = make_sync(policy_remote.url, state_dir=tmp_path / "state")
+    wait_for(lambda: source_commit(kube) == sha, timeout=SOAK + 20, what="the held change applied")
+    assert time.time() >= finished + SOAK
+    time.sleep(1.5)  # later passes (status commits, rechecks) apply nothing again
+    assert [commit for commit, _ in second.stats.applies].count(sha) == 1
+    assert second.record.held is None
