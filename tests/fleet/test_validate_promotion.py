@@ -32,8 +32,10 @@ def repository(tmp_path: Path, *, soak: str, ago: float, result: str = "Complete
                runs: str = "2.33.0.9", phase: str = "Idling") -> tuple[Path, float]:
     root = tmp_path / "repo"
     shutil.copytree(EXAMPLES, root)
-    with (root / "reconciler.yaml").open("a") as config:
-        config.write(f"clusters:\n  prod-100:\n    promotion: {{after: lab-10, soak: {soak}}}\n")
+    config = root / "reconciler.yaml"
+    base = config.read_text().split("\nclusters:\n", 1)[0]  # the example's own chain goes
+    config.write_text(base + f"\nclusters:\n  prod-100:\n    promotion: {{after: lab-10, soak: "
+                      f"{soak}}}\n")
     finished = float(int(time.time() - ago))
     (root / "status/lab-10.yaml").write_text(LAB_SNAPSHOT.format(
         finished=format_seconds(finished), result=result, runs=runs, phase=phase))
@@ -100,3 +102,19 @@ def test_a_change_that_keeps_the_version_is_not_gated(tmp_path: Path) -> None:
     prod.write_text(changed)
     done = validate_bounded(root, "--against", "main", "clusters/prod-100")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_example_chain_holds_staging_while_lab_still_rolls_out(tmp_path: Path) -> None:
+    root = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the example repository")
+    staging = root / "clusters/staging-50/cluster-operator.yaml"
+    staging.write_text(staging.read_text().replace("version: 2.32.0.6", "version: 2.33.0.9", 1))
+    done = validate_bounded(root, "--against", "main")
+    assert done.returncode == 1
+    assert done.stdout == (
+        "clusters/staging-50/cluster-operator.yaml:22:16: error: promotion gate: 2.33.0.9 "
+        "cannot reach this cluster yet: upstream lab-10 is rolling out 2.33.0.9 (Progressing); "
+        "2.33.0.9 passes only after it completed there [promotion-gate]\n")
