@@ -122,3 +122,19 @@ def promotion_rule(upstream: str, snapshot: Mapping[str, Any] | None, *, soak: f
                                   f"{verdict.describe()}")
 
     return rule
+
+
+def upstream_rolled_back(upstream: str, snapshot: Mapping[str, Any] | None,
+                         running: str | None) -> dict[str, Any] | None:
+    """The upstream rolled back the version this cluster runs (after it was promoted here):
+    reported in this cluster's status, never acted on (SPEC 10). None when not the case."""
+    record = _mapping(_mapping(snapshot).get("lastRollout"))
+    if running is None or record.get("result") != "RolledBack":
+        return None
+    if not same_version(record.get("version"), running):
+        return None
+    return {"upstream": upstream, "version": running,
+            "finishedAt": str(record.get("finishedAt") or ""),
+            "message": f"upstream {upstream} rolled {running} back at "
+                       f"{record.get('finishedAt')}; this cluster still runs it (a rollback "
+                       "upstream never rolls this cluster back by itself)"}

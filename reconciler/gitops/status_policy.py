@@ -37,6 +37,8 @@ class SnapshotKey:
     firmware_phase: str | None = None
     #: the version the promotion gate holds (SPEC 10)
     held_version: str | None = None
+    #: the version this cluster runs that its upstream rolled back (SPEC 10; reported only)
+    upstream_rolled_back: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -72,6 +74,8 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
         if _mapping(snapshot.get("firmware")).get("phase") != "Idle" else None,
         held_version=_str_or_none(
             _mapping(_mapping(snapshot.get("promotion")).get("held")).get("version")),
+        upstream_rolled_back=_str_or_none(_mapping(_mapping(snapshot.get("promotion")).get(
+            "upstreamRolledBack")).get("version")),
     )
 
 

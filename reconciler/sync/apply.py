@@ -8,6 +8,7 @@ from typing import Any
 
 from reconciler.clock import Clock
 from reconciler.firmware.status_view import firmware_snapshot
+from reconciler.fleet.promotion import payload_version, upstream_rolled_back
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.status_policy import build_snapshot
 from reconciler.kube.api import JSON, KubeApi
@@ -60,6 +61,7 @@ class CommitShell:
             self.record.handled_commit = view.head
             return
         live = view.live.obj if view.live is not None else None
+        self.record.upstream_rolled_back = _upstream_rolled_back(view)
         if isinstance(outcome, Held):
             self.hold(view, outcome, live)
             self.record.handled_commit = view.head
@@ -166,13 +168,27 @@ class CommitShell:
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
                                   firmware=firmware_section(firmware),
-                                  promotion={"held": self.record.held}
-                                  if self.record.held is not None else None)
+                                  promotion=self._promotion_section())
         self.repo.status.offer(snapshot)
+
+    def _promotion_section(self) -> dict[str, Any] | None:
+        section: dict[str, Any] = {}
+        if self.record.held is not None:
+            section["held"] = self.record.held
+        if self.record.upstream_rolled_back is not None:
+            section["upstreamRolledBack"] = self.record.upstream_rolled_back
+        return section or None
 
     def _log_warnings(self, warnings: tuple[Finding, ...]) -> None:
         for warning in warnings:
             log.info("%s: %s:%d: %s", self.cluster, warning.file, warning.line, warning.message)
+
+
+def _upstream_rolled_back(view: CommitView) -> dict[str, Any] | None:
+    gate = view.promotion
+    if gate is None or gate.error is not None or view.live is None:
+        return None
+    return upstream_rolled_back(gate.upstream, gate.snapshot, payload_version(view.live.obj))
 
 
 def firmware_section(firmware: Any) -> dict[str, Any] | None:

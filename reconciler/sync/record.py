@@ -40,3 +40,5 @@ class SyncRecord:
     held: dict[str, Any] | None = None
     #: wall-clock seconds at which the held head is judged again (None: none scheduled)
     recheck_at: float | None = None
+    #: the upstream rolled back the version this cluster runs (``promotion.upstreamRolledBack``)
+    upstream_rolled_back: dict[str, Any] | None = None

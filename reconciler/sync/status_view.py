@@ -53,6 +53,8 @@ class StatusReport:
     firmware: dict[str, Any] | None = None
     #: the change the promotion gate holds (SPEC 10)
     held: dict[str, Any] | None = None
+    #: the upstream rolled back the version this cluster runs (SPEC 10)
+    upstream_rolled_back: dict[str, Any] | None = None
     busy_nodes: dict[str, list[str]] = field(default_factory=dict)
     unavailable_nodes: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
@@ -148,6 +150,8 @@ def report(snapshot: Mapping[str, Any], *, now: float,
         rejection=dict(_mapping(snapshot.get("rejection"))) or None,
         firmware=dict(firmware) if firmware else None,
         held=dict(_mapping(_mapping(snapshot.get("promotion")).get("held"))) or None,
+        upstream_rolled_back=dict(_mapping(_mapping(snapshot.get("promotion")).get(
+            "upstreamRolledBack"))) or None,
         busy_nodes={k: list(v) for k, v in _mapping(_mapping(nodes).get("busy")).items()},
         unavailable_nodes=dict(_mapping(_mapping(nodes).get("unavailable"))),
         source=dict(_mapping(snapshot.get("git"))),
@@ -201,6 +205,9 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
     elif active and message and not any(message in line for line in out) and (
             "busy" in message or "unavailable" in message or "waiting" in message):
         out.append(message)
+    rolled = _mapping(report.upstream_rolled_back)
+    if rolled:
+        out.append(f"a person: {rolled.get('message')}; decide whether to roll back here too")
     if report.held:
         out.append(f"the promotion gate: {report.held.get('version')} waits for "
                    f"{report.held.get('upstream')} ({report.held.get('reason')})")

@@ -66,3 +66,22 @@ def test_the_gate_holds_and_names_the_upstream_state(snapshot: dict[str, Any] | 
     verdict = gate(snapshot)
     assert not verdict.allowed and verdict.earliest is None
     assert said in verdict.reason, verdict.reason
+
+
+def test_an_upstream_rollback_after_the_promotion_is_reported_not_acted_on() -> None:
+    from reconciler.fleet.promotion import upstream_rolled_back
+    from reconciler.gitops.status_policy import snapshot_key
+    from reconciler.sync.status_view import report
+
+    rolled = upstream(result="RolledBack", runs="2.32.0.6")
+    note = upstream_rolled_back("lab-10", rolled, "2.33.0.9-amd64")
+    assert note is not None and note["version"] == "2.33.0.9-amd64"
+    assert note["message"].startswith(f"upstream lab-10 rolled 2.33.0.9-amd64 back at {FINISHED}")
+    assert upstream_rolled_back("lab-10", rolled, "2.32.0.6") is None  # not what runs here
+    assert upstream_rolled_back("lab-10", upstream(), "2.33.0.9") is None  # completed there
+    snap = {"cluster": "prod-100", "upgradeStatus": {"phase": "Idling"},
+            "promotion": {"upstreamRolledBack": note}}
+    assert snapshot_key(snap).upstream_rolled_back == "2.33.0.9-amd64"  # a new state: committed
+    lines = report(snap, now=0.0).waiting_for
+    assert any(line.startswith("a person: upstream lab-10 rolled 2.33.0.9-amd64 back")
+               for line in lines), lines

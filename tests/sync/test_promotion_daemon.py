@@ -13,6 +13,7 @@ import pytest
 
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
+from reconciler.policy.validation import validate_status_snapshot
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.timefmt import format_seconds
@@ -27,7 +28,7 @@ from tests.sync.conftest import (
     SyncFactory,
     policy,
 )
-from tests.sync.helpers import driver, source_commit, status_file, subjects
+from tests.sync.helpers import driver, file_at_head, source_commit, status_file, subjects
 
 pytestmark = pytest.mark.cluster
 SOAK = 10
@@ -77,6 +78,8 @@ def test_a_held_change_is_applied_by_itself_once_the_soak_passed(
         "held"), timeout=SOAK, what="the hold in Git")
     assert held["version"] == NEW and held["upstream"] == "lab-1"
     assert held["earliest"] == format_seconds(finished + SOAK)
+    text = file_at_head(policy_remote, "status/prod-a.yaml")
+    assert validate_status_snapshot(text, "status/prod-a.yaml").ok
     assert driver(kube)["payload"]["version"] == OLD
     # applied without a new commit by a person, once the soak passed
     wait_for(lambda: source_commit(kube) == sha, timeout=SOAK + 20, what="the held change applied")
