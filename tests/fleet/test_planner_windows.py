@@ -7,10 +7,21 @@ The world's clock starts at 2026-01-01T00:00:00Z (``EPOCH``); the window opens d
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
 from reconciler.fleet.windows import WindowCalendar
+from reconciler.rollout.simulator import SimConfig, simulate
 from tests.rollout.world import OLD_REV, World, deletions, policy, steps
 
 HOUR = 3600.0
+
+
+def at_utc(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
 EPOCH = 1767225600.0  # 2026-01-01T00:00:00Z
 
 
@@ -125,3 +136,32 @@ def test_a_calendar_that_failed_to_parse_starts_nothing() -> None:
     w.settle(0)
     assert deletions(w.plan(HOUR)) == []
     assert "Mars/Olympus" in w.inner["message"]
+
+
+POLICY_DRIVER = {
+    "payload": {"registry": "reg.local/metax", "name": "driver-image", "version": "2.33.0.9"},
+    "upgradePolicy": {"enableRollout": True, "maxParallel": 2, "maxUnavailable": 1,
+                      "maxFailureThreshold": 1, "fallback": "pause",
+                      "upgradeSteps": [{"replicas": 3, "pauseDuration": 1000},
+                                       {"replicas": "100%", "pauseDuration": 0}]},
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=hs.integers(min_value=0, max_value=14 * 24 * 3600),
+       hour=hs.integers(min_value=0, max_value=23),
+       minutes=hs.sampled_from(["10m", "45m", "2h"]),
+       zone=hs.sampled_from(["UTC", "Europe/Berlin", "Asia/Shanghai", "America/New_York"]))
+def test_every_fresh_start_of_a_simulated_rollout_is_inside_a_window(
+        start: int, hour: int, minutes: str, zone: str) -> None:
+    calendar = WindowCalendar.from_config(
+        {"timezone": zone, "allow": [{"schedule": f"0 {hour} * * *", "duration": minutes}],
+         "deny": [{"from": "2026-03-29T00:00:00Z", "until": "2026-03-30T00:00:00Z"}]})
+    origin = at_utc("2026-03-20T00:00:00") + start
+    result = simulate(POLICY_DRIVER, SimConfig(
+        nodes=7, from_version="2.32.0.6", install_seconds=300, until=30 * 24 * 3600,
+        start=origin, windows=calendar))
+    starts = [e.t for e in result.events if e.type == "NodeUpgradeStarted"]
+    assert len(starts) == 7 and result.completed
+    for t in starts:
+        assert calendar.is_open(origin + t), (t, calendar)
