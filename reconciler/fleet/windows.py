@@ -36,7 +36,7 @@ from reconciler.timefmt import format_time
 MAX_WINDOW = 7 * 24 * 3600.0
 MAX_SCHEDULE = 128
 #: open periods chained into one (windows that touch or overlap) before giving up
-_CHAIN_LIMIT = 1000
+_CHAIN_LIMIT = 200
 #: how far ahead ``next_open`` looks (cronsim itself looks 50 years ahead for one match)
 HORIZON = 5 * 366 * 24 * 3600.0
 _MINUTE = timedelta(minutes=1)

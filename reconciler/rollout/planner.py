@@ -739,11 +739,9 @@ class _Planner:
         """Fresh starts only inside a maintenance window (SPEC 10); when closed, the step
         message says when the next one opens and the planner wakes then."""
         calendar = self.snap.windows
-        if calendar is None:
-            return True
+        if calendar is None or calendar.is_open(self.now):
+            return True  # (is_open is cheap; only a closed calendar looks ahead)
         verdict = calendar.verdict(self.now)
-        if verdict.open:
-            return True
         self._set(step_message=verdict.describe())
         if verdict.until is not None:
             self.requeue.append(verdict.until)

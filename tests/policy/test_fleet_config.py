@@ -149,3 +149,28 @@ def test_the_repository_example_config_is_valid() -> None:
     root = Path(__file__).resolve().parents[2] / "examples-repo"
     result = validate_repo_config((root / "reconciler.yaml").read_text(), "reconciler.yaml")
     assert result.ok, result.findings
+
+
+def test_hostile_windows_sections_end_with_located_errors(tmp_path: Path) -> None:
+    """Every allow and deny entry the schema allows, with expensive or broken cron expressions,
+    odd zone names and out-of-range times: the child ends, bounded, and locates each error."""
+    heavy = ",".join(f"{m}" for m in range(0, 60, 2))[:120]
+    allow = "".join(
+        f"    - {{schedule: '{expr}', duration: 1m}}\n" for expr in
+        [f"{heavy} * * * *", "0 0 * 2 MON#5", "\u00a0* * * * *", "0 0 31 2 *", "*/0 * * * *",
+         "0 0 L-40 * *", "0 0 ? ? ?", "99999999999999999999 * * * *"] * 8)
+    deny = "".join(
+        f"    - {{from: '{a}', until: '{b}'}}\n" for a, b in
+        [("9999-12-31T23:59:59+14:00", "9999-12-31T23:59:59-14:00"),
+         ("0001-01-01T00:00:00+14:00", "0001-01-01T00:00:01Z"),
+         ("2026-13-01T00:00:00Z", "2026-12-01T00:00:00Z")] * 85)
+    (tmp_path / "reconciler.yaml").write_text(
+        "windows:\n  timezone: 'Etc/GMT+99'\n  allow:\n" + allow + "  deny:\n" + deny)
+    done = validate_bounded(tmp_path, "reconciler.yaml", timeout=120)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines and all(line.startswith("reconciler.yaml:") for line in lines)
+    assert "reconciler.yaml:2:13: error: windows.timezone: unknown time zone 'Etc/GMT+99'" in (
+        done.stdout)
+    assert "[windows-schedule]" in done.stdout and "[windows-time]" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
