@@ -138,3 +138,18 @@ def upstream_rolled_back(upstream: str, snapshot: Mapping[str, Any] | None,
             "message": f"upstream {upstream} rolled {running} back at "
                        f"{record.get('finishedAt')}; this cluster still runs it (a rollback "
                        "upstream never rolls this cluster back by itself)"}
+
+
+def promotion_candidate(upstream: str, snapshot: Mapping[str, Any] | None, file_version: str | None,
+                        *, soak: float, now: float) -> tuple[str | None, float | None]:
+    """``branch`` mode (SPEC 10): the version the upstream completed that this cluster's policy
+    does not name yet, when the gate allows it now (else None), and when to look again (the
+    earliest time the gate can pass, None: not by time alone)."""
+    record = _mapping(_mapping(snapshot).get("lastRollout"))
+    version = record.get("version")
+    if record.get("result") != "Completed" or not isinstance(version, str) or not version:
+        return None, None
+    if file_version is not None and same_version(file_version, version):
+        return None, None
+    verdict = promotion_gate(upstream, snapshot, version, soak=soak, now=now)
+    return (version, None) if verdict.allowed else (None, verdict.earliest)

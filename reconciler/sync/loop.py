@@ -300,8 +300,8 @@ class ClusterSync:
                 restored = self.baseline.restore(self._current_live())
                 if restored is not None:
                     self.record.applied_commit = restored
-        hold_due = (self.record.held is not None and self._hold_at is not None
-                    and self.monotonic() >= self._hold_at)
+        hold_due = (self._hold_at is not None and self.monotonic() >= self._hold_at
+                    and (self.record.held is not None or self.record.recheck_at is not None))
         if head is not None and (resync or hold_due or head != self.record.handled_commit):
             self._sync_commit(head, seen_at)
         live = self._current_live()
@@ -312,7 +312,7 @@ class ClusterSync:
         """When a change the promotion gate holds is judged again (monotonic): at the earliest
         time it can pass, and at least every ``HOLD_RECHECK`` seconds (the upstream's snapshot
         may change on a status branch, which brings no new policy head)."""
-        if self.record.held is None:
+        if self.record.held is None and self.record.recheck_at is None:
             return None
         at = self.monotonic() + HOLD_RECHECK
         if self.record.recheck_at is not None:

@@ -42,3 +42,5 @@ class SyncRecord:
     recheck_at: float | None = None
     #: the upstream rolled back the version this cluster runs (``promotion.upstreamRolledBack``)
     upstream_rolled_back: dict[str, Any] | None = None
+    #: ``promote/<cluster>/<version>`` branches pushed (or found) in ``mode: branch``
+    promoted: set[str] = field(default_factory=set)

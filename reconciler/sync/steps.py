@@ -272,6 +272,13 @@ def plan_commit(view: CommitView, steps: tuple[Step, ...] = SYNC_STEPS) -> Outco
     return Accepted(_need(progress.plan))
 
 
+def policy_document(view: CommitView) -> PolicyDocument | None:
+    """The cluster's ClusterOperator document of the commit, when exactly one file has it."""
+    candidates = [doc for doc in map(_cluster_operator_document, view.files or ())
+                  if doc is not None]
+    return candidates[0] if len(candidates) == 1 else None
+
+
 def _cluster_operator_document(policy: PolicyFile) -> PolicyDocument | None:
     obj = parse_only(policy.data, policy.path).obj
     if isinstance(obj, dict) and obj.get("kind") == "ClusterOperator":

@@ -26,6 +26,7 @@ from tests.sync.conftest import (
     Person,
     Remote,
     SyncFactory,
+    git,
     policy,
 )
 from tests.sync.helpers import driver, file_at_head, source_commit, status_file, subjects
@@ -119,3 +120,37 @@ def test_a_sync_restarted_while_a_change_is_held_applies_it_exactly_once(
     time.sleep(1.5)  # later passes (status commits, rechecks) apply nothing again
     assert [commit for commit, _ in second.stats.applies].count(sha) == 1
     assert second.record.held is None
+
+
+def test_branch_mode_pushes_a_promotion_branch_once_the_version_passes_upstream(
+    kube: KubeApi, small_fleet: Fleet, policy_remote: Remote, alice: Person,
+    make_sync: SyncFactory,
+) -> None:
+    seed = policy_remote.head()
+    sync = make_sync(policy_remote.url)
+    wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+    alice.pull()
+    finished = float(int(time.time()))
+    soak = 4
+    config = REPO_CONFIG + ("clusters:\n  prod-a:\n    promotion: "
+                            f"{{after: lab-1, soak: {soak}s, mode: branch}}\n")
+    sha = alice.commit_and_push("prod-a follows lab-1 by promotion branches", {
+        "reconciler.yaml": config, "status/lab-1.yaml": lab_snapshot(finished)})
+    sync.trigger()
+    wait_for(lambda: sync.record.handled_source == sha, timeout=20, what="the commit judged")
+    branch = f"promote/prod-a/{NEW}"
+    assert branch not in git(policy_remote.path, "branch", "--list", branch), "inside the soak"
+    wait_for(lambda: branch in git(policy_remote.path, "branch", "--list", branch),
+             timeout=soak + 20, what="the promotion branch pushed")
+    assert time.time() >= finished + soak
+    promoted = policy_remote.show(f"{branch}:{POLICY_PATH}")
+    assert f"version: {NEW}   # the driver the fleet should run" in promoted  # comments kept
+    assert promoted.replace(NEW, OLD, 1).rstrip("\n") == policy().rstrip("\n")  # one line
+    assert f"version: {OLD}" in policy_remote.show(f"main:{POLICY_PATH}")  # main untouched
+    assert driver(kube)["payload"]["version"] == OLD  # nothing applied: a person merges
+    events = wait_for(lambda: _events(kube, "PromotionBranchPushed"), timeout=10,
+                      what="the Event")
+    assert any(branch in m for m in events)
+    tip = git(policy_remote.path, "rev-parse", branch)
+    time.sleep(1.5)  # later passes leave the branch alone
+    assert git(policy_remote.path, "rev-parse", branch) == tip
