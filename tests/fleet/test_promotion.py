@@ -85,3 +85,17 @@ def test_an_upstream_rollback_after_the_promotion_is_reported_not_acted_on() -> 
     lines = report(snap, now=0.0).waiting_for
     assert any(line.startswith("a person: upstream lab-10 rolled 2.33.0.9-amd64 back")
                for line in lines), lines
+
+
+def test_branch_mode_names_the_version_to_promote_and_when_to_look_again() -> None:
+    from reconciler.fleet.promotion import promotion_candidate
+
+    early, late = parse_time("2026-11-30T14:00:00Z"), parse_time("2026-12-01T03:00:00Z")
+    assert promotion_candidate("lab-10", upstream(), "2.32.0.6", soak=DAY, now=late) == (
+        "2.33.0.9", None)
+    assert promotion_candidate("lab-10", upstream(), "2.32.0.6", soak=DAY, now=early) == (
+        None, parse_time("2026-12-01T02:00:00Z"))
+    assert promotion_candidate("lab-10", upstream(), "2.33.0.9-amd64", soak=DAY, now=late) == (
+        None, None)  # already named
+    assert promotion_candidate("lab-10", upstream(result="RolledBack"), "2.32.0.6", soak=DAY,
+                               now=late) == (None, None)
