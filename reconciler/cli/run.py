@@ -45,7 +45,8 @@ def _duration(value: str | None, flag: str) -> float | None:
               help="Policy repository: a local working copy (watched) or a URL (fetched). "
                    "Needed by --role all and sync.")
 @click.option("--cluster", envvar=f"{ENV}CLUSTER", default=None, metavar="NAME",
-              help="This cluster's folder under clusters/ in the repository.")
+              help="This cluster's folder under clusters/ in the repository; with --role "
+                   "controller, the clusters.<name> sections of --repo-config to use.")
 @click.option("--branch", envvar=f"{ENV}BRANCH", default="main", show_default=True,
               help="Branch the policy is read from.")
 @click.option("--kubeconfig", envvar="KUBECONFIG", type=click.Path(dir_okay=False),
@@ -80,8 +81,8 @@ def _duration(value: str | None, flag: str) -> float | None:
                    "upgrade, so a freed slot is refilled by the pod deletion alone.")
 @click.option("--repo-config", envvar=f"{ENV}REPO_CONFIG", default=None,
               type=click.Path(exists=True, dir_okay=False),
-              help="With --role controller (no repository): a reconciler.yaml whose rollout and "
-                   "firmware sections to use.")
+              help="With --role controller (no repository): a reconciler.yaml whose rollout, "
+                   "windows and firmware sections to use (per --cluster when it has its own).")
 @click.option("--controller-field-manager", envvar=f"{ENV}CONTROLLER_FIELD_MANAGER",
               default="gpu-rollout-controller", show_default=True,
               help="Field manager whose spec changes are the rollout's own (written back to "
@@ -286,6 +287,7 @@ def _serve(s: _Settings) -> int:
                                      cordon_ahead=bool(o["cordon_ahead"])),
             is_leader=leader.is_leader,
             health=_health_feeder(s, sync, metrics),
+            windows=_windows(o, sync),
         )
         controller.start()
         shutdown.on_shutdown("rollout controller", controller.stop)
@@ -447,6 +449,23 @@ def _firmware_settings(o: dict[str, Any], sync: Any) -> Any:
         return FirmwareSettings()
 
 
+def _windows(o: dict[str, Any], sync: Any) -> Callable[[], Any]:
+    """The cluster's maintenance windows (``windows`` or ``clusters.<cluster>.windows``): from
+    the commit the sync read last, else from reconciler.yaml at start or --repo-config; each
+    file's calendar is built once."""
+    built: dict[int, Any] = {}
+
+    def current() -> Any:
+        config = getattr(sync, "config_file", None) or _repo_config(o, sync)
+        key = id(config)
+        if key not in built:
+            built.clear()
+            built[key] = (config, config.windows_for(o["cluster"]))
+        return built[key][1]
+
+    return current
+
+
 def _ready_timeout(s: _Settings, sync: Any) -> float:
     """The flag, else ``rollout.readyTimeout`` of reconciler.yaml at the branch head, else
     10 minutes."""
@@ -456,7 +475,7 @@ def _ready_timeout(s: _Settings, sync: Any) -> float:
     if config.ready_timeout_error is not None:
         log.warning("reconciler.yaml rollout.readyTimeout unusable (%s); using 10m",
                     config.ready_timeout_error)
-    return config.ready_timeout
+    return config.ready_timeout_for(s.options["cluster"])
 
 
 class _Leadership:

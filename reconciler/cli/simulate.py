@@ -23,6 +23,7 @@ from reconciler.health.checks import HealthConfig
 from reconciler.health.section import read_health
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
+from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.policy.validation import parse_only, validate_document
 from reconciler.rollout.model import PlannerSettings
@@ -39,7 +40,7 @@ from reconciler.rollout.simulator import (
     simulate as run_simulation,
 )
 from reconciler.sim.faults import GPU_FAULTS
-from reconciler.timefmt import LATEST_TIME
+from reconciler.timefmt import EARLIEST_TIME, LATEST_TIME, format_time
 
 _HEADER = (
     "apiVersion: gpu.metax-tech.com/v1alpha1\nkind: ClusterOperator\n"
@@ -185,6 +186,40 @@ def load_faults(path: Path | None, nodes: int,
     return faults
 
 
+def _start(text: str | None) -> float:
+    if text is None:
+        return EPOCH
+    from datetime import UTC
+
+    from reconciler.fleet.windows import parse_instant
+
+    try:
+        start = parse_instant(text.strip(), UTC)
+    except (ValueError, OverflowError):
+        _fail(f"--start: expected an RFC 3339 time like '2026-12-01T18:00:00+08:00', got "
+              f"{text[:80]!r}")
+    if not EARLIEST_TIME < start < LATEST_TIME:
+        _fail(f"--start: {text[:80]!r} is outside the years 1 to 9999")
+    return start
+
+
+def load_repo_config(path: Path | None) -> RepoConfigFile | None:
+    """``--repo-config``, validated like ``reconciler validate reconciler.yaml``: a link, an
+    oversized file or a located error exits 2."""
+    if path is None:
+        return None
+    try:
+        data = read_bounded(path)
+    except FileRefused as refused:
+        _fail(f"cannot read --repo-config {path}: {refused.reason}")
+    result = validate_document(data, str(path), kind="repo-config")
+    if not result.ok:
+        _fail("--repo-config is not valid:\n" + "\n".join(
+            f"{f.file}:{f.line}:{f.column}: {f.severity}: {f.message} [{f.rule}]"
+            for f in result.errors))
+    return RepoConfigFile.from_data(result.obj or {})
+
+
 def load_health(path: Path | None, cluster: str | None) -> HealthConfig | None:
     """The ``health`` section of ``--repo-config`` that applies to ``--cluster`` (validated
     like ``reconciler validate``; a section that does not validate exits 2, located)."""
@@ -230,8 +265,15 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
         f"policy: {len(policy.steps)} steps, maxParallel {policy.max_parallel}, maxUnavailable "
         f"{policy.max_unavailable} ({policy.resolved_max_unavailable(n)} nodes), "
         f"maxFailureThreshold {policy.max_failure_threshold}, fallback {policy.fallback}",
-        "",
     ]
+    if config.start != EPOCH or config.windows is not None:
+        windows = config.windows
+        lines.append(f"start {format_time(config.start)}; " + (
+            "no maintenance windows" if windows is None else
+            f"maintenance windows in {windows.timezone}: {len(windows.allow)} allow, "
+            f"{len(windows.deny)} deny" + (f" (unusable: {windows.error})"
+                                            if windows.error else "")))
+    lines.append("")
     started: dict[int, float] = {}
     done: dict[int, float] = {}
     left: dict[int, float] = {}
@@ -286,7 +328,9 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
         "",
         f"result: {outcome}; "
         + ("predicted total" if result.completed else "elapsed")
-        + f" {_clock(result.duration_seconds)} ({result.duration_seconds:g} s)",
+        + f" {_clock(result.duration_seconds)} ({result.duration_seconds:g} s)"
+        + (f", ending {format_time(config.start + result.duration_seconds)}"
+           if config.start != EPOCH or config.windows is not None else ""),
         f"phase {result.final.get('phase')}, step {status.get('currentStepIndex')} "
         f"{status.get('currentStepState')}, {status.get('totalUpgradeReadyReplicas')}/"
         f"{status.get('totalUpgradeReplicas')} nodes on the new version, max in flight "
@@ -314,11 +358,16 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
               show_default=True,
               help="Bound on virtual time, seconds (at most the end of year 9999, the last "
                    "instant a status can record).")
-@click.option("--ready-timeout", type=FiniteFloat(0, min_open=True), default=600.0,
-              show_default=True, help="readyTimeout of the reconciler, seconds.")
+@click.option("--ready-timeout", type=FiniteFloat(0, min_open=True), default=None,
+              help="readyTimeout of the reconciler, seconds [rollout.readyTimeout of "
+                   "--repo-config; 600].")
+@click.option("--start", "start_text", default=None, metavar="TIME",
+              help="The wall-clock time the rollout starts (RFC 3339, e.g. "
+                   "2026-12-01T18:00:00+08:00) [2026-01-01T00:00:00Z]; maintenance windows "
+                   "are read from there.")
 @click.option("--repo-config", "repo_config", type=click.Path(path_type=Path), default=None,
-              help="A reconciler.yaml whose health section (SPEC 9) the simulated cluster "
-                   "uses (clusters.<--cluster>.health where it has its own).")
+              help="A reconciler.yaml whose rollout, windows and health sections the simulated "
+                   "cluster uses (clusters.<--cluster> where it has its own).")
 @click.option("--cluster", default=None, metavar="NAME",
               help="The simulated cluster's name, for the clusters.<NAME> sections of "
                    "--repo-config.")
@@ -341,7 +390,8 @@ def simulate(
     install_seconds: float,
     auto_confirm: float | None,
     until: float,
-    ready_timeout: float,
+    ready_timeout: float | None,
+    start_text: str | None,
     repo_config: Path | None,
     cluster: str | None,
     scrape_delay: float,
@@ -362,17 +412,24 @@ def simulate(
     ).image:
         click.echo(printable(f"note: {from_version} and {payload.get('version')} name the "
                              "same image; no rollout starts"), err=True)
+    start = _start(start_text)
+    settings = load_repo_config(repo_config)
+    if ready_timeout is None:
+        ready_timeout = settings.ready_timeout_for(cluster) if settings else 600.0
+    windows = settings.windows_for(cluster) if settings else None
     config = SimConfig(
         nodes=nodes,
         from_version=from_version,
         install_seconds=install_seconds,
         auto_confirm=auto_confirm,
-        until=until,
+        until=min(until, LATEST_TIME - start),
         faults=faults,
         settings=PlannerSettings(ready_timeout=ready_timeout, cordon_ahead=cordon_ahead),
         health=health,
         gpu_faults=gpu_faults,
         scrape_delay=scrape_delay,
+        start=start,
+        windows=windows,
     )
     result = run_simulation(driver, config)
     if html_file is not None:

@@ -19,6 +19,7 @@ import click
 
 from reconciler.files import FileRefused, link_refusal, printable, read_bounded, unsafe
 from reconciler.firmware.preflight import firmware_preflight_rule
+from reconciler.fleet.promotion import promotion_rule
 from reconciler.policy.document import Location, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
@@ -47,6 +48,11 @@ class Job:
     refused: FileRefused | None = None
     #: findings about the job's inputs (its cluster's status snapshot cannot be read)
     notes: tuple[Finding, ...] = ()
+    #: repo-config: the repository's cluster folders (the known upstreams of promotion.after)
+    known_clusters: tuple[str, ...] | None = None
+    #: --against with clusters.<cluster>.promotion: (upstream, soak seconds, the upstream's
+    #: snapshot at the ref, now) for the promotion gate
+    promotion: tuple[str, float, Mapping[str, Any] | None, float] | None = None
 
 
 def _lexical(path: Path) -> Path:
@@ -83,6 +89,16 @@ class Repository:
         if rel is None or rel.parts[: len(prefix)] != prefix or len(rel.parts) < len(prefix) + 2:
             return None
         return rel.parts[len(prefix)]
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """The cluster folders (links included: the daemon refuses them, but they name a
+        cluster)."""
+        clusters = self.root / self.config.clusters_dir
+        if clusters.is_symlink() or not clusters.is_dir():
+            return ()
+        return tuple(sorted(entry.name for entry in clusters.iterdir()
+                            if not entry.name.startswith(".")
+                            and (entry.is_dir() or entry.is_symlink())))
 
     def link_above(self, path: Path) -> FileRefused | None:
         """A symbolic link among the folders between the root and ``path`` (the daemon sees
@@ -229,10 +245,11 @@ class GitState:
             return None
         return self.reader.read(PurePosixPath(rel.as_posix()), ref)
 
-    def snapshot(self, cluster: str, notes: list[Finding]) -> Mapping[str, Any] | None:
+    def snapshot(self, cluster: str, notes: list[Finding], *, working_tree: bool = True
+                 ) -> Mapping[str, Any] | None:
         """The cluster's last status snapshot: on the status branch when one is configured (the
-        remote-tracking one next to the ref first), else at the ref; else the working tree's.
-        One that cannot be read adds a finding to ``notes``."""
+        remote-tracking one next to the ref first), else at the ref; else (``working_tree``)
+        the working tree's. One that cannot be read adds a finding to ``notes``."""
         path = self.repo.root / self.repo.config.status_file(cluster)
         refs: list[str | None] = [None]
         branch = self.repo.config.status_branch
@@ -245,7 +262,7 @@ class GitState:
                 data = self.read(path, ref)
                 if data is not None:
                     break
-            if data is None and os.path.lexists(path):
+            if data is None and working_tree and os.path.lexists(path):
                 data = read_bounded(path)
         except FileRefused as refused:
             notes.append(_refused_finding(refused, _shown(path)))
@@ -303,7 +320,8 @@ def plan_jobs(repo: Repository, files: Sequence[Path], against: str | None) -> l
     for path in files:
         kind = repo.kind_of(path)
         cluster = repo.cluster_of(path) if kind == "clusteroperator" else None
-        job = Job(path, _shown(path), kind, cluster, refused=repo.link_above(path))
+        job = Job(path, _shown(path), kind, cluster, refused=repo.link_above(path),
+                  known_clusters=repo.cluster_names() if kind == "repo-config" else None)
         if state is not None and kind == "clusteroperator":
             snapshot = None
             notes: list[Finding] = []
@@ -316,9 +334,37 @@ def plan_jobs(repo: Repository, files: Sequence[Path], against: str | None) -> l
             phase, fw_phase = _phases(snapshot)
             previous = live_spec(state.previous_object(path, notes), snapshot)
             job = Job(path, job.shown, kind, cluster, previous, phase, fw_phase, snapshot,
-                      job.refused, tuple(notes))
+                      job.refused, tuple(notes),
+                      promotion=_promotion(repo, state, cluster, notes, snapshots))
         jobs.append(job)
     return jobs
+
+
+def _promotion(repo: Repository, state: GitState, cluster: str | None, notes: list[Finding],
+               snapshots: dict[str, tuple[Mapping[str, Any] | None, tuple[Finding, ...]]]
+               ) -> tuple[str, float, Mapping[str, Any] | None, float] | None:
+    """The promotion gate's inputs for ``cluster``: its ``promotion`` section (the working
+    tree's reconciler.yaml: what the merge brings) and the upstream's snapshot at the ref
+    (never the working tree's: a pull request cannot vouch for its own upstream)."""
+    if cluster is None:
+        return None
+    from reconciler import clock
+    from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
+
+    try:
+        promotion = RepoConfigFile.from_data(repo.config.raw).promotion_for(cluster)
+    except RepoConfigError:
+        return None  # validating reconciler.yaml reports it
+    if promotion is None:
+        return None
+    key = f"promotion:{promotion.after}"
+    if key not in snapshots:
+        found: list[Finding] = []
+        snapshots[key] = (state.snapshot(promotion.after, found, working_tree=False),
+                          tuple(found))
+    upstream, upstream_notes = snapshots[key]
+    notes.extend(upstream_notes)
+    return promotion.after, promotion.soak, upstream, clock.wall()
 
 
 # -- running ---------------------------------------------------------------------------------
@@ -336,9 +382,13 @@ def run_job(job: Job) -> ValidationResult:
     except FileRefused as refused:
         return ValidationResult(job.shown, [_refused_finding(refused, job.shown), *job.notes])
     extra_rules = [firmware_preflight_rule(job.snapshot)] if job.snapshot is not None else []
+    if job.promotion is not None:
+        upstream, soak, upstream_snapshot, now = job.promotion
+        extra_rules.append(promotion_rule(upstream, upstream_snapshot, soak=soak, now=now))
     result = validate_document(
         data, job.shown, previous=job.previous, phase=job.phase,
         firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
+        known_clusters=job.known_clusters,
     )
     if job.notes:
         result.findings.extend(job.notes)
@@ -474,7 +524,8 @@ FORMATTERS = {"text": format_text, "json": format_json, "github": format_github}
 @click.argument("paths", nargs=-1, metavar="[PATH]...", type=ExistingPath())
 @click.option("--against", "against", metavar="GIT_REF",
               help="Check transition rules: previous spec from this ref, rollout phase from the "
-                   "cluster's status snapshot.")
+                   "cluster's status snapshot; and the promotion gate: the upstream's status "
+                   "snapshot at this ref.")
 @click.option("--format", "output_format", type=click.Choice(list(FORMATTERS)), default="text",
               show_default=True, help="text (like a compiler), json, or github annotations.")
 def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -> None:

@@ -33,6 +33,7 @@ from reconciler.controller.worker import (
     shown_failure,
     with_failure_condition,
 )
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
@@ -87,8 +88,11 @@ class RolloutController(WatchDrivenWorker):
         workers: int = 32,
         observer: RolloutObserver | None = None,
         health: HealthFeeder | None = None,
+        windows: Callable[[], WindowCalendar | None] = lambda: None,
     ) -> None:
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
+        #: the cluster's maintenance windows as of the latest commit (SPEC 10)
+        self.windows = windows
         self.api = api
         self.target = target
         self.settings = settings or PlannerSettings()
@@ -218,6 +222,7 @@ class RolloutController(WatchDrivenWorker):
                 policy=policy,
                 status=dict(planned if planned is not None
                             else (co.get("status") or {}).get("upgradeStatus") or {}),
+                windows=self.windows(),
             )
             return snap, co
 

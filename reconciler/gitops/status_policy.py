@@ -17,12 +17,13 @@ number passed in. The rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from reconciler.gitops.commits import PHASE_TRAILER, ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
-from reconciler.names import TERMINAL_PHASES
+from reconciler.names import ACTIVE_PHASES, TERMINAL_PHASES
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,10 @@ class SnapshotKey:
     step_state: str | None
     rejected_commit: str | None = None
     firmware_phase: str | None = None
+    #: the version the promotion gate holds (SPEC 10)
+    held_version: str | None = None
+    #: the version this cluster runs that its upstream rolled back (SPEC 10; reported only)
+    upstream_rolled_back: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -46,7 +51,7 @@ class SnapshotKey:
         return self.terminal or (
             self.rejected_commit is not None
             and (committed is None or committed.rejected_commit != self.rejected_commit)
-        )
+        ) or (committed is not None and committed.held_version != self.held_version)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -65,6 +70,10 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
         # no firmware section and an idle one say the same: no commit for that alone
         firmware_phase=_str_or_none(_mapping(snapshot.get("firmware")).get("phase") or None)
         if _mapping(snapshot.get("firmware")).get("phase") != "Idle" else None,
+        held_version=_str_or_none(
+            _mapping(_mapping(snapshot.get("promotion")).get("held")).get("version")),
+        upstream_rolled_back=_str_or_none(_mapping(_mapping(snapshot.get("promotion")).get(
+            "upstreamRolledBack")).get("version")),
     )
 
 
@@ -186,6 +195,9 @@ def describe(snapshot: Mapping[str, Any]) -> str:
         what = f"{key.phase} {state or ''}".strip()
     if key.firmware_phase and key.firmware_phase != "Idle":
         what += f"; firmware {key.firmware_phase}"
+    if key.held_version:
+        upstream = _mapping(_mapping(snapshot.get("promotion")).get("held")).get("upstream")
+        what += f"; {key.held_version} held by promotion gate (after {upstream})"
     return f"status({cluster}): {what}"
 
 
@@ -220,6 +232,7 @@ def build_snapshot(
     source_commit: str | None,
     rejection: Mapping[str, Any] | None = None,
     firmware: Mapping[str, Any] | None = None,
+    promotion: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A status snapshot (``schemas/status-snapshot.schema.json``, without ``cluster`` and
     ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object."""
@@ -235,7 +248,61 @@ def build_snapshot(
         snapshot["rejection"] = dict(rejection)
     if firmware is not None:
         snapshot["firmware"] = dict(firmware)
+    if promotion is not None:
+        snapshot["promotion"] = dict(promotion)
     return snapshot
+
+
+# -- the completion record (SPEC 10) ----------------------------------------------------------
+
+_ROLLED_BACK_VERSION = re.compile(r"^driver (\S+) rolled back to ")
+
+
+def rollout_version(upgrade: Mapping[str, Any]) -> str | None:
+    """The driver version an active rollout (or its rollback) is about: the applied payload."""
+    if upgrade.get("phase") not in ACTIVE_PHASES:
+        return None
+    payload = _mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload"))
+    version = payload.get("version")
+    return str(version) if version else None
+
+
+def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None, *,
+                 active_version: str | None, now_text: str) -> dict[str, Any] | None:
+    """``lastRollout`` of a snapshot whose ``upgradeStatus`` is ``upgrade``: ``previous`` (the
+    record the last snapshot carried) until a rollout ends, then that rollout's. A record
+    equal in version and result to ``previous`` keeps its ``finishedAt``: later snapshots never
+    move it. ``active_version``: the version the last active snapshot was rolling out (the
+    status of a finished rollback names the version it went back to)."""
+    step = _mapping(upgrade.get("status"))
+    if upgrade.get("phase") not in TERMINAL_PHASES or step.get("currentStepState") != "Completed":
+        return dict(previous) if previous else None
+    rolled_back = _condition(upgrade, "RolledBack")
+    if rolled_back is not None and rolled_back.get("status") == "True":
+        result = "RolledBack"
+        named = _ROLLED_BACK_VERSION.match(str(rolled_back.get("message") or ""))
+        version = active_version or (named.group(1) if named else None)
+        ended = rolled_back.get("lastTransitionTime")
+    else:
+        result = "Completed"
+        payload = _mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload"))
+        version = str(payload["version"]) if payload.get("version") else None
+        progressing = _condition(upgrade, "Progressing")
+        ended = (progressing or {}).get("lastTransitionTime") if (progressing or {}).get(
+            "reason") == "RolloutCompleted" else None
+    if not version:
+        return dict(previous) if previous else None
+    if previous and previous.get("version") == version and previous.get("result") == result:
+        return dict(previous)
+    finished = ended or step.get("lastUpdateTime") or now_text
+    return {"version": version, "result": result, "finishedAt": str(finished)}
+
+
+def _condition(upgrade: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    for condition in upgrade.get("condition") or ():
+        if _mapping(condition).get("type") == ctype:
+            return _mapping(condition)
+    return None
 
 
 def trailers(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -50,20 +50,34 @@ class StatusWriter:
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
+        #: the completion record the newest snapshot carries (SPEC 10), and the version the
+        #: last active snapshot was rolling out
+        self._last_rollout: Mapping[str, Any] | None = None
+        self._active_version: str | None = None
         self._state = WriterState(committed_key=self._committed_key())
 
     def _committed_key(self) -> status_policy.SnapshotKey | None:
         """The newest state this cluster has in Git, counting our own not yet pushed changes."""
+        existing = self._newest_snapshot()
+        if existing is None:
+            return None
+        record = existing.get("lastRollout")
+        self._last_rollout = record if isinstance(record, Mapping) else None
+        upgrade = existing.get("upgradeStatus")
+        if isinstance(upgrade, Mapping):
+            self._active_version = status_policy.rollout_version(upgrade)
+        return status_policy.snapshot_key(existing)
+
+    def _newest_snapshot(self) -> Mapping[str, Any] | None:
         for change in reversed(self.publisher.pending()):
             if change.kind == "status" and change.path == self.path and change.snapshot:
-                return status_policy.snapshot_key(change.snapshot)
+                return change.snapshot
         try:
             self.publisher.mirror.fetch()
         except RemoteUnavailable as exc:
             log.warning("reading the last status from the mirror: %s", exc)
         head = self.publisher.mirror.head(self.publisher.branch)
-        existing = parse_status(self.publisher.mirror.read_file(head, self.path)) if head else None
-        return status_policy.snapshot_key(existing) if existing is not None else None
+        return parse_status(self.publisher.mirror.read_file(head, self.path)) if head else None
 
     @property
     def state(self) -> WriterState:
@@ -75,6 +89,16 @@ class StatusWriter:
         now = self._clock()
         full = {"cluster": self.cluster, "observedAt": rfc3339(now), **snapshot}
         with self._cond:
+            upgrade = snapshot.get("upgradeStatus")
+            upgrade = upgrade if isinstance(upgrade, Mapping) else {}
+            record = status_policy.last_rollout(
+                upgrade, self._last_rollout, active_version=self._active_version,
+                now_text=full["observedAt"])
+            self._active_version = status_policy.rollout_version(upgrade) or (
+                self._active_version if record == self._last_rollout else None)
+            self._last_rollout = record
+            if record is not None:
+                full["lastRollout"] = record
             self._state = status_policy.observe(self._state, full, now)
             self._cond.notify_all()
 

@@ -20,11 +20,17 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from reconciler.fieldpath import section
 
+if TYPE_CHECKING:
+    from reconciler.fleet.windows import WindowCalendar
+
 CONFIG_FILE = "reconciler.yaml"
+#: the sections ``clusters.<name>`` may replace as a whole (SPEC 10; promotion lives only there)
+CLUSTER_SECTIONS = ("rollout", "health", "windows", "promotion")
+PROMOTION_MODES = ("hold", "branch", "auto")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -139,6 +145,16 @@ class RepoConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Promotion:
+    """``clusters.<name>.promotion``: a payload reaches the cluster only after ``after``
+    completed it at least ``soak`` seconds ago and still runs it."""
+
+    after: str
+    soak: float = 0.0
+    mode: Literal["hold", "branch", "auto"] = "hold"
+
+
+@dataclass(frozen=True, slots=True)
 class RepoConfigFile:
     """``reconciler.yaml`` of one commit, parsed once; each reader takes what it needs."""
 
@@ -180,6 +196,59 @@ class RepoConfigFile:
             assert self.error is not None
             raise self.error
         return self.config
+
+    # -- per-cluster sections (SPEC 10) --------------------------------------------------
+
+    def section_for(self, key: str, cluster: str | None) -> tuple[str, Any]:
+        """``clusters.<cluster>.<key>`` when that cluster has it, else the repository-wide
+        ``<key>`` (a replacement as a whole, never a deep merge), with the key's label for
+        messages; ``promotion`` exists per cluster only. (label, None) when absent."""
+        assert key in CLUSTER_SECTIONS
+        clusters = self.raw.get("clusters")
+        settings = clusters.get(cluster) if isinstance(clusters, Mapping) and cluster else None
+        if isinstance(settings, Mapping) and key in settings:
+            return f"clusters.{cluster}.{key}", settings[key]
+        if key == "promotion":
+            return f"clusters.{cluster}.{key}", None
+        return key, self.raw.get(key)
+
+    def ready_timeout_for(self, cluster: str | None) -> float:
+        """``rollout.readyTimeout`` for the cluster (an unusable value keeps the default)."""
+        return _ready_timeout_or_default(self.section_for("rollout", cluster)[1],
+                                         RepoConfig().ready_timeout)
+
+    def windows_for(self, cluster: str | None) -> WindowCalendar | None:
+        """The cluster's maintenance windows; None: no ``windows`` section (always open). A
+        section that does not validate fails closed (SPEC 9): a calendar that never opens and
+        says why."""
+        from reconciler.fleet.windows import WindowCalendar
+
+        if self.yaml_error is not None:
+            return WindowCalendar.failed(self.yaml_error)
+        label, value = self.section_for("windows", cluster)
+        if value is None:
+            return None
+        try:
+            return WindowCalendar.from_config(value, label=label)
+        except RepoConfigError as exc:
+            return WindowCalendar.failed(str(exc))
+
+    def promotion_for(self, cluster: str | None) -> Promotion | None:
+        """``clusters.<cluster>.promotion``; None when not set. Raises RepoConfigError."""
+        label, value = self.section_for("promotion", cluster)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise RepoConfigError(f"{label}: expected a mapping")
+        after = value.get("after")
+        if not isinstance(after, str) or not after:
+            raise RepoConfigError(f"{label}.after: expected the upstream cluster's name")
+        soak = parse_duration_setting(value.get("soak", 0), key=f"{label}.soak")
+        mode = value.get("mode", "hold")
+        if mode not in PROMOTION_MODES:
+            raise RepoConfigError(f"{label}.mode: expected one of hold, branch, auto, got "
+                                  f"{mode!r}")
+        return Promotion(after=after, soak=soak, mode=mode)
 
     @property
     def signature_mode(self) -> str | None:

@@ -10,11 +10,12 @@ pull-request checks call the same function offline.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from reconciler.policy.document import MAX_FILE_BYTES, ParsedDocument, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
+from reconciler.policy.fleet_rules import fleet_rules
 from reconciler.policy.health_rules import health_rules
 from reconciler.policy.rules import RuleContext, semantic_rules
 from reconciler.policy.schema import schema_findings
@@ -35,12 +36,14 @@ def validate_document(
     kind: DocumentKind = "clusteroperator",
     extra_rules: Sequence[PolicyRule] = (),
     max_bytes: int = MAX_FILE_BYTES,
+    known_clusters: Collection[str] | None = None,
 ) -> ValidationResult:
     """Validate one file's content. ``path`` only names the file in findings.
 
     ``previous`` is the object (or bare spec) the cluster runs; with ``phase`` (its
     ``status.upgradeStatus.phase``) and ``firmware_phase`` it enables the transition rules.
     ``obj`` of the result is plain dict/list data, set whenever the file parsed.
+    ``known_clusters`` (repo-config): the repository's cluster folders, for ``promotion.after``.
     """
     doc = parse_document(text, path, max_bytes=max_bytes)
     if kind == "repo-config" and [f.rule for f in doc.findings] == ["empty-document"]:
@@ -52,6 +55,7 @@ def validate_document(
     result.findings.extend(schema_findings(doc, kind))
     if kind == "repo-config":
         result.findings.extend(health_rules(doc))
+        result.findings.extend(fleet_rules(doc, known_clusters))
     if kind == "clusteroperator":
         ctx = RuleContext(doc, previous_spec_of(previous), phase, firmware_phase)
         result.findings.extend(semantic_rules(ctx))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.checks import HealthConfig, Reading
 from reconciler.names import (
     ANN_DELETED_AT as ANN_DELETED_AT,
@@ -137,6 +138,9 @@ class RolloutSnapshot:
     status: Mapping[str, Any] = field(default_factory=dict)
     #: the health gates; None: no ``health`` section (the rollout judges pods alone)
     health: HealthInput | None = None
+    #: the cluster's maintenance windows (SPEC 10; None: always open): fresh node starts
+    #: happen only when the calendar is open at the planner's ``now``
+    windows: WindowCalendar | None = None
 
 
 @dataclass(frozen=True, slots=True)

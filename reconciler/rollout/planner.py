@@ -755,6 +755,8 @@ class _Planner:
         if self.settings.cordon_ahead:
             ahead = min(need - count, parallel) if need > count else next_wave
         fresh = 0
+        if (count or ahead) and not self._window_open():
+            count = ahead = 0  # nodes cordoned ahead go back to work until the window opens
         if count or ahead:
             max_unavailable = policy.resolved_max_unavailable(self.total)
             # a retried node is in flight now, and in-flight nodes are not unavailable
@@ -772,6 +774,18 @@ class _Planner:
                         f"{max_unavailable}): no new node starts"
                     )
         self.in_flight = scan.in_flight + retried + fresh
+
+    def _window_open(self) -> bool:
+        """Fresh starts only inside a maintenance window (SPEC 10); when closed, the step
+        message says when the next one opens and the planner wakes then."""
+        calendar = self.snap.windows
+        if calendar is None or calendar.is_open(self.now):
+            return True  # (is_open is cheap; only a closed calendar looks ahead)
+        verdict = calendar.verdict(self.now)
+        self._set(step_message=verdict.describe())
+        if verdict.until is not None:
+            self.requeue.append(verdict.until)
+        return False
 
     def _advance(self, index: int, revision: str) -> bool:
         """Leave step ``index``: start the next one (True) or complete the rollout (False)."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.checks import Expectation, HealthConfig, NoSample, Reading
 from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.payload import Payload
@@ -93,6 +94,10 @@ class SimConfig:
     interventions: tuple[tuple[float, str, str], ...] = ()
     #: called after every planning call with (snapshot before, plan, actions carried out)
     observer: Callable[[RolloutSnapshot, Plan, int], None] | None = None
+    #: the wall-clock instant virtual time 0 stands for (``--start``): windows are read there
+    start: float = EPOCH
+    #: the cluster's maintenance windows (SPEC 10; None: always open)
+    windows: WindowCalendar | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +220,7 @@ class Simulation:
             payload=self.payload,
             policy=self.policy,
             status=self.status,
+            windows=self.config.windows,
         )
         if self.config.health is None:
             return snapshot
@@ -274,7 +280,7 @@ class Simulation:
             self.pod_serial[node.name] = serial
             revision = self.ds.current_revision
             pod_name = f"metax-driver-{node.name}-{serial}"
-            pod = DriverPod(pod_name, revision, created_at=EPOCH + self.t)
+            pod = DriverPod(pod_name, revision, created_at=self.config.start + self.t)
             self.nodes[node.name] = dataclasses.replace(node, pod=pod)
             self.events.append(
                 SimEvent(self.t, "NodeUpgradeStarted" if revision == self.new_revision
@@ -367,7 +373,8 @@ class Simulation:
             serial = self.pod_serial.get(name, 0) + 1
             self.pod_serial[name] = serial
             pod_name = f"metax-driver-{name}-{serial}"
-            pod = DriverPod(pod_name, self.ds.current_revision, created_at=EPOCH + self.t)
+            pod = DriverPod(pod_name, self.ds.current_revision,
+                            created_at=self.config.start + self.t)
             self.nodes[name] = RolloutNode(name=name, pod=pod)
             self._push(self.t + self.config.install_seconds, "ready", name, pod_name)
         else:
@@ -381,7 +388,7 @@ class Simulation:
         before = self._snapshot()
         if cfg.observer is not None:
             before = dataclasses.replace(before, nodes=dict(self.nodes))
-        result = plan(before, EPOCH + self.t, cfg.settings)
+        result = plan(before, self.config.start + self.t, cfg.settings)
         self.calls += 1
         crashed = self.calls in cfg.crash_calls
         count = len(result.actions)
@@ -412,7 +419,7 @@ class Simulation:
         )
         if result.requeue_at is not None:
             # timestamps carry milliseconds; never wake at the current instant again
-            at = max(round(result.requeue_at - EPOCH, 3), round(self.t + 0.001, 3))
+            at = max(round(result.requeue_at - self.config.start, 3), round(self.t + 0.001, 3))
             if at not in self.wakes:
                 self.wakes.add(at)
                 self._push(at, "wake")
@@ -429,7 +436,7 @@ class Simulation:
                 continue  # restarted at once: relist and plan again
             structural = any(not isinstance(a, _NODE_ACTIONS) for a in result.actions)
             if self.config.verify_idempotent and result.actions:
-                again = plan(self._snapshot(), EPOCH + self.t, self.config.settings)
+                again = plan(self._snapshot(), self.config.start + self.t, self.config.settings)
                 moves = [a for a in again.actions if isinstance(a, DeleteDriverPod)]
                 if moves and not structural and not result.again:
                     raise AssertionError(f"planner not idempotent at t={self.t}: {moves[:3]}")

@@ -8,6 +8,12 @@ from typing import Any
 
 from reconciler.clock import Clock
 from reconciler.firmware.status_view import firmware_snapshot
+from reconciler.fleet.promotion import (
+    payload_version,
+    promotion_candidate,
+    upstream_rolled_back,
+)
+from reconciler.gitops.edits import EditOutcome, FieldEdit, edit_policy_text
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.status_policy import build_snapshot
 from reconciler.kube.api import JSON, KubeApi
@@ -19,9 +25,10 @@ from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.events import record_event
-from reconciler.sync.outcome import Accepted, NothingToApply, Outcome, Rejected
+from reconciler.sync.outcome import Accepted, Held, NothingToApply, Outcome, Rejected
 from reconciler.sync.record import SyncRecord, SyncStats, log
-from reconciler.sync.steps import ApplyPlan
+from reconciler.sync.steps import ApplyPlan, policy_document
+from reconciler.timefmt import format_duration
 
 #: most findings kept in a status snapshot's rejection (the log and the event have them all)
 MAX_FINDINGS = 20
@@ -60,8 +67,23 @@ class CommitShell:
             self.record.handled_commit = view.head
             return
         live = view.live.obj if view.live is not None else None
+        self.record.upstream_rolled_back = _upstream_rolled_back(view)
+        if isinstance(outcome, Held):
+            self.hold(view, outcome, live)
+            self.promote_branch(view)
+            self.record.handled_commit = view.head
+            self.record.handled_source = view.source
+            return
+        held_before = self.record.held
+        self.record.held = None
+        self.record.recheck_at = None
         warnings = outcome.value.warnings if isinstance(outcome, Accepted) else outcome.warnings
         self._log_warnings(warnings)
+        if isinstance(outcome, Accepted | Held):
+            self.promote_branch(view)
+        if isinstance(outcome, Accepted) and held_before is not None:
+            log.info("%s: promotion gate open for %s: applying %s", self.cluster,
+                     held_before.get("version"), view.source[:12])
         if isinstance(outcome, Accepted):
             self.apply(view, outcome.value, seen_at=seen_at)
         else:
@@ -132,18 +154,91 @@ class CommitShell:
         if live is not None:
             self.offer_status(live)
 
+    def hold(self, view: CommitView, held: Held, live: Mapping[str, Any] | None) -> None:
+        """Nothing applied: the promotion gate holds the change (SPEC 10). The first time for
+        this commit and version: the log and an Event "held by promotion gate"; the snapshot
+        says so; the same head is judged again at ``recheck_at`` (and on every new head)."""
+        first_time = self.record.held is None or any(
+            self.record.held.get(k) != held.held.get(k) for k in ("commit", "version"))
+        self.record.held = dict(held.held)
+        self.record.recheck_at = held.recheck_at
+        if first_time:
+            log.info("%s: commit %s %s", self.cluster, view.source[:12], held.reason,
+                     extra={"cluster": self.cluster, "commit": view.source})
+            record_event(self.api, self.name, live, reason="PromotionHeld",
+                         message=f"commit {view.source[:12]} {held.reason}", clock=self.wall())
+        if live is not None:
+            self.offer_status(live)
+
     def offer_status(self, live: Mapping[str, Any]) -> None:
         """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
         status = live.get("status")
         firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
-                                  firmware=firmware_section(firmware))
+                                  firmware=firmware_section(firmware),
+                                  promotion=self._promotion_section())
         self.repo.status.offer(snapshot)
+
+    def promote_branch(self, view: CommitView) -> None:
+        """``mode: branch`` (SPEC 10): once a version the upstream completed passes the gate,
+        push ``promote/<cluster>/<version>`` with this cluster's policy naming it, on top of the
+        head, for a person to merge (once: an existing branch is left alone)."""
+        gate = view.promotion
+        document = policy_document(view)
+        if gate is None or gate.error is not None or gate.mode != "branch" or document is None:
+            return
+        version, earliest = promotion_candidate(
+            gate.upstream, gate.snapshot, payload_version(document.obj), soak=gate.soak,
+            now=self.wall())
+        if version is None:
+            if earliest is not None:
+                self.record.recheck_at = (earliest if self.record.recheck_at is None
+                                          else min(self.record.recheck_at, earliest))
+            return
+        branch = f"promote/{self.cluster}/{version}"
+        mirror = self.repo.mirror
+        if branch in self.record.promoted or mirror.head(branch) is not None:
+            self.record.promoted.add(branch)
+            return
+        edited = edit_policy_text(document.data.decode("utf-8"), [
+            FieldEdit(("spec", "driver", "payload", "version"), version)])
+        if edited.outcome is not EditOutcome.CHANGED or edited.text is None:
+            log.warning("%s: cannot write the promotion of %s into %s: %s", self.cluster,
+                        version, document.path, edited.detail)
+            self.record.promoted.add(branch)
+            return
+        message = (f"{self.cluster}: promote the driver to {version}\n\n{gate.upstream} "
+                   f"completed {version} and the promotion gate passed (soak "
+                   f"{format_duration(gate.soak)}); merge this to upgrade {self.cluster}.\n")
+        commit = mirror.create_commit(view.head, {document.path: edited.text.encode()},
+                                      message, self.repo.policy_publisher.identity)
+        mirror.push(commit, branch)
+        self.record.promoted.add(branch)
+        log.info("%s: pushed %s (%s) for a person to merge", self.cluster, branch, commit[:12])
+        record_event(self.api, self.name, view.live.obj if view.live is not None else None,
+                     reason="PromotionBranchPushed",
+                     message=f"{version} passed the promotion gate after {gate.upstream}: "
+                             f"pushed {branch} for a person to merge", clock=self.wall())
+
+    def _promotion_section(self) -> dict[str, Any] | None:
+        section: dict[str, Any] = {}
+        if self.record.held is not None:
+            section["held"] = self.record.held
+        if self.record.upstream_rolled_back is not None:
+            section["upstreamRolledBack"] = self.record.upstream_rolled_back
+        return section or None
 
     def _log_warnings(self, warnings: tuple[Finding, ...]) -> None:
         for warning in warnings:
             log.info("%s: %s:%d: %s", self.cluster, warning.file, warning.line, warning.message)
+
+
+def _upstream_rolled_back(view: CommitView) -> dict[str, Any] | None:
+    gate = view.promotion
+    if gate is None or gate.error is not None or view.live is None:
+        return None
+    return upstream_rolled_back(gate.upstream, gate.snapshot, payload_version(view.live.obj))
 
 
 def firmware_section(firmware: Any) -> dict[str, Any] | None:

@@ -91,3 +91,19 @@ class CommitView:
     files: tuple[PolicyFile, ...] | None
     #: the cluster folder or one of its files is a link, a folder or too large
     files_refused: FileRefused | None = None
+    #: ``clusters.<cluster>.promotion`` with the upstream's snapshot at the watched head
+    #: (None: no promotion section)
+    promotion: PromotionView | None = None
+    #: wall-clock seconds when the commit was read (the promotion gate's ``now``)
+    now: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PromotionView:
+    upstream: str
+    soak: float
+    mode: str
+    #: the upstream's status snapshot (None: it has none)
+    snapshot: Mapping[str, Any] | None
+    #: why ``clusters.<cluster>.promotion`` cannot be used (the commit is rejected)
+    error: str | None = None

@@ -34,6 +34,7 @@ from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER
 from reconciler.ops.metrics import Metrics
+from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.sync.apply import CommitShell
 from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import LiveObject
@@ -45,6 +46,8 @@ from reconciler.sync.steps import plan_commit
 from reconciler.trust.signatures import CommitVerifier
 
 FIRST_BACKOFF = 0.2
+#: a change the promotion gate holds is judged again at least this often (seconds)
+HOLD_RECHECK = 10.0
 MAX_BACKOFF = 10.0
 
 
@@ -107,6 +110,7 @@ class ClusterSync:
                                       stats=self.stats)
         self.rollout_metrics = (RolloutMetrics(metrics, cluster=cluster, node_counts=node_counts)
                                 if metrics is not None else None)
+        self.config_file: RepoConfigFile | None = None
         self.shell = CommitShell(
             api, self.repo, cluster=cluster, cluster_operator=cluster_operator,
             record=self.record, stats=self.stats, baseline=self.baseline, drift=self.drift,
@@ -125,6 +129,8 @@ class ClusterSync:
         self._resync = True
         # the worker's schedule (worker thread)
         self._retry_at: float | None = None
+        #: when a held change is judged again (monotonic; None: nothing held)
+        self._hold_at: float | None = None
         self._failing = False
         self._backoff = FIRST_BACKOFF
         self.watch = ListWatch(
@@ -238,6 +244,9 @@ class ClusterSync:
                 try:
                     self._pass()
                     self._retry_at = self.write_backs.take_recheck()
+                    self._hold_at = self._hold_recheck()
+                    if self._hold_at is not None:
+                        self._retry_at = min(self._retry_at or self._hold_at, self._hold_at)
                     self._failing = False
                     self._backoff = FIRST_BACKOFF
                 except (KubeError, GitOpsError) as exc:
@@ -291,11 +300,24 @@ class ClusterSync:
                 restored = self.baseline.restore(self._current_live())
                 if restored is not None:
                     self.record.applied_commit = restored
-        if head is not None and (resync or head != self.record.handled_commit):
+        hold_due = (self._hold_at is not None and self.monotonic() >= self._hold_at
+                    and (self.record.held is not None or self.record.recheck_at is not None))
+        if head is not None and (resync or hold_due or head != self.record.handled_commit):
             self._sync_commit(head, seen_at)
         live = self._current_live()
         if live is not None:
             self._cluster_changed(live)
+
+    def _hold_recheck(self) -> float | None:
+        """When a change the promotion gate holds is judged again (monotonic): at the earliest
+        time it can pass, and at least every ``HOLD_RECHECK`` seconds (the upstream's snapshot
+        may change on a status branch, which brings no new policy head)."""
+        if self.record.held is None and self.record.recheck_at is None:
+            return None
+        at = self.monotonic() + HOLD_RECHECK
+        if self.record.recheck_at is not None:
+            at = min(at, self.monotonic() + max(0.0, self.record.recheck_at - self.clock()))
+        return at
 
     def _sync_commit(self, head: str, seen_at: float) -> None:
         """Read ``head``, run the steps, act on the outcome."""
@@ -303,8 +325,11 @@ class ClusterSync:
             self.repo, head, cluster=self.cluster, cluster_operator=self.name,
             controller_manager=self.controller_manager, live=self._refresh_live(),
             baseline=self.baseline.current(), flag_mode=self.signature_mode,
-            verifier=self.verifier,
+            verifier=self.verifier, now=self.clock(),
         )
+        if view.config is not None:
+            #: the settings of the last commit read (the controller's windows, SPEC 10)
+            self.config_file = view.config
         self.shell.settle(view, plan_commit(view), seen_at=seen_at)
 
     def _cluster_changed(self, live: JSON) -> None:

@@ -12,10 +12,17 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from reconciler.gitops.edits import parse_status
 from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
-from reconciler.policy.repo_config import RepoConfigFile
-from reconciler.sync.commit_view import CommitView, LiveObject, PolicyFile, SignatureEvidence
+from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
+from reconciler.sync.commit_view import (
+    CommitView,
+    LiveObject,
+    PolicyFile,
+    PromotionView,
+    SignatureEvidence,
+)
 from reconciler.sync.steps import signature_refusal
 from reconciler.trust.signatures import CommitVerifier, effective_mode
 
@@ -36,7 +43,7 @@ def observe_commit(
     repo: PolicyRepository, head: str, *, cluster: str, cluster_operator: str,
     controller_manager: str, live: Mapping[str, Any] | None,
     baseline: Mapping[str, Any] | None, flag_mode: str | None,
-    verifier: CommitVerifier | None,
+    verifier: CommitVerifier | None, now: float = 0.0,
 ) -> CommitView:
     """The view of ``head`` the steps judge (raises ``GitOpsError`` when Git cannot be read:
     the worker retries)."""
@@ -57,6 +64,7 @@ def observe_commit(
         except PolicyFileRefused as exc:
             files_refused = exc.refused
     return CommitView(
+        promotion=_promotion(repo, head, cluster, config), now=now,
         head=head, source=source, cluster=cluster, cluster_operator=cluster_operator,
         controller_manager=controller_manager,
         # the live object is never changed in place (a new one replaces it)
@@ -65,6 +73,26 @@ def observe_commit(
         config=config, config_refused=config_refused, signatures=evidence, files=files,
         files_refused=files_refused,
     )
+
+
+def _promotion(repo: PolicyRepository, head: str, cluster: str,
+               config: RepoConfigFile | None) -> PromotionView | None:
+    """``clusters.<cluster>.promotion`` and the upstream's snapshot: on ``status.branch`` when
+    set, else at ``head`` (one commit, never the history)."""
+    if config is None or config.config is None:
+        return None
+    try:
+        promotion = config.promotion_for(cluster)
+    except RepoConfigError as exc:
+        return PromotionView("", 0.0, "hold", None, error=str(exc))
+    if promotion is None:
+        return None
+    settings = config.config
+    at = repo.mirror.head(settings.status_branch) if settings.status_branch else head
+    snapshot = None
+    if at is not None:
+        snapshot = parse_status(repo.mirror.read_file(at, settings.status_file(promotion.after)))
+    return PromotionView(promotion.after, promotion.soak, promotion.mode, snapshot)
 
 
 def _signatures(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from reconciler.policy.findings import Finding
 
@@ -50,7 +50,19 @@ class NothingToApply:
     message: str
 
 
-Outcome = Accepted[T] | Rejected | NothingToApply
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The commit is valid but waits (SPEC 10 ``hold``): nothing is applied, and the same head
+    is judged again at ``recheck_at`` (wall-clock seconds; None: when the upstream's snapshot
+    changes) or when anything changes, and applied then without a new commit."""
+
+    reason: str
+    #: what the status snapshot's ``promotion.held`` shows
+    held: dict[str, Any]
+    recheck_at: float | None = None
+
+
+Outcome = Accepted[T] | Rejected | NothingToApply | Held
 
 
 def finding(file: str, rule: str, message: str) -> Finding:

@@ -35,3 +35,12 @@ class SyncRecord:
     handled_source: str | None = None
     #: the rejection of the last judged commit, as the status snapshot shows it
     rejection: dict[str, Any] | None = None
+    #: the change the promotion gate holds (SPEC 10), as the status snapshot's
+    #: ``promotion.held`` shows it; None: nothing held
+    held: dict[str, Any] | None = None
+    #: wall-clock seconds at which the held head is judged again (None: none scheduled)
+    recheck_at: float | None = None
+    #: the upstream rolled back the version this cluster runs (``promotion.upstreamRolledBack``)
+    upstream_rolled_back: dict[str, Any] | None = None
+    #: ``promote/<cluster>/<version>`` branches pushed (or found) in ``mode: branch``
+    promoted: set[str] = field(default_factory=set)

@@ -51,6 +51,10 @@ class StatusReport:
     conditions: list[dict[str, str]] = field(default_factory=list)
     rejection: dict[str, Any] | None = None
     firmware: dict[str, Any] | None = None
+    #: the change the promotion gate holds (SPEC 10)
+    held: dict[str, Any] | None = None
+    #: the upstream rolled back the version this cluster runs (SPEC 10)
+    upstream_rolled_back: dict[str, Any] | None = None
     busy_nodes: dict[str, list[str]] = field(default_factory=dict)
     unavailable_nodes: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
@@ -148,6 +152,9 @@ def report(snapshot: Mapping[str, Any], *, now: float,
         conditions=conditions,
         rejection=dict(_mapping(snapshot.get("rejection"))) or None,
         firmware=dict(firmware) if firmware else None,
+        held=dict(_mapping(_mapping(snapshot.get("promotion")).get("held"))) or None,
+        upstream_rolled_back=dict(_mapping(_mapping(snapshot.get("promotion")).get(
+            "upstreamRolledBack"))) or None,
         busy_nodes={k: list(v) for k, v in _mapping(_mapping(nodes).get("busy")).items()},
         unavailable_nodes=dict(_mapping(_mapping(nodes).get("unavailable"))),
         source=dict(_mapping(snapshot.get("git"))),
@@ -196,9 +203,18 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
         named = ", ".join(f"{n} ({why})" for n, why in sorted(report.unavailable_nodes.items()))
         out.append(f"unavailable nodes: {named}")
     message = report.message
-    if active and message and not any(message in line for line in out) and (
+    window = _window_wait(message, now) if active else None
+    if window:
+        out.append(window)
+    elif active and message and not any(message in line for line in out) and (
             "busy" in message or "unavailable" in message or "waiting" in message):
         out.append(message)
+    rolled = _mapping(report.upstream_rolled_back)
+    if rolled:
+        out.append(f"a person: {rolled.get('message')}; decide whether to roll back here too")
+    if report.held:
+        out.append(f"the promotion gate: {report.held.get('version')} waits for "
+                   f"{report.held.get('upstream')} ({report.held.get('reason')})")
     firmware = report.firmware or {}
     if firmware.get("phase") == "AwaitingReboot":
         waiting = [r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot"]
@@ -216,6 +232,23 @@ def health_rows(health: Mapping[str, Any]) -> list[dict[str, str]]:
                      "value": str(entry.get("value") or ""),
                      "since": str(entry.get("since") or "")})
     return rows
+
+
+#: the planner's step message while a maintenance window holds fresh starts (SPEC 10)
+_WINDOW_NEXT = "the next window opens at "
+
+
+def _window_wait(message: str, now: float) -> str | None:
+    """``a maintenance window: ...`` with the time left, from the planner's step message."""
+    if "no new node starts" not in message or "window" not in message:
+        return None
+    why = message.split(": no new node starts", 1)[0]
+    at = message.rsplit(_WINDOW_NEXT, 1)[1] if _WINDOW_NEXT in message else None
+    opens = parse_time(at) if at else None
+    if opens is None:
+        return f"a maintenance window ({why}); {message.rsplit('; ', 1)[-1]}"
+    return (f"a maintenance window ({why}): fresh node starts wait until {at} "
+            f"({_duration(opens - now)} from now)")
 
 
 def firmware_lines(firmware: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:

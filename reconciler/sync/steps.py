@@ -10,12 +10,15 @@ commit: nothing is applied), or ends the pass with nothing to apply. ``plan_comm
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from reconciler.fieldpath import ensure, resolve
 from reconciler.files import FileRefused
+from reconciler.fleet.promotion import payload_version, same_version
+from reconciler.fleet.promotion import promotion_gate as fleet_gate
 from reconciler.gitops.ownership import (
     FieldDecision,
     OwnershipPlan,
@@ -35,7 +38,15 @@ from reconciler.sync.desired import (
     what_stays,
 )
 from reconciler.sync.fields import FW_POLICY, FW_VIRT
-from reconciler.sync.outcome import Accepted, NothingToApply, Outcome, Rejected, finding
+from reconciler.sync.outcome import (
+    Accepted,
+    Held,
+    NothingToApply,
+    Outcome,
+    Rejected,
+    finding,
+)
+from reconciler.timefmt import format_seconds
 from reconciler.trust.signatures import SignatureCheck, methods_for_mode
 
 CONFIG_FILE = "reconciler.yaml"
@@ -197,6 +208,30 @@ def validate(view: CommitView, progress: Progress) -> Outcome[Progress]:
     return Accepted(replace(progress, ownership=ownership, warnings=tuple(result.warnings)))
 
 
+def promotion_gate(view: CommitView, progress: Progress) -> Outcome[Progress]:
+    """The promotion gate (SPEC 10): a payload version the cluster does not run yet waits
+    (``Held``) until the upstream completed it ``soak`` ago and still runs it. Rejects an
+    unusable ``promotion`` section, naming the key."""
+    gate = view.promotion
+    if gate is None:
+        return Accepted(progress)
+    if gate.error is not None:
+        return Rejected.at(CONFIG_FILE, "repo-config", gate.error)
+    wanted = payload_version(_need(progress.policy).obj)
+    running = payload_version(view.live.obj) if view.live is not None else None
+    if wanted is None or (running is not None and same_version(running, wanted)):
+        return Accepted(progress)
+    verdict = fleet_gate(gate.upstream, gate.snapshot, wanted, soak=gate.soak, now=view.now)
+    if verdict.allowed:
+        return Accepted(progress)
+    reason = f"held by promotion gate: {wanted} waits for {gate.upstream}: {verdict.describe()}"
+    held: dict[str, Any] = {"version": wanted, "upstream": gate.upstream,
+                            "commit": view.source, "reason": verdict.describe()}
+    if verdict.earliest is not None:
+        held["earliest"] = format_seconds(math.ceil(verdict.earliest))
+    return Held(reason, held, verdict.earliest)
+
+
 def plan_apply(view: CommitView, progress: Progress) -> Outcome[Progress]:
     """The object to apply and the write-backs to commit (sets ``plan``); never rejects. A
     commit that newly asks for ``fwUpgradePolicy: PreferCloud`` becomes a firmware request."""
@@ -221,6 +256,7 @@ SYNC_STEPS: tuple[Step, ...] = (
     read_config,
     pick_policy_file,
     validate,
+    promotion_gate,
     plan_apply,
 )
 
@@ -234,6 +270,13 @@ def plan_commit(view: CommitView, steps: tuple[Step, ...] = SYNC_STEPS) -> Outco
             return outcome
         progress = outcome.value
     return Accepted(_need(progress.plan))
+
+
+def policy_document(view: CommitView) -> PolicyDocument | None:
+    """The cluster's ClusterOperator document of the commit, when exactly one file has it."""
+    candidates = [doc for doc in map(_cluster_operator_document, view.files or ())
+                  if doc is not None]
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def _cluster_operator_document(policy: PolicyFile) -> PolicyDocument | None:

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.names import CANARY_LABEL
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -86,6 +87,7 @@ class World:
         self.settings = settings or PlannerSettings()
         self.last: Plan | None = None
         self.deleted: list[tuple[str, str]] = []  # (node, target revision) per deletion
+        self.windows: WindowCalendar | None = None
 
     # -- observation
     def snapshot(self) -> RolloutSnapshot:
@@ -95,6 +97,7 @@ class World:
             payload=dict(self.payload),
             policy=UpgradePolicy.from_spec(self.policy_raw),
             status=self.status,
+            windows=self.windows,
         )
 
     @property

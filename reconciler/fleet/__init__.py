@@ -1,0 +1,1 @@
+"""Many clusters in one repository (SPEC 10): maintenance windows and the promotion gate."""
