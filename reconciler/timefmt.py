@@ -120,3 +120,16 @@ def format_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s" if secs else f"{minutes}m"
     return f"{secs}s"
+
+
+def format_wait(seconds: float) -> str:
+    """A wait as people read it in a status line: ``45s``, ``2m05s``, ``3h07m`` (never
+    negative)."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -40,6 +40,7 @@ from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
 from reconciler.rollout.model import FAILURE_REASONS
 from reconciler.sync.status_view import StatusReport, report
+from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
 
 #: node states, in the order of the legend; the page gets each node's index into this tuple
@@ -429,18 +430,7 @@ def _pause_text(pause_ms: int | None) -> str:
         return "gate"
     if pause_ms == 0:
         return "none"
-    return _duration(pause_ms / 1000)
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    return format_wait(pause_ms / 1000)
 
 
 # ----------------------------------------------------------------------------- waiting
@@ -516,7 +506,7 @@ def waiting_for(rep: StatusReport, upgrade: Mapping[str, Any], raw_policy: Mappi
                 left = recheck - now
                 out.append(Waiting(
                     kind="pause",
-                    title=f"the pause after step {rep.step}: {_duration(left)} left"
+                    title=f"the pause after step {rep.step}: {format_wait(left)} left"
                           if left > 0 else "the pause ended; the next step starts now",
                     until=_rfc3339(recheck),
                     action="nothing: the next step starts by itself",

@@ -14,7 +14,7 @@ from typing import Any
 
 from reconciler.firmware.status_view import firmware_rows, firmware_summary
 from reconciler.policy.upgrade_policy import UpgradePolicy
-from reconciler.timefmt import format_clock
+from reconciler.timefmt import format_clock, format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
 
 
@@ -77,19 +77,8 @@ def _pause_label(step: Mapping[str, Any]) -> str:
     if isinstance(pause, Mapping):
         return "gate (a person)"
     if isinstance(pause, int) and not isinstance(pause, bool):
-        return "none" if pause == 0 else _duration(pause / 1000)
+        return "none" if pause == 0 else format_wait(pause / 1000)
     return "?"
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def report(snapshot: Mapping[str, Any], *, now: float,
@@ -191,7 +180,7 @@ def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
             if recheck is not None:
                 left = recheck - now
                 until = format_clock(recheck)
-                out.append(f"the pause timer: {_duration(left)} left (until {until})"
+                out.append(f"the pause timer: {format_wait(left)} left (until {until})"
                            if left > 0 else "the pause timer ended; the next step starts now")
     if active and report.step_state in ("StepUpgrade", "StepUpgradeInit"):
         out.append(f"nodes upgrading: {report.nodes_ready}/{report.nodes_total} on the new "
@@ -248,7 +237,7 @@ def _window_wait(message: str, now: float) -> str | None:
     if opens is None:
         return f"a maintenance window ({why}); {message.rsplit('; ', 1)[-1]}"
     return (f"a maintenance window ({why}): fresh node starts wait until {at} "
-            f"({_duration(opens - now)} from now)")
+            f"({format_wait(opens - now)} from now)")
 
 
 def firmware_lines(firmware: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:
