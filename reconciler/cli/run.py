@@ -422,21 +422,23 @@ def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics
 
 
 def _health_feeder(s: _Settings, sync: Any, metrics: Metrics) -> Any:
-    """The ``health`` section of --repo-config (or reconciler.yaml at the branch head), read
-    at start; None without one. A section that does not validate fails closed (no node
-    starts; the status and an Event carry the located error)."""
-    from reconciler.controller.health import HealthFeeder
+    """The ``health`` section that applies to the cluster: with a sync role, the one of the
+    commit it read last (SPEC 9: read at every commit, like the rest of reconciler.yaml), else
+    the one of --repo-config (or reconciler.yaml at the branch head) read at start. None when
+    neither can ever have one. A section that does not validate fails closed (no node starts;
+    the status and an Event carry the located error)."""
+    from reconciler.controller.health import HealthFeeder, section_of_commits
     from reconciler.health.section import read_health
 
     o = s.options
     _repo_config(o, sync)  # reads the text once
     path = o["repo_config"] or "reconciler.yaml"
-    section = read_health(o.get("repo_config_text"), path, o.get("cluster") or None)
-    if not section.present:
+    cluster = o.get("cluster") or None
+    at_start = read_health(o.get("repo_config_text"), path, cluster)
+    if sync is None and not at_start.present:
         return None
-    if section.error is not None:
-        log.error("health section invalid, no node starts: %s", section.error)
-    return HealthFeeder(section, on_result=metrics.count_health_check)
+    current = section_of_commits(lambda: getattr(sync, "config_file", None), at_start, cluster)
+    return HealthFeeder(current, on_result=metrics.count_health_check)
 
 
 def _firmware_settings(o: dict[str, Any], sync: Any) -> Any:

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from reconciler.clock import Clock, wall
 from reconciler.health.checks import NodeCheck, Reading, StepCheck, evaluate
 from reconciler.health.prometheus import PrometheusClient
-from reconciler.health.section import HealthSection
+from reconciler.health.section import HealthSection, read_health
+from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.rollout.health_gate import pending_queries
 from reconciler.rollout.model import HealthInput, HealthReading, RolloutSnapshot
 
@@ -22,31 +23,71 @@ log = logging.getLogger(__name__)
 _Key = tuple[str | None, str, str]
 
 
+def section_of_commits(last_read: Callable[[], RepoConfigFile | None], at_start: HealthSection,
+                       cluster: str | None) -> Callable[[], HealthSection]:
+    """The ``health`` section of the reconciler.yaml the sync read last (``last_read``), read
+    once per file; ``at_start`` until it has read one. A new invalid section is logged once."""
+    read: dict[int, HealthSection] = {}
+    logged: set[str] = set()
+
+    def current() -> HealthSection:
+        config = last_read()
+        if config is None or config.text is None:
+            section = at_start
+        else:
+            key = id(config)
+            if key not in read:
+                read.clear()
+                read[key] = read_health(config.text, "reconciler.yaml", cluster)
+            section = read[key]
+        if section.error is not None and section.error not in logged:
+            logged.add(section.error)
+            log.error("health section invalid, no node starts: %s", section.error)
+        return section
+
+    return current
+
+
 class HealthFeeder:
     """Readings cached with their time; an entry no longer pending is dropped, so a reading
     never outlives the wait it belonged to."""
 
-    def __init__(self, section: HealthSection, *, clock: Clock = wall,
-                 query: Callable[[str], Reading] | None = None,
+    def __init__(self, section: HealthSection | Callable[[], HealthSection], *,
+                 clock: Clock = wall, query: Callable[[str], Reading] | None = None,
                  on_result: Callable[[str, str], None] | None = None) -> None:
-        self.section = section
+        """``section``: the section, or where to read the current one (the daemon's follows
+        the commit the sync read last: SPEC 9 reads ``health`` at every commit)."""
+        self._section = section if callable(section) else (lambda: section)
         self.clock = clock
-        config = section.config
-        if query is None and config is not None:
-            query = PrometheusClient(config.prometheus_url, timeout=config.timeout).query
-        self._query = query
+        #: a fixed query function (tests); else one Prometheus client per URL and timeout
+        self._fixed_query = query
+        self._clients: dict[tuple[str, float], Callable[[str], Reading]] = {}
         self._on_result = on_result
         self._cache: dict[_Key, HealthReading] = {}
         #: queries sent (for tests and benchmarks: at most one per key per interval)
         self.queries = 0
 
+    @property
+    def section(self) -> HealthSection:
+        return self._section()
+
+    def _query_for(self, url: str, timeout: float) -> Callable[[str], Reading]:
+        if self._fixed_query is not None:
+            return self._fixed_query
+        key = (url, timeout)
+        if key not in self._clients:
+            self._clients = {key: PrometheusClient(url, timeout=timeout).query}
+        return self._clients[key]
+
     def feed(self, snapshot: RolloutSnapshot) -> RolloutSnapshot:
         section = self.section
         if not section.present:
+            self._cache = {}
             return snapshot
         config = section.config
         if config is None:
             return dataclasses.replace(snapshot, health=HealthInput(None, error=section.error))
+        query = self._query_for(config.prometheus_url, config.timeout)
         checks: dict[str, NodeCheck | StepCheck] = {c.name: c for c in config.node_checks}
         checks.update((c.name, c) for c in config.step_checks)
         bare = dataclasses.replace(snapshot, health=HealthInput(config))
@@ -58,8 +99,7 @@ class HealthFeeder:
             reading = self._cache.get(key)
             now = self.clock()
             if reading is None or now - reading.at >= config.interval:
-                assert self._query is not None
-                reading = HealthReading(now, self._query(pending.query))
+                reading = HealthReading(now, query(pending.query))
                 self.queries += 1
                 self._count(checks.get(pending.check), reading.value)
             kept[key] = reading

@@ -16,6 +16,7 @@ One set of values, two ways in:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -166,6 +167,9 @@ class RepoConfigFile:
     error: RepoConfigError | None = None
     #: the YAML refusal (located) when the text is not usable YAML at all
     yaml_error: str | None = None
+    #: the text parsed (None for data given as such): sections validated on their own, such as
+    #: ``health``, are read from it with their locations
+    text: bytes | str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: bytes | str | None) -> RepoConfigFile:
@@ -177,8 +181,9 @@ class RepoConfigFile:
         try:
             data = parse_yaml(text, CONFIG_FILE)
         except YamlRefused as exc:  # located: "reconciler.yaml:LINE:COL: what is wrong"
-            return cls(config=None, error=RepoConfigError(str(exc)), yaml_error=str(exc))
-        return cls.from_data(data)
+            return cls(config=None, error=RepoConfigError(str(exc)), yaml_error=str(exc),
+                       text=text)
+        return dataclasses.replace(cls.from_data(data), text=text)
 
     @classmethod
     def from_data(cls, data: object) -> RepoConfigFile:

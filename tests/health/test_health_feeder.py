@@ -166,3 +166,40 @@ def test_run_role_controller_reads_health_from_repo_config(tmp_path: Path) -> No
     options.update(repo_config_data=data, repo_config_text=text)
     options.pop("repo_config_file", None)
     assert run._health_feeder(settings, None, Metrics()) is None
+
+
+def test_the_section_is_read_again_when_the_commit_changes_it() -> None:
+    """SPEC 9: ``health`` is read at every commit. The daemon's feeder follows the commit the
+    sync read last: a section added, made invalid and fixed again takes effect at once."""
+    from reconciler.controller.health import section_of_commits
+    from reconciler.policy.repo_config import RepoConfigFile
+
+    class Sync:
+        config_file: RepoConfigFile | None = None
+
+    sync = Sync()
+    current = section_of_commits(lambda: sync.config_file, read_health(None), None)
+
+    sent: list[str] = []
+    feeder = HealthFeeder(current, clock=FakeClock(), query=lambda q: sent.append(q) or 1.0)
+    w = verifying_world(1)
+    snap = w.snapshot()
+    assert feeder.feed(snap) is snap  # no commit read yet: no section, no gates
+    sync.config_file = RepoConfigFile.parse(CONFIG)
+    gated = feeder.feed(w.snapshot())
+    assert gated.health is not None and gated.health.config is not None and sent
+    sync.config_file = RepoConfigFile.parse(CONFIG.replace("within: 5m", "within: 0s"))
+    closed = feeder.feed(w.snapshot())
+    assert closed.health is not None and closed.health.config is None
+    assert closed.health.error is not None and "[health-duration]" in closed.health.error
+    sync.config_file = RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n")
+    plain = w.snapshot()
+    assert feeder.feed(plain) is plain  # the section removed: no gates again
+
+
+def test_a_parsed_repo_config_keeps_its_text_for_sections_validated_on_their_own() -> None:
+    from reconciler.policy.repo_config import RepoConfigFile
+
+    assert RepoConfigFile.parse(CONFIG).text == CONFIG
+    assert RepoConfigFile.parse(CONFIG) == RepoConfigFile.parse(CONFIG)
+    assert RepoConfigFile.parse("").text is None
