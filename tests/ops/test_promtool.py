@@ -48,6 +48,8 @@ def populate(m: Metrics) -> None:
     m.observe_merge_to_apply("prod-a", 700.0)  # past the last bucket: +Inf only
     m.count_node_failure("prod-a", "driver-pod-failed")
     m.count_rollback("prod-a", "FailureThresholdReached")
+    m.count_health_check("gpus-available", "pass")
+    m.count_health_check("gpus-available", "fail")
     m.set_sync_rejected("prod-a", True)
     m.count_sync_rejection("prod-a", "PolicyRejected")
     m.count_status_commit("status")
