@@ -44,8 +44,9 @@ def test_phases_and_step_states_are_the_spec_strings() -> None:
         "Idling", "Progressing", "Terminating", "Disabling", "Disabled"]
     assert [str(s) for s in StepState] == [
         "StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", "Completed"]
+    # HealthCheckFailed: SPEC 9's condition of a fallback a health check caused
     assert [str(c) for c in ConditionType] == [
-        "Progressing", "ManualGate", "BatchFailed", "RolledBack"]
+        "Progressing", "ManualGate", "BatchFailed", "RolledBack", "HealthCheckFailed"]
     assert {"Progressing", "Terminating", "Disabling"} == ACTIVE_PHASES
     assert [str(p) for p in FirmwarePhase] == [
         "Idle", "Preflight", "Refused", "Cordoning", "Upgrading", "AwaitingReboot",
