@@ -17,6 +17,7 @@ from reconciler.clock import Clock, wall
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.owned_apply import apply_keeping_owned
 from reconciler.names import (
     API_VERSION,
     CONTROLLER_FIELD_MANAGER,
@@ -164,19 +165,16 @@ class ActionExecutor:
 
     def _apply_spec(self, driver_fields: JSON) -> None:
         """Server-side apply under the controller's own field manager (SPEC 4.6): the sync role
-        sees these fields owned by ``gpu-rollout-controller`` and writes them back to Git."""
+        sees these fields owned by ``gpu-rollout-controller`` and writes them back to Git. The
+        manager's other fields (a restored version, the firmware's result) are kept."""
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {"name": self.target.cluster_operator},
             "spec": {"driver": driver_fields},
         }
-        obj = self.api.apply(
-            cluster_operator_path(self.target.cluster_operator),
-            body,
-            field_manager=CONTROLLER_FIELD_MANAGER,
-            force=True,
-        )
+        obj = apply_keeping_owned(self.api, cluster_operator_path(self.target.cluster_operator),
+                                  body, manager=CONTROLLER_FIELD_MANAGER)
         self.on_object("clusteroperator", obj)
 
     def _record_event(self, action: RecordEvent, cluster_operator: Mapping[str, Any]) -> None:

@@ -46,6 +46,7 @@ from reconciler.firmware.request import RequestError, parse_request
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.owned_apply import apply_keeping_owned
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.names import (
     API_VERSION,
@@ -327,8 +328,8 @@ class FirmwareController(WatchDrivenWorker):
             body["spec"]["driver"]["fwEnableVirt"] = enable_virt
         if done is not None:
             body["metadata"]["annotations"] = {DONE_ANNOTATION: done}
-        obj = self.api.apply(cluster_operator_path(self.cluster_operator), body,
-                             field_manager=CONTROLLER_FIELD_MANAGER, force=True)
+        obj = apply_keeping_owned(self.api, cluster_operator_path(self.cluster_operator), body,
+                                  manager=CONTROLLER_FIELD_MANAGER)
         self._on_cluster_operator("MODIFIED", obj)
 
     def _run_hooks(self, hooks: list[RunRebootHook]) -> None:
