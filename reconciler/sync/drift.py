@@ -144,15 +144,17 @@ class WriteBacks:
         self.repo.policy_publisher.kick()
         log.info("%s: %s", self.cluster, change.subject)
 
-    def pause_for_health(self, reason: str, live: Mapping[str, Any]) -> None:
-        """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded: commit
-        ``pause: true`` with the reason; the sync applies it and the vendor stops."""
+    def pause_for_health(self, reason: str, live: Mapping[str, Any], *,
+                         cause: str = "health check failed") -> None:
+        """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded (or the
+        ``health`` section does not validate: ``cause`` says which): commit ``pause: true``
+        with the reason; the sync applies it and the vendor stops."""
         with self._lock:
             if any(p == PAUSE for p, _ in self._pending.values()):
                 return
         upgrade = section(live, ("status", "upgradeStatus"))
         snapshot = {"upgradeStatus": upgrade, "spec": {"driver": section(live, ("spec", "driver"))}}
-        change = self.repo.spec.pause(self.cluster, reason=f"health check failed: {reason}",
+        change = self.repo.spec.pause(self.cluster, reason=f"{cause}: {reason}",
                                       step=step_label(snapshot),
                                       source_commit=self.applied_commit())
         with self._lock:
