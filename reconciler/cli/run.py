@@ -408,7 +408,7 @@ def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics
 
     from reconciler.controller.health import section_of_commits
     from reconciler.health.section import read_health
-    from reconciler.sync.health_watch import VendorHealthWatch
+    from reconciler.sync.health_watch import VendorHealthWatch, stop_vendor
 
     o = s.options
     _repo_config(o, sync)
@@ -420,6 +420,8 @@ def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics
                               on_failure=sync.write_backs.pause_for_health,
                               on_invalid=partial(sync.write_backs.pause_for_health,
                                                  cause="health section invalid"),
+                              stop_vendor=partial(stop_vendor, api, o["cluster_operator"],
+                                                  sync.drift),
                               on_result=metrics.count_health_check).start()
     shutdown.on_shutdown("operator-mode health checks", watch.stop)
     log.info("operator mode: health checks run on the nodes the vendor upgrades "

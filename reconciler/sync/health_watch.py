@@ -1,6 +1,6 @@
 """Operator mode's health gate (SPEC 9): the vendor runs the rollout; the sync role runs the
 same node checks on the nodes the vendor upgraded and, when one fails, commits ``pause: true``
-with the reason (the vendor stops once the sync applies it). Thin: it lists, asks Prometheus,
+with the reason and applies it to the cluster (``stop_vendor``; the vendor stops). Thin: it lists, asks Prometheus,
 and records; the verdicts are ``reconciler.health.checks``'s and the node selection
 ``reconciler.rollout.health_gate``'s. Its timers live in a node annotation, so a restarted sync
 role resumes them.
@@ -40,15 +40,32 @@ from reconciler.health.prometheus import PrometheusClient
 from reconciler.health.section import HealthSection
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
-from reconciler.names import ANN_VENDOR_HEALTH, GPU_NODE_LABEL, OPERATOR_NAMESPACE
+from reconciler.names import (
+    ANN_VENDOR_HEALTH,
+    GPU_NODE_LABEL,
+    OPERATOR_NAMESPACE,
+    SYNC_FIELD_MANAGER,
+)
 from reconciler.rollout.health_gate import VendorRecord, vendor_verifying
 from reconciler.rollout.model import DriverPod
+from reconciler.sync.drift import DriftRepair
 from reconciler.sync.events import record_event
+from reconciler.sync.fields import PAUSE
 
 log = logging.getLogger(__name__)
 
 #: ``on_failure(reason, live ClusterOperator)``: commit ``pause: true`` with the reason
 OnFailure = Callable[[str, Mapping[str, Any]], None]
+
+def stop_vendor(api: KubeApi, cluster_operator: str, drift: DriftRepair) -> None:
+    """``pause: true`` applied to the cluster now, as the sync applies Git (the write-back
+    commit says the same): the sync applies no commit of its own, and the vendor stops only
+    once the cluster says so."""
+    if drift.apply_now(PAUSE, True) is None:
+        api.patch(cluster_operator_path(cluster_operator),
+                  {"spec": {"driver": {"upgradePolicy": {"pause": True}}}},
+                  field_manager=SYNC_FIELD_MANAGER)
+
 
 #: how often the section is looked at again while there is none (or it does not validate)
 IDLE_INTERVAL = 10.0
@@ -58,16 +75,19 @@ class VendorHealthWatch:
     def __init__(self, api: KubeApi, *, cluster_operator: str,
                  section: HealthSection | Callable[[], HealthSection],
                  on_failure: OnFailure, on_invalid: OnFailure | None = None,
-                 clock: Clock = wall, query: Callable[[str], Reading] | None = None,
+                 stop_vendor: Callable[[], None] | None = None, clock: Clock = wall,
+                 query: Callable[[str], Reading] | None = None,
                  on_result: Callable[[str, str], None] | None = None) -> None:
         """``section``: the section, or where to read the current one (the daemon's follows
         the commit the sync handled last). ``on_invalid(located error, live)``: commit
-        ``pause: true`` because the section does not validate (default ``on_failure``)."""
+        ``pause: true`` because the section does not validate (default ``on_failure``).
+        ``stop_vendor()``: after either, apply ``pause: true`` to the cluster now."""
         self.api = api
         self.name = cluster_operator
         self._section = section if callable(section) else (lambda: section)
         self.on_failure = on_failure
         self.on_invalid = on_invalid or on_failure
+        self.stop_vendor = stop_vendor
         self.clock = clock
         #: a fixed query function (tests); else one Prometheus client per URL and timeout
         self._fixed_query = query
@@ -132,6 +152,8 @@ class VendorHealthWatch:
         record_event(self.api, self.name, co, reason="HealthConfigInvalid",
                      message=f"health section invalid, rollout paused: {error}", warning=True)
         self.on_invalid(error, co)
+        if self.stop_vendor is not None:
+            self.stop_vendor()
         self._reported_invalid = error
 
     def _check(self, config: HealthConfig) -> None:
@@ -177,6 +199,8 @@ class VendorHealthWatch:
                 record_event(self.api, self.name, co, reason="HealthCheckFailed",
                              message=failure.message, warning=True)
                 self.on_failure(failure.message, co)
+                if self.stop_vendor is not None:
+                    self.stop_vendor()
             elif health.state is HealthState.PASSED:
                 record_event(self.api, self.name, co, reason="HealthCheckPassed",
                              message=f"{node.name}: node health checks passed on the vendor's "

@@ -16,13 +16,15 @@ from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.health.section import read_health
 from reconciler.kube.api import KubeApi
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import ANN_VENDOR_HEALTH, CLUSTER_OPERATOR_NAME
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
-from reconciler.sync.drift import WriteBacks
-from reconciler.sync.health_watch import VendorHealthWatch
+from reconciler.sync.drift import DriftRepair, WriteBacks
+from reconciler.sync.health_watch import VendorHealthWatch, stop_vendor
+from reconciler.sync.record import SyncStats
 from tests.conftest import FleetFactory
 from tests.controller.helpers import event_reasons, start_rollout, upgrade_status
 from tests.health.conftest import PrometheusFactory
@@ -62,8 +64,12 @@ def test_a_failed_check_on_a_vendor_upgraded_node_asks_for_pause_with_the_reason
         asked.set()
 
     section = read_health(config(prometheus.url))
+    drift = DriftRepair(kube, CLUSTER_OPERATOR_NAME, cluster="prod-a", monotonic=lambda: 0.0,
+                        stats=SyncStats())  # nothing applied yet: a merge patch
     watch = VendorHealthWatch(kube, cluster_operator=CLUSTER_OPERATOR_NAME, section=section,
-                              on_failure=on_failure).start()
+                              on_failure=on_failure,
+                              stop_vendor=lambda: stop_vendor(kube, CLUSTER_OPERATOR_NAME,
+                                                              drift)).start()
     try:
         assert vendor.wait_synced(30)
         start_rollout(kube, NEW.version, {
@@ -74,6 +80,10 @@ def test_a_failed_check_on_a_vendor_upgraded_node_asks_for_pause_with_the_reason
         assert len(pauses) == 1
         assert "gpus-available" in pauses[0] and "node-0001" in pauses[0]
         assert "value 0" in pauses[0]
+        # the sync role applies the pause itself (its commit is no person's to apply)
+        wait_for(lambda: (kube.get(cluster_operator_path(CLUSTER_OPERATOR_NAME))["spec"]
+                          ["driver"]["upgradePolicy"].get("pause")) is True,
+                 timeout=30, what="pause: true in the cluster")
         stored = json.loads(kube.get("/api/v1/nodes/node-0001")["metadata"]["annotations"]
                             [ANN_VENDOR_HEALTH])
         assert stored["failure"] == pauses[0]
@@ -181,12 +191,17 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
     failures: list[str] = []
     invalid: list[str] = []
     sent: list[str] = []
+
+    def answer(expr: str) -> float:
+        sent.append(expr)
+        return 1.0
+
     watch = VendorHealthWatch(
         kube, cluster_operator=CLUSTER_OPERATOR_NAME,
         section=section_of_commits(lambda: sync.config_file, read_health(None), None),
         on_failure=lambda reason, live: failures.append(reason),
         on_invalid=lambda reason, live: invalid.append(reason),
-        query=lambda q: sent.append(q) or 1.0)
+        query=answer)
     try:
         assert vendor.wait_synced(30)
         watch.run_once()  # no section at all yet: nothing asked, nothing reported
