@@ -1,9 +1,9 @@
 """Operator mode's health gate (SPEC 9): the vendor runs the rollout; the sync role runs the
 same node checks on the nodes the vendor upgraded and, when one fails, commits ``pause: true``
-with the reason and applies it to the cluster (``stop_vendor``; the vendor stops). Thin: it lists, asks Prometheus,
-and records; the verdicts are ``reconciler.health.checks``'s and the node selection
-``reconciler.rollout.health_gate``'s. Its timers live in a node annotation, so a restarted sync
-role resumes them.
+with the reason and applies it to the cluster (``stop_vendor``; the vendor stops). Thin: it
+lists, asks Prometheus, and records; the verdicts are ``reconciler.health.checks``'s and the
+node selection ``reconciler.rollout.health_gate``'s. Its timers live in a node annotation, so a
+restarted sync role resumes them.
 
 The section is read at every pass from the commit the sync handled last (SPEC 9: ``health`` is
 read at every commit); one that does not validate fails closed: ``pause: true`` is committed
