@@ -32,7 +32,7 @@ from tests.sim.test_fleet import NEW
 
 pytestmark = pytest.mark.cluster
 
-WITHIN = 12.0  # long enough to kill, wait and restart well inside it
+WITHIN = 16.0  # long enough to kill, wait and restart well inside it
 INTERVAL = 1.0  # the check's health.interval (health_yaml)
 
 
@@ -50,7 +50,8 @@ class Controllers:
         process = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli.main", "run", "--role", "controller",
              "--kubeconfig", str(self.kubeconfig), "--repo-config", str(self.repo_config),
-             "--log-level", "warning"],
+             # no ops port: a fixed one may be taken by other work on the machine
+             "--ops-listen", "off", "--log-level", "warning"],
             stdout=log, stderr=log, start_new_session=True,
         )
         log.close()  # the child has its own descriptor
@@ -123,8 +124,8 @@ def test_sigkilled_controller_resumes_the_verifying_nodes_within_deadline_from_t
 
     killed_at = time.time()
     controllers.sigkill(first)
-    assert killed_at < started + WITHIN - 6, "the node verified too long before the kill"
-    time.sleep(4)  # no controller at all for a while
+    assert killed_at < started + WITHIN - 10, "the node verified too long before the kill"
+    time.sleep(8)  # no controller at all for a while; the new one starts before the deadline
     restarted_at = time.time()
     second = controllers.spawn()
 
@@ -145,7 +146,7 @@ def test_sigkilled_controller_resumes_the_verifying_nodes_within_deadline_from_t
     failed_at = parse_time(failed_text)
     # same absolute deadline: at started + within (plus at most a check interval and a pass),
     # well before a timer restarted by the second process could have run out
-    assert started + WITHIN - 0.5 <= failed_at <= started + WITHIN + INTERVAL + 3
+    assert started + WITHIN - 0.5 <= failed_at <= started + WITHIN + INTERVAL + 5
     assert failed_at < restarted_at + WITHIN - 2
     status = upgrade_status(kube)["status"]
     assert status["currentStepState"] == "StepPaused"
