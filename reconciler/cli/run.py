@@ -400,25 +400,32 @@ def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
 
 def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics,
                          shutdown: Any) -> None:
-    """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9)."""
+    """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9), with the
+    ``health`` section of the commit it handled last (read at every commit; before the first,
+    --repo-config or reconciler.yaml at the branch head). Started with no section too: a
+    later commit may add one. One that does not validate commits ``pause: true``."""
+    from functools import partial
+
+    from reconciler.controller.health import section_of_commits
     from reconciler.health.section import read_health
-    from reconciler.sync.health_watch import VendorHealthWatch
+    from reconciler.sync.health_watch import VendorHealthWatch, stop_vendor
 
     o = s.options
     _repo_config(o, sync)
-    section = read_health(o.get("repo_config_text"), o["repo_config"] or "reconciler.yaml",
-                          o.get("cluster") or None)
-    if section.error is not None:
-        log.error("health section invalid; operator-mode health checks not run: %s",
-                  section.error)
-        return
-    if section.config is None or not section.config.node_checks:
-        return
-    watch = VendorHealthWatch(api, cluster_operator=o["cluster_operator"], section=section,
+    cluster = o.get("cluster") or None
+    at_start = read_health(o.get("repo_config_text"), o["repo_config"] or "reconciler.yaml",
+                           cluster)
+    current = section_of_commits(lambda: getattr(sync, "config_file", None), at_start, cluster)
+    watch = VendorHealthWatch(api, cluster_operator=o["cluster_operator"], section=current,
                               on_failure=sync.write_backs.pause_for_health,
+                              on_invalid=partial(sync.write_backs.pause_for_health,
+                                                 cause="health section invalid"),
+                              stop_vendor=partial(stop_vendor, api, o["cluster_operator"],
+                                                  sync.drift),
                               on_result=metrics.count_health_check).start()
     shutdown.on_shutdown("operator-mode health checks", watch.stop)
-    log.info("operator mode: health checks run on the nodes the vendor upgrades")
+    log.info("operator mode: health checks run on the nodes the vendor upgrades "
+             "(the health section of each commit)")
 
 
 def _health_feeder(s: _Settings, sync: Any, metrics: Metrics) -> Any:

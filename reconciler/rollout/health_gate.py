@@ -33,7 +33,9 @@ from reconciler.names import (
     ANN_STATE,
     ANN_TARGET,
     ANN_VENDOR_HEALTH,
+    STATE_CORDONED,
     STATE_DONE,
+    STATE_FAILED,
     STATE_UPGRADING,
 )
 from reconciler.rollout.model import HealthReading, RolloutNode, RolloutSnapshot
@@ -57,6 +59,24 @@ def verifying(node: RolloutNode, revision: str) -> bool:
     return (
         ann.get(ANN_STATE) == STATE_UPGRADING
         and ann.get(ANN_TARGET) == revision
+        and pod is not None
+        and pod.revision == revision
+        and pod.ready
+        and not pod.deleting
+    )
+
+
+def joined_unchecked(node: RolloutNode, revision: str) -> bool:
+    """Ready on ``revision`` without the rollout having moved it there: a node that joined
+    mid-rollout (or whose old pod went away for another reason) and got the new template from
+    the DaemonSet (SPEC 4.3.6). It runs the new driver unchecked, so the planner records a
+    move for it and its checks run like any moved node's (SPEC 9)."""
+    ann = node.annotations
+    pod = node.pod
+    moved = ann.get(ANN_TARGET) == revision and ann.get(ANN_STATE) in (
+        STATE_UPGRADING, STATE_FAILED, STATE_DONE, STATE_CORDONED)
+    return (
+        not moved
         and pod is not None
         and pod.revision == revision
         and pod.ready

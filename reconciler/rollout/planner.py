@@ -532,9 +532,10 @@ class _Planner:
                 "ends"
             )
         self._set(step_message="")
-        verifying, health_failed = self._judge_nodes(revision)
+        verifying, health_failed, adopted = self._judge_nodes(revision)
         scan = scan_nodes(
-            self.snap.nodes.values(), revision, now=self.now, epoch=self.s.epoch(),
+            [adopted.get(n.name, n) for n in self.snap.nodes.values()], revision,
+            now=self.now, epoch=self.s.epoch(),
             ready_timeout=self.settings.ready_timeout,
             verifying=verifying, health_failed=health_failed,
         )
@@ -945,23 +946,37 @@ class _Planner:
             checks[outcome.check] = entry
         self.health_status["checks"] = checks
 
-    def _judge_nodes(self, revision: str) -> tuple[frozenset[str], frozenset[str]]:
+    def _judge_nodes(self, revision: str) -> tuple[frozenset[str], frozenset[str],
+                                                   dict[str, RolloutNode]]:
         """The node checks of the moved nodes Ready on ``revision`` (SPEC 9): returns the
-        nodes still verifying (in flight) and those that failed now."""
+        nodes still verifying (in flight), those that failed now, and the nodes that got the
+        new driver without a move (joined mid-rollout), seen as moved from now on."""
         config = self.health
         if config is None or not config.node_checks or self.snap.health is None:
-            return frozenset(), frozenset()
+            return frozenset(), frozenset(), {}
         all_readings = self.snap.health.node_readings
         version = self._version()
         waiting: set[str] = set()
         failed: set[str] = set()
+        adopted: dict[str, RolloutNode] = {}
         for node in self.snap.nodes.values():
+            update: dict[str, str | None] = {}
+            if health_gate.joined_unchecked(node, revision):
+                # record the move it made by itself: from here it is checked, counted and
+                # retried like a node the rollout moved (it holds a slot while it verifies)
+                update = {ANN_STATE: STATE_UPGRADING, ANN_TARGET: revision,
+                          ANN_WAS_UNSCHEDULABLE: self._was_unschedulable(node),
+                          ANN_ATTEMPT: "1", ANN_DELETED_AT: self.now_text,
+                          ANN_FAILED_AT: None, ANN_FAILURE_REASON: None,
+                          ANN_HEALTH: None, ANN_HEALTH_FAILURE: None, ANN_HEALTH_STEP: None}
+                ann = {k: v for k, v in {**node.annotations, **update}.items() if v is not None}
+                node = dataclasses.replace(node, annotations=ann)
+                adopted[node.name] = node
             if not health_gate.verifying(node, revision):
                 continue
             readings = all_readings.get(node.name, {})
             health = health_gate.judge_node(config, node, version, readings, self.now)
             self._note(health, node.name)
-            update: dict[str, str | None] = {}
             text = health.record.to_text()
             if text != node.annotations.get(ANN_HEALTH):
                 update[ANN_HEALTH] = text
@@ -994,7 +1009,7 @@ class _Planner:
                 fresh = health_gate.fresh(readings, health.record.started)
                 if health_gate.no_answer(config, health, fresh):
                     self.health_hold.append(f"{node.name}: {health.message}")
-        return frozenset(waiting), frozenset(failed)
+        return frozenset(waiting), frozenset(failed), adopted
 
     def _step_checks(self, index: int, revision: str) -> bool:
         """The step checks, once all of the step's nodes passed and before StepReady: True

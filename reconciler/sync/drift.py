@@ -7,12 +7,13 @@ Times come from the injected ``monotonic`` clock.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.clock import Clock
-from reconciler.fieldpath import FieldPath, items, section
+from reconciler.fieldpath import FieldPath, ensure, items, section
 from reconciler.gitops.edits import same_value
 from reconciler.gitops.publisher import PendingChange
 from reconciler.gitops.repository import PolicyRepository
@@ -67,6 +68,22 @@ class DriftRepair:
         applied = self.api.apply(cluster_operator_path(self.name), body,
                                  field_manager=SYNC_FIELD_MANAGER, force=True)
         self.stats.drift_repairs += 1
+        return applied
+
+
+    def apply_now(self, field: FieldPath, value: Any) -> JSON | None:
+        """Apply ``field = value`` at once with the last body, as a sync of Git would: for a
+        write-back the sync role itself decides (operator mode's health pause, SPEC 9), whose
+        commit says the same; the body keeps it, so a repair does not undo it. None: nothing
+        applied by this process yet (no body to apply it with)."""
+        body = self.body
+        if body is None:
+            return None
+        body = copy.deepcopy(body)
+        ensure(body, field, value)
+        applied = self.api.apply(cluster_operator_path(self.name), body,
+                                 field_manager=SYNC_FIELD_MANAGER, force=True)
+        self.body = body
         return applied
 
 
@@ -144,15 +161,17 @@ class WriteBacks:
         self.repo.policy_publisher.kick()
         log.info("%s: %s", self.cluster, change.subject)
 
-    def pause_for_health(self, reason: str, live: Mapping[str, Any]) -> None:
-        """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded: commit
-        ``pause: true`` with the reason; the sync applies it and the vendor stops."""
+    def pause_for_health(self, reason: str, live: Mapping[str, Any], *,
+                         cause: str = "health check failed") -> None:
+        """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded (or the
+        ``health`` section does not validate: ``cause`` says which): commit ``pause: true``
+        with the reason (``health_watch.stop_vendor`` applies it; the vendor stops)."""
         with self._lock:
             if any(p == PAUSE for p, _ in self._pending.values()):
                 return
         upgrade = section(live, ("status", "upgradeStatus"))
         snapshot = {"upgradeStatus": upgrade, "spec": {"driver": section(live, ("spec", "driver"))}}
-        change = self.repo.spec.pause(self.cluster, reason=f"health check failed: {reason}",
+        change = self.repo.spec.pause(self.cluster, reason=f"{cause}: {reason}",
                                       step=step_label(snapshot),
                                       source_commit=self.applied_commit())
         with self._lock:

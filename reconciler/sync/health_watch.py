@@ -1,9 +1,23 @@
 """Operator mode's health gate (SPEC 9): the vendor runs the rollout; the sync role runs the
 same node checks on the nodes the vendor upgraded and, when one fails, commits ``pause: true``
-with the reason (the vendor stops once the sync applies it). Thin: it lists, asks Prometheus,
-and records; the verdicts are ``reconciler.health.checks``'s and the node selection
-``reconciler.rollout.health_gate``'s. Its timers live in a node annotation, so a restarted sync
-role resumes them. Step checks are not run in this mode (the vendor decides its steps)."""
+with the reason and applies it to the cluster (``stop_vendor``; the vendor stops). Thin: it
+lists, asks Prometheus, and records; the verdicts are ``reconciler.health.checks``'s and the
+node selection ``reconciler.rollout.health_gate``'s. Its timers live in a node annotation, so a
+restarted sync role resumes them.
+
+The section is read at every pass from the commit the sync handled last (SPEC 9: ``health`` is
+read at every commit); one that does not validate fails closed: ``pause: true`` is committed
+with the located error as the reason and a Warning Event ``HealthConfigInvalid`` is recorded,
+once per error; the checks are never silently switched off.
+
+Step checks are not run in this mode: the vendor's status gives the current step only as counts
+(``currentStepIndex``, ``currentUpgradeReplicas``, ``currentUpgradeReadyReplicas``), never the
+names of the step's nodes, and which nodes a step takes depends on its own node order, retries
+and the rollout nodes frozen at its start, none of which it publishes (SPEC 4.1, 7). A
+``{{nodes}}`` guessed from when the sync role saw pods turn Ready could name nodes of another
+step, so a step check could pass or fail on the wrong nodes; and the vendor passes StepReady
+on its own, so the checks could not gate it anyway. The node checks cover every node the
+vendor upgrades."""
 
 from __future__ import annotations
 
@@ -15,6 +29,7 @@ from typing import Any
 from reconciler.clock import Clock, wall
 from reconciler.controller.observe import driver_pod_view, is_driver_pod, node_view
 from reconciler.health.checks import (
+    HealthConfig,
     HealthState,
     Reading,
     evaluate,
@@ -25,31 +40,62 @@ from reconciler.health.prometheus import PrometheusClient
 from reconciler.health.section import HealthSection
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
-from reconciler.names import ANN_VENDOR_HEALTH, GPU_NODE_LABEL, OPERATOR_NAMESPACE
+from reconciler.names import (
+    ANN_VENDOR_HEALTH,
+    GPU_NODE_LABEL,
+    OPERATOR_NAMESPACE,
+    SYNC_FIELD_MANAGER,
+)
 from reconciler.rollout.health_gate import VendorRecord, vendor_verifying
 from reconciler.rollout.model import DriverPod
+from reconciler.sync.drift import DriftRepair
 from reconciler.sync.events import record_event
+from reconciler.sync.fields import PAUSE
 
 log = logging.getLogger(__name__)
 
 #: ``on_failure(reason, live ClusterOperator)``: commit ``pause: true`` with the reason
 OnFailure = Callable[[str, Mapping[str, Any]], None]
 
+def stop_vendor(api: KubeApi, cluster_operator: str, drift: DriftRepair) -> None:
+    """``pause: true`` applied to the cluster now, as the sync applies Git (the write-back
+    commit says the same): the sync applies no commit of its own, and the vendor stops only
+    once the cluster says so."""
+    if drift.apply_now(PAUSE, True) is None:
+        api.patch(cluster_operator_path(cluster_operator),
+                  {"spec": {"driver": {"upgradePolicy": {"pause": True}}}},
+                  field_manager=SYNC_FIELD_MANAGER)
+
+
+#: how often the section is looked at again while there is none (or it does not validate)
+IDLE_INTERVAL = 10.0
+
 
 class VendorHealthWatch:
-    def __init__(self, api: KubeApi, *, cluster_operator: str, section: HealthSection,
-                 on_failure: OnFailure, clock: Clock = wall,
+    def __init__(self, api: KubeApi, *, cluster_operator: str,
+                 section: HealthSection | Callable[[], HealthSection],
+                 on_failure: OnFailure, on_invalid: OnFailure | None = None,
+                 stop_vendor: Callable[[], None] | None = None, clock: Clock = wall,
                  query: Callable[[str], Reading] | None = None,
                  on_result: Callable[[str, str], None] | None = None) -> None:
-        assert section.config is not None
+        """``section``: the section, or where to read the current one (the daemon's follows
+        the commit the sync handled last). ``on_invalid(located error, live)``: commit
+        ``pause: true`` because the section does not validate (default ``on_failure``).
+        ``stop_vendor()``: after either, apply ``pause: true`` to the cluster now."""
         self.api = api
         self.name = cluster_operator
-        self.config = section.config
+        self._section = section if callable(section) else (lambda: section)
         self.on_failure = on_failure
+        self.on_invalid = on_invalid or on_failure
+        self.stop_vendor = stop_vendor
         self.clock = clock
-        self._query = query or PrometheusClient(self.config.prometheus_url,
-                                                timeout=self.config.timeout).query
+        #: a fixed query function (tests); else one Prometheus client per URL and timeout
+        self._fixed_query = query
+        self._clients: dict[tuple[str, float], Callable[[str], Reading]] = {}
         self._on_result = on_result
+        #: the invalid section reported (paused for) last; None once a valid one is read
+        self._reported_invalid: str | None = None
+        self.config: HealthConfig | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: (node, check, query) -> (when read, reading): at most one query per interval
@@ -72,9 +118,46 @@ class VendorHealthWatch:
                 self.run_once()
             except Exception:  # one failed look is retried at the next interval
                 log.exception("operator-mode health checks: a pass failed")
-            self._stop.wait(self.config.interval)
+            config = self.config
+            self._stop.wait(config.interval if config is not None else IDLE_INTERVAL)
+
+    def _query_for(self, config: HealthConfig) -> Callable[[str], Reading]:
+        if self._fixed_query is not None:
+            return self._fixed_query
+        key = (config.prometheus_url, config.timeout)
+        if key not in self._clients:
+            self._clients = {key: PrometheusClient(key[0], timeout=key[1]).query}
+        return self._clients[key]
 
     def run_once(self) -> None:
+        section = self._section()
+        if section.error is not None:
+            self.config = None
+            self._cache = {}
+            if section.error != self._reported_invalid:
+                self._fail_closed(section.error)
+            return
+        self._reported_invalid = None
+        self.config = section.config
+        if self.config is None or not self.config.node_checks:
+            self._cache = {}
+            return
+        self._check(self.config)
+
+    def _fail_closed(self, error: str) -> None:
+        """SPEC 9: an invalid section stops the vendor (``pause: true`` with the located error),
+        with a Warning Event; once per error."""
+        co = self.api.get(cluster_operator_path(self.name))
+        log.error("operator mode: health section invalid, committing pause: true: %s", error)
+        record_event(self.api, self.name, co, reason="HealthConfigInvalid",
+                     message=f"health section invalid, rollout paused: {error}", warning=True)
+        self.on_invalid(error, co)
+        if self.stop_vendor is not None:
+            self.stop_vendor()
+        self._reported_invalid = error
+
+    def _check(self, config: HealthConfig) -> None:
+        query = self._query_for(config)
         co = self.api.get(cluster_operator_path(self.name))
         status = (co.get("status") or {}).get("upgradeStatus") or {}
         revision, nodes = vendor_verifying(self._nodes(), status)
@@ -90,21 +173,21 @@ class VendorHealthWatch:
             if not stored.stored:
                 self._annotate(node.name, stored.to_text())  # the checks start now
                 continue
-            if all(c.name in stored.record.passed for c in self.config.node_checks):
+            if all(c.name in stored.record.passed for c in config.node_checks):
                 continue
             readings: dict[str, Reading] = {}
-            for check, query in pending_node_queries(self.config.node_checks, node.name,
-                                                     version, stored.record).items():
-                key = (node.name, check, query)
+            for check, expr in pending_node_queries(config.node_checks, node.name,
+                                                    version, stored.record).items():
+                key = (node.name, check, expr)
                 cached = self._cache.get(key)
-                if cached is None or now - cached[0] >= self.config.interval:
-                    cached = (now, self._query(query))
+                if cached is None or now - cached[0] >= config.interval:
+                    cached = (now, query(expr))
                     self.queries += 1
-                    self._count(check, cached[1])
+                    self._count(config, check, cached[1])
                 kept[key] = cached
                 if cached[0] >= stored.record.started:
                     readings[check] = cached[1]
-            health = node_health(self.config.node_checks, node.name, version, stored.record,
+            health = node_health(config.node_checks, node.name, version, stored.record,
                                  readings, now)
             failure = health.failure
             result = VendorRecord(revision, health.record,
@@ -116,6 +199,8 @@ class VendorHealthWatch:
                 record_event(self.api, self.name, co, reason="HealthCheckFailed",
                              message=failure.message, warning=True)
                 self.on_failure(failure.message, co)
+                if self.stop_vendor is not None:
+                    self.stop_vendor()
             elif health.state is HealthState.PASSED:
                 record_event(self.api, self.name, co, reason="HealthCheckPassed",
                              message=f"{node.name}: node health checks passed on the vendor's "
@@ -143,9 +228,9 @@ class VendorHealthWatch:
         return self.api.patch(f"/api/v1/nodes/{node}",
                               {"metadata": {"annotations": {ANN_VENDOR_HEALTH: text}}})
 
-    def _count(self, check: str, value: Reading) -> None:
+    def _count(self, config: HealthConfig, check: str, value: Reading) -> None:
         if self._on_result is None:
             return
-        found = next((c for c in self.config.node_checks if c.name == check), None)
+        found = next((c for c in config.node_checks if c.name == check), None)
         if found is not None:
             self._on_result(check, str(evaluate(found, value)).lower())

@@ -16,13 +16,15 @@ from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.health.section import read_health
 from reconciler.kube.api import KubeApi
+from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import ANN_VENDOR_HEALTH, CLUSTER_OPERATOR_NAME
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
-from reconciler.sync.drift import WriteBacks
-from reconciler.sync.health_watch import VendorHealthWatch
+from reconciler.sync.drift import DriftRepair, WriteBacks
+from reconciler.sync.health_watch import VendorHealthWatch, stop_vendor
+from reconciler.sync.record import SyncStats
 from tests.conftest import FleetFactory
 from tests.controller.helpers import event_reasons, start_rollout, upgrade_status
 from tests.health.conftest import PrometheusFactory
@@ -62,8 +64,12 @@ def test_a_failed_check_on_a_vendor_upgraded_node_asks_for_pause_with_the_reason
         asked.set()
 
     section = read_health(config(prometheus.url))
+    drift = DriftRepair(kube, CLUSTER_OPERATOR_NAME, cluster="prod-a", monotonic=lambda: 0.0,
+                        stats=SyncStats())  # nothing applied yet: a merge patch
     watch = VendorHealthWatch(kube, cluster_operator=CLUSTER_OPERATOR_NAME, section=section,
-                              on_failure=on_failure).start()
+                              on_failure=on_failure,
+                              stop_vendor=lambda: stop_vendor(kube, CLUSTER_OPERATOR_NAME,
+                                                              drift)).start()
     try:
         assert vendor.wait_synced(30)
         start_rollout(kube, NEW.version, {
@@ -74,6 +80,10 @@ def test_a_failed_check_on_a_vendor_upgraded_node_asks_for_pause_with_the_reason
         assert len(pauses) == 1
         assert "gpus-available" in pauses[0] and "node-0001" in pauses[0]
         assert "value 0" in pauses[0]
+        # the sync role applies the pause itself (its commit is no person's to apply)
+        wait_for(lambda: (kube.get(cluster_operator_path(CLUSTER_OPERATOR_NAME))["spec"]
+                          ["driver"]["upgradePolicy"].get("pause")) is True,
+                 timeout=30, what="pause: true in the cluster")
         stored = json.loads(kube.get("/api/v1/nodes/node-0001")["metadata"]["annotations"]
                             [ANN_VENDOR_HEALTH])
         assert stored["failure"] == pauses[0]
@@ -132,3 +142,115 @@ def test_operator_mode_pause_commit_names_the_check_and_is_dispatched_once() -> 
     backs.pause_for_health(reason, live)  # a commit for it is still pending
     assert [c["reason"] for c in repo.spec.calls] == [f"health check failed: {reason}"]
     assert repo.policy_publisher.kicks == 1
+
+
+def test_operator_mode_pause_for_an_invalid_section_says_so_not_a_failed_check() -> None:
+    from reconciler.sync.record import SyncStats
+
+    repo = _Repo()
+    backs = WriteBacks(repo, cluster="prod-a", monotonic=lambda: 0.0,  # type: ignore[arg-type]
+                       applied_commit=lambda: "a" * 40, stats=SyncStats())
+    error = "reconciler.yaml:7:15: error: health.nodeChecks[0].within: ... [health-duration]"
+    backs.pause_for_health(error, {}, cause="health section invalid")
+    assert [c["reason"] for c in repo.spec.calls] == [f"health section invalid: {error}"]
+
+
+COMMIT_CONFIG = """\
+health:
+  prometheus: {url: 'http://127.0.0.1:9', timeout: 1s}
+  interval: 100ms
+  nodeChecks:
+    - name: gpus-available
+      query: 'min(mx_gpu_state{Hostname="{{node}}"})'
+      expect: '== 1'
+      within: 1m
+"""
+
+
+@pytest.mark.cluster
+def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_vendor(
+    kube: KubeApi, fleet_factory: FleetFactory,
+) -> None:
+    """SPEC 9: ``health`` read at every commit (the sync's last handled one, as the daemon
+    wires it); a section that does not validate commits ``pause: true`` with the located error
+    and a Warning Event, once per error; checks are never silently switched off."""
+    from reconciler.controller.health import section_of_commits
+    from reconciler.policy.repo_config import RepoConfigFile
+    from tests.controller.helpers import cluster_operator
+
+    class Sync:
+        config_file: RepoConfigFile | None = None
+
+    sync = Sync()
+    fleet = fleet_factory(nodes=2, install_seconds=0.3)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=60,
+             what="2 Ready driver pods", observe=fleet.driver_pods)
+    install_crd(kube)
+    vendor = RolloutController(kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+                               settings=PlannerSettings(ready_timeout=30)).start()
+    failures: list[str] = []
+    invalid: list[str] = []
+    sent: list[str] = []
+
+    def answer(expr: str) -> float:
+        sent.append(expr)
+        return 1.0
+
+    watch = VendorHealthWatch(
+        kube, cluster_operator=CLUSTER_OPERATOR_NAME,
+        section=section_of_commits(lambda: sync.config_file, read_health(None), None),
+        on_failure=lambda reason, live: failures.append(reason),
+        on_invalid=lambda reason, live: invalid.append(reason),
+        query=answer)
+    try:
+        assert vendor.wait_synced(30)
+        watch.run_once()  # no section at all yet: nothing asked, nothing reported
+        assert not sent and not invalid
+        sync.config_file = RepoConfigFile.parse(COMMIT_CONFIG)
+        start_rollout(kube, NEW.version, {
+            "enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}],
+            "maxParallel": 2, "maxUnavailable": 2, "maxFailureThreshold": 1,
+            "fallback": "pause"})
+
+        def both_passed() -> bool:
+            watch.run_once()
+            for node in ("node-0001", "node-0002"):
+                ann = kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+                stored = json.loads(ann.get(ANN_VENDOR_HEALTH, "{}"))
+                if "gpus-available" not in stored.get("passed", {}):
+                    return False
+            return True
+
+        wait_for(both_passed, timeout=60, what="both vendor-upgraded nodes checked",
+                 observe=lambda: upgrade_status(kube))
+        assert sent and 'Hostname="node-0001"' in " ".join(sent)
+
+        # the next commit's section does not validate: fail closed, once per error
+        sync.config_file = RepoConfigFile.parse(COMMIT_CONFIG.replace("within: 1m",
+                                                                      "within: 0s"))
+        asked = len(sent)
+        watch.run_once()
+        watch.run_once()
+        assert len(invalid) == 1, invalid
+        assert invalid[0].startswith("reconciler.yaml:8:15: ") and "[health-duration]" \
+            in invalid[0]
+        assert len(sent) == asked  # no checks run on an invalid section
+        assert watch.config is None
+        uid = cluster_operator(kube)["metadata"]["uid"]
+        events = kube.list("/api/v1/namespaces/default/events",
+                           query={"fieldSelector": f"involvedObject.uid={uid}"})["items"]
+        found = [e for e in events if e.get("reason") == "HealthConfigInvalid"]
+        assert len(found) == 1 and found[0]["type"] == "Warning"
+        assert "[health-duration]" in found[0]["message"]
+
+        # removed by a later commit: no checks, nothing reported
+        sync.config_file = RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n")
+        watch.run_once()
+        assert len(invalid) == 1 and watch.config is None
+        # invalid again after that: reported again (a new fail-closed decision)
+        sync.config_file = RepoConfigFile.parse(COMMIT_CONFIG.replace("== 1", "= 1"))
+        watch.run_once()
+        assert len(invalid) == 2 and "[health-expect]" in invalid[1]
+        assert not failures
+    finally:
+        vendor.stop()

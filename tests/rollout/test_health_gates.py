@@ -21,11 +21,20 @@ from reconciler.names import (
     ANN_HEALTH,
     ANN_HEALTH_FAILURE,
     ANN_STATE,
+    ANN_TARGET,
     STATE_DONE,
+    STATE_UPGRADING,
 )
 from reconciler.rollout.actions import RecordEvent, SetPolicyPause
 from reconciler.rollout.health_gate import pending_queries
-from reconciler.rollout.model import HealthInput, HealthReading, PlannerSettings, RolloutSnapshot
+from reconciler.rollout.model import (
+    DriverPod,
+    HealthInput,
+    HealthReading,
+    PlannerSettings,
+    RolloutNode,
+    RolloutSnapshot,
+)
 from reconciler.rollout.planner import Plan
 from reconciler.rollout.simulator import EPOCH
 
@@ -220,6 +229,76 @@ def test_retry_after_a_health_failure_runs_the_checks_afresh() -> None:
     assert "node-0001" in deletions(retry)
     assert w.annotation("node-0001", ANN_HEALTH) is None
     assert w.annotation("node-0001", ANN_HEALTH_FAILURE) is None
+
+
+# --------------------------------------------------------------------------- nodes joining
+
+
+def join(w: World, name: str, *, ready: bool = True) -> None:
+    """A node joins mid-rollout: the DaemonSet gives it the current (new) template."""
+    w.nodes[name] = RolloutNode(name, pod=DriverPod(f"drv-{name}-join", w.ds.current_revision,
+                                                    ready=ready))
+
+
+def test_node_joining_on_the_new_driver_is_checked_in_flight_before_it_counts() -> None:
+    w = started(HealthWorld(2, policy(maxParallel=2, maxUnavailable=1,
+                                      upgradeSteps=steps((1, 0), ("100%", 0)))))
+    assert [n for n, _ in w.deleted] == ["node-0001"]
+    join(w, "node-0003")
+    seen = w.plan(5)
+    # recorded as moved to the target (no pod deleted for it), its checks start now
+    assert w.annotation("node-0003", ANN_STATE) == STATE_UPGRADING
+    assert w.annotation("node-0003", ANN_TARGET) == NEW_REV
+    assert HealthRecord.from_text(w.annotation("node-0003", ANN_HEALTH), 0).started == EPOCH + 5
+    assert seen.in_flight == 2 and w.inner["totalUpgradeReadyReplicas"] == 0
+    assert "node-0003" not in deletions(seen) and ("node-0003", NEW_REV) not in w.deleted
+    asked = w.plan(15)  # one interval later its query is sent and passes
+    assert any('Hostname="node-0003"' in q for q in w.queries)
+    assert [e.node for e in events(asked, "HealthCheckPassed")] == ["node-0003"]
+    assert w.annotation("node-0003", ANN_STATE) == STATE_DONE
+    assert w.inner["totalUpgradeReadyReplicas"] == 1
+
+
+def test_node_joining_with_unusable_gpus_fails_its_check_and_pauses_the_batch() -> None:
+    w = started(HealthWorld(3, policy(maxFailureThreshold=1, maxUnavailable=1)))
+    join(w, "node-0004")
+    w.node_values["node-0004"] = 0.0
+    w.plan(1)
+    assert w.annotation("node-0004", ANN_HEALTH) is not None
+    waiting = w.plan(30)
+    assert not events(waiting, "NodeFailed")
+    assert w.inner["totalUpgradeReadyReplicas"] == 0
+    failed = w.plan(61)  # `within` after it was first seen Ready on the new driver
+    assert [e.node for e in events(failed, "NodeFailed")] == ["node-0004"]
+    assert w.annotation("node-0004", ANN_FAILURE_REASON) == "HealthCheckFailed"
+    health = w.conditions()["HealthCheckFailed"]
+    assert health["status"] == "True" and "node-0004" in health["message"]
+    assert SetPolicyPause(True) in failed.actions
+    assert w.inner["currentStepState"] == "StepPaused"
+
+
+def test_node_joining_while_it_is_not_ready_is_checked_once_ready() -> None:
+    w = started(HealthWorld(2, policy(maxUnavailable=1)))
+    join(w, "node-0003", ready=False)
+    w.plan(1)
+    assert w.annotation("node-0003", ANN_STATE) is None  # pending like any joiner
+    w.ready("node-0003")
+    w.plan(2)
+    assert w.annotation("node-0003", ANN_STATE) == STATE_UPGRADING
+    assert HealthRecord.from_text(w.annotation("node-0003", ANN_HEALTH), 0).started == EPOCH + 2
+
+
+def test_joined_node_passing_its_checks_takes_part_in_the_step_checks() -> None:
+    w = started(HealthWorld(1, policy(maxUnavailable=1)))
+    join(w, "node-0002")
+    w.ready("node-0001")
+    t = run_step(w)
+    assert w.annotation("node-0002", ANN_STATE) == STATE_DONE
+    for later in (t, t + 10, t + 20):
+        w.plan(later)
+    # the step checks' {{nodes}} name the joined node beside the moved one
+    assert any('"node-0001|node-0002"' in q for q in w.queries), w.queries
+    assert w.inner["currentStepState"] == "Completed"
 
 
 def test_invalid_health_section_fails_closed_no_node_starts() -> None:
