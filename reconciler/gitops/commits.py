@@ -17,6 +17,9 @@ CHANGE_ID_TRAILER = "Reconciler-Change-Id"
 SOURCE_COMMIT_TRAILER = "Source-Commit"
 ROLLOUT_STEP_TRAILER = "Rollout-Step"
 PHASE_TRAILER = "Phase"
+#: marks a ``mode: auto`` promotion commit (SPEC 10): the reconciler wrote it, but it is a policy
+#: change like a person's (applied), so it carries no ``Reconciler-Commit: true``
+PROMOTION_TRAILER = "Reconciler-Promotion"
 
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.*)$")
 
@@ -100,3 +103,10 @@ def format_message(
 
 def own_trailers(change_id: str, extra: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     return [*extra, (OWN_COMMIT_TRAILER, "true"), (CHANGE_ID_TRAILER, change_id)]
+
+
+def promotion_trailers(change_id: str, promotion: str,
+                       extra: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """Trailers of a ``mode: auto`` promotion commit: found again by its change id (never
+    committed twice), and not one of the reconciler's own commits (it is applied)."""
+    return [*extra, (PROMOTION_TRAILER, promotion), (CHANGE_ID_TRAILER, change_id)]

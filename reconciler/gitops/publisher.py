@@ -32,6 +32,7 @@ from reconciler.gitops.commits import (
     Identity,
     format_message,
     own_trailers,
+    promotion_trailers,
 )
 from reconciler.gitops.edits import (
     EditOutcome,
@@ -45,14 +46,17 @@ from reconciler.gitops.mirror import Mirror
 
 log = logging.getLogger(__name__)
 
-ChangeKind = Literal["status", "spec"]
+#: ``spec``: the rollout's own write-backs (ignored by the sync, SPEC 4.6); ``promotion``: a
+#: ``mode: auto`` promotion (SPEC 10), a policy change the sync applies like a person's
+ChangeKind = Literal["status", "spec", "promotion"]
 #: how far back a flush looks for change ids already pushed (a crash between push and queue save)
 _LANDED_SCAN = 200
 
 
 @dataclass(frozen=True, slots=True)
 class PendingChange:
-    """One commit to make: a status snapshot file, or field edits of a cluster's policy file."""
+    """One commit to make: a status snapshot file, or field edits of a cluster's policy file
+    (``spec`` and ``promotion``)."""
 
     kind: ChangeKind
     cluster: str
@@ -68,6 +72,9 @@ class PendingChange:
     change_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def message(self) -> str:
+        if self.kind == "promotion":
+            return format_message(self.subject, self.body, promotion_trailers(
+                self.change_id, self.cluster, self.trailers))
         return format_message(self.subject, self.body, own_trailers(self.change_id, self.trailers))
 
     def to_json(self) -> dict[str, Any]:

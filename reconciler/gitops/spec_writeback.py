@@ -8,6 +8,8 @@ through ``Publisher.on_skipped``).
 
 from __future__ import annotations
 
+import hashlib
+
 from reconciler.clock import Clock, wall
 from reconciler.gitops.commits import ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
 from reconciler.gitops.edits import (
@@ -83,6 +85,35 @@ class SpecWriteBack:
             step=None,
             source_commit=source_commit,
         )
+
+    def promote(
+        self, cluster: str, *, version: str, replaces: str | None, upstream: str,
+        finished_at: str, soak: str,
+    ) -> PendingChange:
+        """``mode: auto`` (SPEC 10): ``payload.version`` to ``version`` once it passed the gate.
+
+        A policy change like a person's (``kind: promotion``): the sync applies it. Its change
+        id is derived from the cluster, the version and the upstream's completion, so a restart
+        never commits the same promotion twice; dropped if a person changed the version away
+        from ``replaces`` in the meantime.
+        """
+        change_id = hashlib.sha256(
+            f"promotion\0{cluster}\0{version}\0{upstream}\0{finished_at}".encode()).hexdigest()[:32]
+        change = PendingChange(
+            kind="promotion",
+            cluster=cluster,
+            path=self.config.cluster_dir(cluster),
+            subject=f"policy({cluster}): promote the driver to {version} after {upstream}",
+            body=f"{upstream} completed {version} at {finished_at} and the promotion gate "
+            f"passed (soak {soak}); promotion mode auto commits the change, and it is applied "
+            "like a person's.",
+            created_at=self._clock(),
+            edits=(FieldEdit(PAYLOAD_VERSION_FIELD, version,
+                             replaces if replaces is not None else ANY),),
+            change_id=change_id,
+        )
+        self.publisher.enqueue(change)
+        return change
 
     def _submit(
         self, cluster: str, *, subject: str, body: str, edits: tuple[FieldEdit, ...],
