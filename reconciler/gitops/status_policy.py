@@ -37,6 +37,11 @@ class SnapshotKey:
     held_version: str | None = None
     #: the version this cluster runs that its upstream rolled back (SPEC 10; reported only)
     upstream_rolled_back: str | None = None
+    #: the payload version the policy asks for and the one the last rollout applied: a rollout
+    #: that ends in the same phase, step and state as the last one (Idling, step 3/3 Completed)
+    #: is still a new state, and a downstream's promotion gate reads both (SPEC 10)
+    payload_version: str | None = None
+    applied_version: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -74,6 +79,10 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
             _mapping(_mapping(snapshot.get("promotion")).get("held")).get("version")),
         upstream_rolled_back=_str_or_none(_mapping(_mapping(snapshot.get("promotion")).get(
             "upstreamRolledBack")).get("version")),
+        payload_version=_str_or_none(_mapping(_mapping(_mapping(snapshot.get("spec")).get(
+            "driver")).get("payload")).get("version")),
+        applied_version=_str_or_none(_mapping(_mapping(upgrade.get("lastAppliedSpec")).get(
+            "payload")).get("version")),
     )
 
 
