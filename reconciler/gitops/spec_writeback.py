@@ -11,7 +11,12 @@ from __future__ import annotations
 import hashlib
 
 from reconciler.clock import Clock, wall
-from reconciler.gitops.commits import ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
+from reconciler.gitops.commits import (
+    PROMOTION_TRAILER,
+    ROLLOUT_STEP_TRAILER,
+    SOURCE_COMMIT_TRAILER,
+    WINDOW_TRAILER,
+)
 from reconciler.gitops.edits import (
     ANY,
     FW_UPGRADE_POLICY_FIELD,
@@ -107,9 +112,40 @@ class SpecWriteBack:
             body=f"{upstream} completed {version} at {finished_at} and the promotion gate "
             f"passed (soak {soak}); promotion mode auto commits the change, and it is applied "
             "like a person's.",
+            trailers=((PROMOTION_TRAILER, cluster),),
             created_at=self._clock(),
             edits=(FieldEdit(PAYLOAD_VERSION_FIELD, version,
                              replaces if replaces is not None else ANY),),
+            change_id=change_id,
+        )
+        self.publisher.enqueue(change)
+        return change
+
+    def window_pause(self, cluster: str, *, pause: bool, reason: str, edge: str
+                     ) -> PendingChange:
+        """Operator mode (SPEC 10): ``pause: true`` when a maintenance window closed, ``pause:
+        false`` when the next opened (``edge``: the instant, RFC 3339). Applied like a person's
+        commit (``kind: window``), marked ``Reconciler-Window: pause|resume`` so a restarted
+        sync knows its own pause; one change id per edge (never committed twice); the edit
+        names the value it replaces, so a person's change in between wins."""
+        action = "pause" if pause else "resume"
+        change_id = hashlib.sha256(
+            f"window\0{cluster}\0{action}\0{edge}".encode()).hexdigest()[:32]
+        change = PendingChange(
+            kind="window",
+            cluster=cluster,
+            path=self.config.cluster_dir(cluster),
+            subject=(f"policy({cluster}): {'pause' if pause else 'resume'} the rollout: "
+                     f"{reason}"),
+            body=("The vendor operator runs the rollout and knows no maintenance windows, so "
+                  f"the sync role sets spec.driver.upgradePolicy.pause: {str(pause).lower()} "
+                  "at the window's edge (SPEC 10). "
+                  + ("It sets pause: false itself when the next window opens; a person's "
+                     "pause is never undone." if pause else
+                     "Only the window's own pause is undone.")),
+            trailers=((WINDOW_TRAILER, action),),
+            created_at=self._clock(),
+            edits=(FieldEdit(PAUSE_FIELD, pause, not pause),),
             change_id=change_id,
         )
         self.publisher.enqueue(change)

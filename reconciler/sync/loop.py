@@ -26,7 +26,7 @@ from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.ownership import controller_changed_fields, decide_ownership
-from reconciler.gitops.publisher import PendingChange, Skipped
+from reconciler.gitops.publisher import APPLIED_KINDS, PendingChange, Skipped
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.source import NewCommit
 from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound
@@ -220,8 +220,8 @@ class ClusterSync:
     def _on_landed(self, change: PendingChange, sha: str) -> None:
         if self.metrics is not None:
             self.metrics.count_status_commit(commit_kind(change))
-        if change.kind == "promotion":
-            self.repo.trigger()  # a policy change of ours to apply (SPEC 10 auto): fetch now
+        if change.kind in APPLIED_KINDS:
+            self.repo.trigger()  # a policy change of ours to apply (SPEC 10): fetch now
         if change.kind != "spec":
             return
         for edit in change.edits:
