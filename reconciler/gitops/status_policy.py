@@ -289,8 +289,12 @@ def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
     rolled_back = _condition(upgrade, "RolledBack")
     if rolled_back is not None and rolled_back.get("status") == "True":
         result = "RolledBack"
+        # the planner's record first; then what the last active snapshot rolled out; the
+        # condition's message only for a status written before ``rolledBackSpec`` existed
+        recorded = _mapping(_mapping(upgrade.get("rolledBackSpec")).get("payload")).get("version")
         named = _ROLLED_BACK_VERSION.match(str(rolled_back.get("message") or ""))
-        version = active_version or (named.group(1) if named else None)
+        version = (str(recorded) if recorded else None) or active_version or (
+            named.group(1) if named else None)
         ended = rolled_back.get("lastTransitionTime")
     else:
         result = "Completed"
