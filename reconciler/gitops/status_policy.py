@@ -37,10 +37,10 @@ class SnapshotKey:
     held_version: str | None = None
     #: the version this cluster runs that its upstream rolled back (SPEC 10; reported only)
     upstream_rolled_back: str | None = None
-    #: the payload version the policy asks for and the one the last rollout applied: a rollout
-    #: that ends in the same phase, step and state as the last one (Idling, step 3/3 Completed)
-    #: is still a new state, and a downstream's promotion gate reads both (SPEC 10)
-    payload_version: str | None = None
+    #: the payload version the last rollout applied (``lastAppliedSpec``): a rollout that ends
+    #: between two looks in the same phase, step and state as the last one (Idling, step 3/3
+    #: Completed) is still a new state, and a downstream's promotion gate reads it (SPEC 10).
+    #: The spec's version alone (a merge the controller has not acted on) makes no commit.
     applied_version: str | None = None
 
     @property
@@ -79,8 +79,6 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
             _mapping(_mapping(snapshot.get("promotion")).get("held")).get("version")),
         upstream_rolled_back=_str_or_none(_mapping(_mapping(snapshot.get("promotion")).get(
             "upstreamRolledBack")).get("version")),
-        payload_version=_str_or_none(_mapping(_mapping(_mapping(snapshot.get("spec")).get(
-            "driver")).get("payload")).get("version")),
         applied_version=_str_or_none(_mapping(_mapping(upgrade.get("lastAppliedSpec")).get(
             "payload")).get("version")),
     )
