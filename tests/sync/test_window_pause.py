@@ -6,15 +6,19 @@ never undone."""
 from __future__ import annotations
 
 import calendar
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from reconciler.kube.api import KubeApi
+from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.sync.loop import ClusterSync
 from reconciler.sync.window_watch import WindowPauseWatch
+from reconciler.timefmt import format_seconds
 from tests.sync.conftest import (
     CLUSTER,
     PAYLOAD,
@@ -26,6 +30,7 @@ from tests.sync.conftest import (
     git,
     policy,
 )
+from tests.sync.daemon import Daemon, wait_port_ready
 from tests.sync.helpers import driver, file_at_head, source_commit
 
 pytestmark = pytest.mark.cluster
@@ -102,3 +107,30 @@ def test_the_window_pauses_the_vendor_when_closed_and_resumes_only_its_own_pause
     assert len(_window_commits(policy_remote)) == 2
     assert "pause: true" in file_at_head(policy_remote, POLICY_PATH)
     assert _paused(kube) is True
+
+
+def test_reconciler_run_in_operator_mode_pauses_the_cluster_inside_a_deny_range(
+    kube: KubeApi, control_plane: ControlPlane, fleet_factory: Callable[..., Fleet],
+    policy_remote: Remote, alice: Person, tmp_path: Path,
+) -> None:
+    fleet_factory(nodes=1, payload=PAYLOAD, install_seconds=0.2)
+    now = time.time()
+    freeze = (f"windows:\n  deny: [{{from: '{format_seconds(now - 3600)}', until: "
+              f"'{format_seconds(now + 3600)}', reason: test freeze}}]\n")
+    alice.commit_and_push("Freeze prod-a", {"reconciler.yaml": REPO_CONFIG + freeze})
+    sync = Daemon(["--role", "sync", "--mode", "operator", "--repo", policy_remote.url,
+                   "--cluster", CLUSTER, "--kubeconfig", str(control_plane.kubeconfig),
+                   "--fetch-interval", "300ms", "--webhook-repository", "example/policy"],
+                  workdir=tmp_path, name="sync")
+    try:
+        wait_port_ready(sync)
+        pause = wait_for(lambda: _window_commits(policy_remote), timeout=30,
+                         what="the window pause committed", observe=lambda: sync.log()[-2000:])
+        assert len(pause) == 1
+        subject = git(policy_remote.path, "log", "-1", "--format=%s", pause[0])
+        assert subject.startswith(f"policy({CLUSTER}): pause the rollout: deny window: test "
+                                  "freeze; the next window opens at ")
+        wait_for(lambda: _paused(kube) is True, timeout=30, what="the pause applied",
+                 observe=lambda: driver(kube))
+    finally:
+        assert sync.stop() == 0, sync.log()[-2000:]
