@@ -428,6 +428,16 @@ def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics
              "(the health section of each commit)")
 
 
+def _start_window_pauses(s: _Settings, sync: Any, is_leader: Callable[[], bool],
+                         shutdown: Any) -> None:
+    """Operator mode: ``pause: true`` / ``pause: false`` at maintenance-window edges (SPEC 10)."""
+    from reconciler.sync.window_watch import WindowPauseWatch
+
+    watch = WindowPauseWatch(sync.repo, cluster=s.options["cluster"], branch=s.options["branch"],
+                             windows=_windows(s.options, sync), is_leader=is_leader).start()
+    shutdown.on_shutdown("operator-mode maintenance windows", watch.stop)
+
+
 def _health_feeder(s: _Settings, sync: Any, metrics: Metrics) -> Any:
     """The ``health`` section that applies to the cluster: with a sync role, the one of the
     commit it read last (SPEC 9: read at every commit, like the rest of reconciler.yaml), else
@@ -534,6 +544,7 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
     if s.mode == "operator":
         _start_vendor_health(s, api, sync, metrics, shutdown)
+        _start_window_pauses(s, sync, leader.is_leader, shutdown)
     log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s",
              redact(o["repo"]),
              o["branch"], o["cluster"], o["cluster_operator"], s.mode)

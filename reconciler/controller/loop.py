@@ -102,6 +102,7 @@ class RolloutController(WatchDrivenWorker):
         #: the health gates' readings before each plan (None: no ``health`` section)
         self.health = health
         self._health_error_reported: str | None = None
+        self._windows_error_reported: str | None = None
         # kept by the informers' handlers and by our own writes, under ``_lock``
         self.index = NodeIndex(daemonset=target.daemonset, namespace=target.namespace,
                                observer=self.observer)
@@ -242,6 +243,7 @@ class RolloutController(WatchDrivenWorker):
                 self.dispatcher.record_event(RecordEvent(
                     "Warning", "HealthConfigInvalid",
                     f"health section invalid, no node starts: {error}"), co)
+        self._report_windows_error(snap.windows, co)
         firmware_phase = str(((co.get("status") or {}).get("firmwareUpgrade") or {}).get("phase")
                              or "")
         if firmware_phase not in FIRMWARE_IDLE_PHASES and snap.status.get("phase") not in (
@@ -271,6 +273,17 @@ class RolloutController(WatchDrivenWorker):
             # look at again (a new step recorded before its nodes start): plan again at once
             return self.clock()
         return result.requeue_at
+
+    def _report_windows_error(self, windows: WindowCalendar | None, co: JSON) -> None:
+        """A ``windows`` section that does not validate fails closed (SPEC 9/10): the planner
+        starts no node and its status message says why; a Warning Event carries the located
+        error, once per error."""
+        error = windows.error if windows is not None else None
+        if error is not None and error != self._windows_error_reported:
+            self.dispatcher.record_event(RecordEvent(
+                "Warning", "WindowsConfigInvalid",
+                f"windows section invalid, no node starts: {error}"), co)
+        self._windows_error_reported = error
 
     def _write_status(self, upgrade_status: JSON) -> None:
         self._write_status_section("upgradeStatus", upgrade_status)

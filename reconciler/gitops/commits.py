@@ -17,6 +17,12 @@ CHANGE_ID_TRAILER = "Reconciler-Change-Id"
 SOURCE_COMMIT_TRAILER = "Source-Commit"
 ROLLOUT_STEP_TRAILER = "Rollout-Step"
 PHASE_TRAILER = "Phase"
+#: marks a ``mode: auto`` promotion commit (SPEC 10): the reconciler wrote it, but it is a policy
+#: change like a person's (applied), so it carries no ``Reconciler-Commit: true``
+PROMOTION_TRAILER = "Reconciler-Promotion"
+#: marks an operator-mode maintenance-window pause (``pause``) or its undoing (``resume``),
+#: applied like a person's commit; how the sync knows after a restart that a pause is its own
+WINDOW_TRAILER = "Reconciler-Window"
 
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.*)$")
 
@@ -100,3 +106,11 @@ def format_message(
 
 def own_trailers(change_id: str, extra: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     return [*extra, (OWN_COMMIT_TRAILER, "true"), (CHANGE_ID_TRAILER, change_id)]
+
+
+def applied_trailers(change_id: str, extra: Sequence[tuple[str, str]] = ()
+                     ) -> list[tuple[str, str]]:
+    """Trailers of a commit of ours that is a policy change (a ``mode: auto`` promotion, a
+    window pause): found again by its change id (never committed twice), and not one of the
+    reconciler's own commits (the sync applies it)."""
+    return [*extra, (CHANGE_ID_TRAILER, change_id)]

@@ -305,6 +305,12 @@ class Mirror:
             return [self._commit_info(c.hexsha)
                     for c in self._repo.iter_commits(rev, max_count=limit)]
 
+    def last_commit_touching(self, rev: str, path: str) -> CommitInfo | None:
+        """The newest commit reachable from ``rev`` that changed ``path`` (None: none)."""
+        with self._read_lock:
+            found = next(iter(self._repo.iter_commits(rev, paths=path, max_count=1)), None)
+            return self._commit_info(found.hexsha) if found is not None else None
+
     def trailer_values(self, rev: str, key: str, *, limit: int = 200) -> list[str]:
         """Values of trailer ``key`` in the last ``limit`` commits reachable from ``rev``."""
         status, stdout, stderr = self._git(

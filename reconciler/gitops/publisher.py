@@ -30,6 +30,7 @@ from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.commits import (
     CHANGE_ID_TRAILER,
     Identity,
+    applied_trailers,
     format_message,
     own_trailers,
 )
@@ -45,14 +46,20 @@ from reconciler.gitops.mirror import Mirror
 
 log = logging.getLogger(__name__)
 
-ChangeKind = Literal["status", "spec"]
+#: ``spec``: the rollout's own write-backs (ignored by the sync, SPEC 4.6); ``promotion`` (a
+#: ``mode: auto`` promotion) and ``window`` (an operator-mode window pause): policy changes the
+#: sync applies like a person's (SPEC 10)
+ChangeKind = Literal["status", "spec", "promotion", "window"]
+#: the kinds whose commits are not "own": the sync applies them
+APPLIED_KINDS: frozenset[str] = frozenset({"promotion", "window"})
 #: how far back a flush looks for change ids already pushed (a crash between push and queue save)
 _LANDED_SCAN = 200
 
 
 @dataclass(frozen=True, slots=True)
 class PendingChange:
-    """One commit to make: a status snapshot file, or field edits of a cluster's policy file."""
+    """One commit to make: a status snapshot file, or field edits of a cluster's policy file
+    (``spec`` and ``promotion``)."""
 
     kind: ChangeKind
     cluster: str
@@ -68,6 +75,9 @@ class PendingChange:
     change_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def message(self) -> str:
+        if self.kind in APPLIED_KINDS:
+            return format_message(self.subject, self.body,
+                                  applied_trailers(self.change_id, self.trailers))
         return format_message(self.subject, self.body, own_trailers(self.change_id, self.trailers))
 
     def to_json(self) -> dict[str, Any]:

@@ -8,8 +8,15 @@ through ``Publisher.on_skipped``).
 
 from __future__ import annotations
 
+import hashlib
+
 from reconciler.clock import Clock, wall
-from reconciler.gitops.commits import ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
+from reconciler.gitops.commits import (
+    PROMOTION_TRAILER,
+    ROLLOUT_STEP_TRAILER,
+    SOURCE_COMMIT_TRAILER,
+    WINDOW_TRAILER,
+)
 from reconciler.gitops.edits import (
     ANY,
     FW_UPGRADE_POLICY_FIELD,
@@ -83,6 +90,66 @@ class SpecWriteBack:
             step=None,
             source_commit=source_commit,
         )
+
+    def promote(
+        self, cluster: str, *, version: str, replaces: str | None, upstream: str,
+        finished_at: str, soak: str,
+    ) -> PendingChange:
+        """``mode: auto`` (SPEC 10): ``payload.version`` to ``version`` once it passed the gate.
+
+        A policy change like a person's (``kind: promotion``): the sync applies it. Its change
+        id is derived from the cluster, the version and the upstream's completion, so a restart
+        never commits the same promotion twice; dropped if a person changed the version away
+        from ``replaces`` in the meantime.
+        """
+        change_id = hashlib.sha256(
+            f"promotion\0{cluster}\0{version}\0{upstream}\0{finished_at}".encode()).hexdigest()[:32]
+        change = PendingChange(
+            kind="promotion",
+            cluster=cluster,
+            path=self.config.cluster_dir(cluster),
+            subject=f"policy({cluster}): promote the driver to {version} after {upstream}",
+            body=f"{upstream} completed {version} at {finished_at} and the promotion gate "
+            f"passed (soak {soak}); promotion mode auto commits the change, and it is applied "
+            "like a person's.",
+            trailers=((PROMOTION_TRAILER, cluster),),
+            created_at=self._clock(),
+            edits=(FieldEdit(PAYLOAD_VERSION_FIELD, version,
+                             replaces if replaces is not None else ANY),),
+            change_id=change_id,
+        )
+        self.publisher.enqueue(change)
+        return change
+
+    def window_pause(self, cluster: str, *, pause: bool, reason: str, edge: str
+                     ) -> PendingChange:
+        """Operator mode (SPEC 10): ``pause: true`` when a maintenance window closed, ``pause:
+        false`` when the next opened (``edge``: the instant, RFC 3339). Applied like a person's
+        commit (``kind: window``), marked ``Reconciler-Window: pause|resume`` so a restarted
+        sync knows its own pause; one change id per edge (never committed twice); the edit
+        names the value it replaces, so a person's change in between wins."""
+        action = "pause" if pause else "resume"
+        change_id = hashlib.sha256(
+            f"window\0{cluster}\0{action}\0{edge}".encode()).hexdigest()[:32]
+        change = PendingChange(
+            kind="window",
+            cluster=cluster,
+            path=self.config.cluster_dir(cluster),
+            subject=(f"policy({cluster}): {'pause' if pause else 'resume'} the rollout: "
+                     f"{reason}"),
+            body=("The vendor operator runs the rollout and knows no maintenance windows, so "
+                  f"the sync role sets spec.driver.upgradePolicy.pause: {str(pause).lower()} "
+                  "at the window's edge (SPEC 10). "
+                  + ("It sets pause: false itself when the next window opens; a person's "
+                     "pause is never undone." if pause else
+                     "Only the window's own pause is undone.")),
+            trailers=((WINDOW_TRAILER, action),),
+            created_at=self._clock(),
+            edits=(FieldEdit(PAUSE_FIELD, pause, not pause),),
+            change_id=change_id,
+        )
+        self.publisher.enqueue(change)
+        return change
 
     def _submit(
         self, cluster: str, *, subject: str, body: str, edits: tuple[FieldEdit, ...],

@@ -37,6 +37,11 @@ class SnapshotKey:
     held_version: str | None = None
     #: the version this cluster runs that its upstream rolled back (SPEC 10; reported only)
     upstream_rolled_back: str | None = None
+    #: the payload version the last rollout applied (``lastAppliedSpec``): a rollout that ends
+    #: between two looks in the same phase, step and state as the last one (Idling, step 3/3
+    #: Completed) is still a new state, and a downstream's promotion gate reads it (SPEC 10).
+    #: The spec's version alone (a merge the controller has not acted on) makes no commit.
+    applied_version: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -74,6 +79,8 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
             _mapping(_mapping(snapshot.get("promotion")).get("held")).get("version")),
         upstream_rolled_back=_str_or_none(_mapping(_mapping(snapshot.get("promotion")).get(
             "upstreamRolledBack")).get("version")),
+        applied_version=_str_or_none(_mapping(_mapping(upgrade.get("lastAppliedSpec")).get(
+            "payload")).get("version")),
     )
 
 
@@ -280,8 +287,12 @@ def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
     rolled_back = _condition(upgrade, "RolledBack")
     if rolled_back is not None and rolled_back.get("status") == "True":
         result = "RolledBack"
+        # the planner's record first; then what the last active snapshot rolled out; the
+        # condition's message only for a status written before ``rolledBackSpec`` existed
+        recorded = _mapping(_mapping(upgrade.get("rolledBackSpec")).get("payload")).get("version")
         named = _ROLLED_BACK_VERSION.match(str(rolled_back.get("message") or ""))
-        version = active_version or (named.group(1) if named else None)
+        version = (str(recorded) if recorded else None) or active_version or (
+            named.group(1) if named else None)
         ended = rolled_back.get("lastTransitionTime")
     else:
         result = "Completed"

@@ -142,7 +142,8 @@ class Metrics:
         )
         self.status_commits_total = Counter(
             f"{PREFIX}_status_commits_total",
-            "Commits the reconciler pushed to Git, by kind (status, pause, rollback, firmware).",
+            "Commits the reconciler pushed to Git, by kind (status, pause, rollback, firmware, "
+            "promotion).",
             ["kind"],
             registry=r,
         )

@@ -236,7 +236,22 @@ class RepoConfigFile:
         try:
             return WindowCalendar.from_config(value, label=label)
         except RepoConfigError as exc:
-            return WindowCalendar.failed(str(exc))
+            return WindowCalendar.failed(self._located(label, str(exc)))
+
+    def _located(self, label: str, message: str) -> str:
+        """``message`` about the section ``label`` with its place in the file (``reconciler.yaml:
+        LINE:COL: ... [rule]``) when validation of the text finds an error there."""
+        from reconciler.policy.validation import validate_repo_config
+
+        if self.text is None:
+            return f"{CONFIG_FILE}: {message}"
+        pointer = "/" + label.replace(".", "/")
+        found = [f for f in validate_repo_config(self.text, CONFIG_FILE).findings
+                 if f.is_error and (f.pointer == pointer or f.pointer.startswith(pointer + "/"))]
+        if not found:
+            return f"{CONFIG_FILE}: {message}"
+        first = found[0]
+        return f"{first.file}:{first.line}:{first.column}: {first.message} [{first.rule}]"
 
     def promotion_for(self, cluster: str | None) -> Promotion | None:
         """``clusters.<cluster>.promotion``; None when not set. Raises RepoConfigError."""

@@ -926,6 +926,7 @@ class _Planner:
             phase=st.PHASE_IDLING if self.policy.enable_rollout else st.PHASE_DISABLED,
             message=message,
             last_applied_spec={"payload": dict(previous)},
+            rolled_back_spec={"payload": dict(self.s.applied_payload or {})},
             current_step_state=st.STEP_COMPLETED,
         )
         self._event("RolledBack", message, warning=True, step=self._step_index())

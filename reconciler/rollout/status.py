@@ -224,6 +224,7 @@ _TOP_FIELDS: Final = (
     ("phase", "phase"),
     ("message", "message"),
     ("health", "health"),
+    ("rolledBackSpec", "rolled_back_spec"),
 )
 _INNER_FIELDS: Final = (
     ("lastPodSpecRevision", "last_pod_spec_revision"),
@@ -272,6 +273,10 @@ class UpgradeStatus:
     #: ``health`` (not a SPEC 4.1 field; absent without a ``health`` section): the step
     #: checks' timers and each check's last value and verdict (SPEC 9)
     health: Mapping[str, Any] = field(default_factory=dict)
+    #: ``rolledBackSpec`` (not a SPEC 4.1 field; absent before the first rollback): the payload
+    #: the last completed rollback rolled back, so the completion record (SPEC 10) names it
+    #: from a structured field, not from the ``RolledBack`` condition's message
+    rolled_back_spec: Mapping[str, Any] = field(default_factory=dict)
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -301,6 +306,7 @@ class UpgradeStatus:
             step_message=_text(inner["message"]),
             recheck_time=_text(inner["recheckTime"]),
             health=_mapping(source.get("health")),
+            rolled_back_spec=_mapping(source.get("rolledBackSpec")),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it

@@ -22,7 +22,7 @@ from reconciler.names import SYNC_FIELD_MANAGER
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.findings import Finding
 from reconciler.sync.baseline import Baseline
-from reconciler.sync.commit_view import CommitView
+from reconciler.sync.commit_view import CommitView, PromotionView
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.events import record_event
 from reconciler.sync.outcome import Accepted, Held, NothingToApply, Outcome, Rejected
@@ -34,6 +34,8 @@ from reconciler.timefmt import format_duration
 MAX_FINDINGS = 20
 #: most apply latencies kept in ``SyncStats.applies``
 MAX_APPLIES_KEPT = 1000
+#: ``mode: branch`` / ``auto``: the upstream's snapshot is looked at again this often (seconds)
+UPSTREAM_RECHECK = 10.0
 
 
 class CommitShell:
@@ -59,8 +61,11 @@ class CommitShell:
         self.monotonic = monotonic
         self.set_live = set_live
 
-    def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float) -> None:
-        """Apply, reject or keep; then remember that ``view.head`` was handled."""
+    def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
+               recheck: bool = False) -> None:
+        """Apply, reject or keep; then remember that ``view.head`` was handled. ``recheck``:
+        the same head judged again for the promotion gate only (a head already applied is
+        not applied again)."""
         if isinstance(outcome, NothingToApply):
             if self.record.handled_commit != view.head:
                 log.warning("%s: %s", self.cluster, outcome.message)
@@ -70,7 +75,7 @@ class CommitShell:
         self.record.upstream_rolled_back = _upstream_rolled_back(view)
         if isinstance(outcome, Held):
             self.hold(view, outcome, live)
-            self.promote_branch(view)
+            self.promote(view)
             self.record.handled_commit = view.head
             self.record.handled_source = view.source
             return
@@ -80,7 +85,10 @@ class CommitShell:
         warnings = outcome.value.warnings if isinstance(outcome, Accepted) else outcome.warnings
         self._log_warnings(warnings)
         if isinstance(outcome, Accepted | Held):
-            self.promote_branch(view)
+            self.promote(view)
+        if (recheck and isinstance(outcome, Accepted) and held_before is None
+                and self.record.applied_commit == view.source):
+            return
         if isinstance(outcome, Accepted) and held_before is not None:
             log.info("%s: promotion gate open for %s: applying %s", self.cluster,
                      held_before.get("version"), view.source[:12])
@@ -180,21 +188,29 @@ class CommitShell:
                                   promotion=self._promotion_section())
         self.repo.status.offer(snapshot)
 
-    def promote_branch(self, view: CommitView) -> None:
-        """``mode: branch`` (SPEC 10): once a version the upstream completed passes the gate,
-        push ``promote/<cluster>/<version>`` with this cluster's policy naming it, on top of the
-        head, for a person to merge (once: an existing branch is left alone)."""
+    def promote(self, view: CommitView) -> None:
+        """``mode: branch`` and ``auto`` (SPEC 10): once a version the upstream completed
+        passes the gate, ``branch`` pushes ``promote/<cluster>/<version>`` with this cluster's
+        policy naming it, on top of the head, for a person to merge; ``auto`` commits the same
+        edit to the watched branch, a policy change the next pass applies. Once each (an
+        existing branch is left alone; the auto commit's change id is found again in Git). The
+        upstream's snapshot changes with status commits, which bring no new head: looked at
+        again every ``UPSTREAM_RECHECK`` seconds."""
         gate = view.promotion
         document = policy_document(view)
-        if gate is None or gate.error is not None or gate.mode != "branch" or document is None:
+        if (gate is None or gate.error is not None or gate.mode not in ("branch", "auto")
+                or document is None):
             return
+        file_version = payload_version(document.obj)
         version, earliest = promotion_candidate(
-            gate.upstream, gate.snapshot, payload_version(document.obj), soak=gate.soak,
-            now=self.wall())
+            gate.upstream, gate.snapshot, file_version, soak=gate.soak, now=self.wall())
+        again = earliest if earliest is not None else view.now + UPSTREAM_RECHECK
+        self.record.recheck_at = (again if self.record.recheck_at is None
+                                  else min(self.record.recheck_at, again))
         if version is None:
-            if earliest is not None:
-                self.record.recheck_at = (earliest if self.record.recheck_at is None
-                                          else min(self.record.recheck_at, earliest))
+            return
+        if gate.mode == "auto":
+            self._commit_promotion(view, gate, version, file_version)
             return
         branch = f"promote/{self.cluster}/{version}"
         mirror = self.repo.mirror
@@ -220,6 +236,28 @@ class CommitShell:
                      reason="PromotionBranchPushed",
                      message=f"{version} passed the promotion gate after {gate.upstream}: "
                              f"pushed {branch} for a person to merge", clock=self.wall())
+
+    def _commit_promotion(self, view: CommitView, gate: PromotionView, version: str,
+                          file_version: str | None) -> None:
+        """``mode: auto``: the promotion goes to the policy publisher (pushed without force,
+        rebased on a race like every commit of ours), then applied as a new head."""
+        key = f"auto:{self.cluster}/{version}"
+        if key in self.record.promoted:
+            return
+        record = gate.snapshot.get("lastRollout") if gate.snapshot is not None else None
+        finished = str(record.get("finishedAt") or "") if isinstance(record, Mapping) else ""
+        change = self.repo.spec.promote(self.cluster, version=version, replaces=file_version,
+                                        upstream=gate.upstream, finished_at=finished,
+                                        soak=format_duration(gate.soak))
+        self.record.promoted.add(key)
+        log.info("%s: %s passed the promotion gate after %s: committing it (mode auto)",
+                 self.cluster, version, gate.upstream,
+                 extra={"cluster": self.cluster, "commit": view.source})
+        record_event(self.api, self.name, view.live.obj if view.live is not None else None,
+                     reason="PromotionCommitted",
+                     message=f"{version} passed the promotion gate after {gate.upstream}: "
+                             f"committed \"{change.subject}\" to the watched branch",
+                     clock=self.wall())
 
     def _promotion_section(self) -> dict[str, Any] | None:
         section: dict[str, Any] = {}

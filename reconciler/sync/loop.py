@@ -26,7 +26,7 @@ from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.ownership import controller_changed_fields, decide_ownership
-from reconciler.gitops.publisher import PendingChange, Skipped
+from reconciler.gitops.publisher import APPLIED_KINDS, PendingChange, Skipped
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.source import NewCommit
 from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound
@@ -220,6 +220,8 @@ class ClusterSync:
     def _on_landed(self, change: PendingChange, sha: str) -> None:
         if self.metrics is not None:
             self.metrics.count_status_commit(commit_kind(change))
+        if change.kind in APPLIED_KINDS:
+            self.repo.trigger()  # a policy change of ours to apply (SPEC 10): fetch now
         if change.kind != "spec":
             return
         for edit in change.edits:
@@ -303,7 +305,8 @@ class ClusterSync:
         hold_due = (self._hold_at is not None and self.monotonic() >= self._hold_at
                     and (self.record.held is not None or self.record.recheck_at is not None))
         if head is not None and (resync or hold_due or head != self.record.handled_commit):
-            self._sync_commit(head, seen_at)
+            self._sync_commit(head, seen_at,
+                              recheck=not resync and head == self.record.handled_commit)
         live = self._current_live()
         if live is not None:
             self._cluster_changed(live)
@@ -319,8 +322,9 @@ class ClusterSync:
             at = min(at, self.monotonic() + max(0.0, self.record.recheck_at - self.clock()))
         return at
 
-    def _sync_commit(self, head: str, seen_at: float) -> None:
-        """Read ``head``, run the steps, act on the outcome."""
+    def _sync_commit(self, head: str, seen_at: float, *, recheck: bool = False) -> None:
+        """Read ``head``, run the steps, act on the outcome (``recheck``: the same head again,
+        for the promotion gate)."""
         view = observe_commit(
             self.repo, head, cluster=self.cluster, cluster_operator=self.name,
             controller_manager=self.controller_manager, live=self._refresh_live(),
@@ -330,7 +334,7 @@ class ClusterSync:
         if view.config is not None:
             #: the settings of the last commit read (the controller's windows, SPEC 10)
             self.config_file = view.config
-        self.shell.settle(view, plan_commit(view), seen_at=seen_at)
+        self.shell.settle(view, plan_commit(view), seen_at=seen_at, recheck=recheck)
 
     def _cluster_changed(self, live: JSON) -> None:
         """The status to Git, the metrics, write-backs of the controller's changes, and Git's

@@ -77,8 +77,10 @@ def observe_commit(
 
 def _promotion(repo: PolicyRepository, head: str, cluster: str,
                config: RepoConfigFile | None) -> PromotionView | None:
-    """``clusters.<cluster>.promotion`` and the upstream's snapshot: on ``status.branch`` when
-    set, else at ``head`` (one commit, never the history)."""
+    """``clusters.<cluster>.promotion`` and the upstream's snapshot at the head the daemon
+    watches: ``status.branch`` when set, else the newest fetched head of the policy branch (the
+    upstream's status commits are ours, so they bring no new ``head`` to judge); one commit,
+    never the history."""
     if config is None or config.config is None:
         return None
     try:
@@ -88,7 +90,8 @@ def _promotion(repo: PolicyRepository, head: str, cluster: str,
     if promotion is None:
         return None
     settings = config.config
-    at = repo.mirror.head(settings.status_branch) if settings.status_branch else head
+    at = repo.mirror.head(settings.status_branch or repo.branch) or (
+        None if settings.status_branch else head)
     snapshot = None
     if at is not None:
         snapshot = parse_status(repo.mirror.read_file(at, settings.status_file(promotion.after)))

@@ -62,8 +62,10 @@ class RolloutMetrics:
 
 def commit_kind(change: PendingChange) -> str:
     """The ``kind`` label of a landed commit's metric."""
-    if change.kind == "status":
-        return "status"
+    if change.kind in ("status", "promotion"):
+        return change.kind
+    if change.kind == "window":
+        return "pause"
     fields = {tuple(e.field) for e in change.edits}
     if PAUSE in fields:
         return "pause"

@@ -11,7 +11,9 @@ from reconciler.gitops.commits import (
 )
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.errors import RepoConfigError as GitRepoConfigError
+from reconciler.gitops.publisher import PendingChange
 from reconciler.gitops.reader import parse_config
+from reconciler.gitops.spec_writeback import SpecWriteBack
 from reconciler.policy.repo_config import RepoConfig, RepoConfigError, parse_duration_setting
 
 
@@ -25,6 +27,31 @@ def test_message_round_trips_its_trailers() -> None:
         "Phase": "Progressing", "Reconciler-Commit": "true", "Reconciler-Change-Id": "abc",
     }
     assert is_own_message(message)
+
+
+
+def test_an_auto_promotion_commit_is_not_an_own_commit_and_keeps_one_change_id_per_promotion(
+) -> None:
+    class Queue:
+        def enqueue(self, change: PendingChange) -> None:
+            pass
+
+    queue = Queue()
+    writer = SpecWriteBack(queue, clock=lambda: 5.0)  # type: ignore[arg-type]
+    options = {"version": "2.33.0.9", "replaces": "2.32.0.6", "upstream": "lab-10",
+               "finished_at": "2026-11-30T02:00:00Z", "soak": "24h"}
+    first = writer.promote("prod-100", **options)
+    again = writer.promote("prod-100", **options)  # e.g. after a restart
+    later = writer.promote("prod-100", **{**options, "finished_at": "2026-12-03T02:00:00Z"})
+    message = first.message()
+    assert not is_own_message(message)  # applied like a person's commit (SPEC 10)
+    trailers = parse_trailers(message)
+    assert trailers["Reconciler-Promotion"] == "prod-100"
+    assert trailers["Reconciler-Change-Id"] == first.change_id == again.change_id
+    assert later.change_id != first.change_id  # a new completion upstream is a new promotion
+    assert first.kind == "promotion" and first.path == "clusters/prod-100"
+    assert first.edits[0].expected == "2.32.0.6"  # a person's newer version wins
+    assert PendingChange.from_json(first.to_json()).message() == message
 
 
 @pytest.mark.parametrize(

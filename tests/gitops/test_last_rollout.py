@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,21 @@ def test_a_rollback_names_the_version_it_rolled_back() -> None:
     assert last_rollout(ROLLED_BACK, None, active_version=NEW, now_text="x") == expected
     # after a restart the writer may not have seen the rollback: the condition names it
     assert last_rollout(ROLLED_BACK, None, active_version=None, now_text="x") == expected
+
+
+def test_a_rollback_takes_its_version_from_the_planners_record_not_the_message() -> None:
+    recorded = {**ROLLED_BACK, "rolledBackSpec": {"payload": {"version": "2.34.0.1"}}}
+    recorded["condition"] = [{**ROLLED_BACK["condition"][0],
+                              "message": "rolled back: a message in other words"}]
+    expected = {"version": "2.34.0.1", "result": "RolledBack",
+                "finishedAt": "2026-11-30T04:00:00Z"}
+    for active in (None, NEW):  # the record beats what the writer saw last
+        assert last_rollout(recorded, None, active_version=active, now_text="x") == expected
+    snapshot = {"cluster": "prod-a", "observedAt": "2026-11-30T04:00:01Z",
+                "upgradeStatus": recorded, "lastRollout": expected}
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(snapshot, out)
+    assert validate_status_snapshot(out.getvalue(), "status/prod-a.yaml").ok  # schema knows it
 
 
 def test_later_snapshots_never_move_finished_at() -> None:

@@ -199,3 +199,20 @@ def test_firmware_phase_is_named_while_it_matters() -> None:
     assert describe(idle) == "status(prod-a): Idling"
     assert describe(running) == "status(prod-a): Idling; firmware AwaitingReboot"
     assert snapshot_key(idle) != snapshot_key(running)
+
+
+def test_a_rollout_that_ends_where_the_last_one_ended_with_another_version_is_committed_at_once(
+) -> None:
+    def done(version: str) -> dict[str, Any]:
+        finished = snap("Idling", 3, "Completed")
+        finished["upgradeStatus"]["lastAppliedSpec"] = {"payload": {"version": version}}
+        finished["spec"] = {"driver": {"payload": {"version": version}}}
+        return finished
+
+    state = committed(observe(WriterState(), done("2.33.0.9"), 0.0), 0.0)
+    # a rollback to 2.32.0.6 that ran between two looks: same phase, step and state
+    state = observe(state, done("2.32.0.6"), 1.0)
+    assert state.pending is not None
+    assert due_at(state, TIMING) == 1.0  # terminal: at once (a downstream's gate reads it)
+    state = committed(state, 1.0)
+    assert observe(state, done("2.32.0.6"), 2.0).pending is None  # same again: no commit

@@ -620,6 +620,9 @@ def test_threshold_with_fallback_rollback_moves_everything_back() -> None:
     assert w.inner["currentStepIndex"] == 1
     rolled = w.conditions()["RolledBack"]
     assert rolled["reason"] == "FailureThresholdReached" and NEW_VERSION in rolled["message"]
+    # the planner's own record of what it rolled back (lastRollout reads it, SPEC 10)
+    assert w.status["rolledBackSpec"]["payload"]["version"] == NEW_VERSION
+    assert w.status["lastAppliedSpec"]["payload"]["version"] == OLD_PAYLOAD["version"]
     assert w.ready_on(OLD_REV) == list(w.nodes)
     assert all(not n.unschedulable for n in w.nodes.values())
 

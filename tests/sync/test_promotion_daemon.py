@@ -154,3 +154,44 @@ def test_branch_mode_pushes_a_promotion_branch_once_the_version_passes_upstream(
     tip = git(policy_remote.path, "rev-parse", branch)
     time.sleep(1.5)  # later passes leave the branch alone
     assert git(policy_remote.path, "rev-parse", branch) == tip
+
+
+def test_auto_mode_commits_the_promotion_and_applies_it_like_a_persons_commit(
+    kube: KubeApi, small_fleet: Fleet, policy_remote: Remote, alice: Person,
+    make_sync: SyncFactory,
+) -> None:
+    seed = policy_remote.head()
+    sync = make_sync(policy_remote.url)
+    wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+    alice.pull()
+    finished = float(int(time.time()))
+    soak = 4
+    config = REPO_CONFIG + ("clusters:\n  prod-a:\n    promotion: "
+                            f"{{after: lab-1, soak: {soak}s, mode: auto}}\n")
+    sha = alice.commit_and_push("prod-a follows lab-1 by itself", {
+        "reconciler.yaml": config, "status/lab-1.yaml": lab_snapshot(finished)})
+    sync.trigger()
+    wait_for(lambda: source_commit(kube) == sha, timeout=20, what="the config commit applied")
+    assert time.time() < finished + soak, "judged inside the soak"
+    assert f"version: {OLD}" in file_at_head(policy_remote, POLICY_PATH)
+    # once the soak passed: committed to main, then applied like a person's commit
+    promoted = wait_for(lambda: git(policy_remote.path, "log", "--format=%H", "--grep",
+                                    "promote the driver", "main").split(),
+                        timeout=soak + 20, what="the promotion commit")
+    assert len(promoted) == 1
+    commit = promoted[0]
+    assert time.time() >= finished + soak
+    message = git(policy_remote.path, "log", "-1", "--format=%B", commit)
+    assert "Reconciler-Promotion: prod-a" in message
+    assert "Reconciler-Commit" not in message  # a policy change, not one to ignore
+    text = policy_remote.show(f"{commit}:{POLICY_PATH}")
+    assert f"version: {NEW}   # the driver the fleet should run" in text  # comments kept
+    assert text.replace(NEW, OLD, 1).rstrip("\n") == policy().rstrip("\n")  # one line
+    wait_for(lambda: source_commit(kube) == commit, timeout=30, what="the promotion applied")
+    assert driver(kube)["payload"]["version"] == NEW
+    events = wait_for(lambda: _events(kube, "PromotionCommitted"), timeout=10, what="the Event")
+    assert any(NEW in m and "lab-1" in m for m in events)
+    time.sleep(1.5)  # later passes (status commits, rechecks) commit and apply nothing again
+    assert git(policy_remote.path, "log", "--format=%H", "--grep", "promote the driver",
+               "main").split() == [commit]
+    assert [c for c, _ in sync.stats.applies].count(commit) == 1
