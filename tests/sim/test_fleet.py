@@ -5,6 +5,7 @@ reboots."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -505,3 +506,28 @@ def test_lease_heartbeats_renew_each_nodes_lease_and_leave_the_node_status_alone
                                    namespace=LEASE_NAMESPACE),
                      query={"labelSelector": f"{FLEET_LABEL}=default"})["items"]
     assert left == []
+
+
+def test_native_rolling_update_replaces_each_driver_pod_with_the_install_time(
+        kube: KubeApi, fleet_factory: FleetFactory) -> None:
+    # bench/native_peer.py: the DaemonSet controller's own RollingUpdate, played by the same
+    # kubelets as our rollout (deletion, the controller's new pod, install time, node labels)
+    fleet = fleet_factory(nodes=3, install_seconds=1.0)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60,
+             what="3 Ready driver pods", observe=fleet.driver_pods)
+    started = time.monotonic()
+    kube.patch(DAEMONSET, {"spec": {
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {"spec": {"containers": [{"name": "driver", "image": NEW.image}]}}}},
+        patch_type="strategic")
+    wait_for(lambda: fleet.ready_driver_nodes(NEW.version) == fleet.node_names, timeout=60,
+             what="every node Ready on the new driver", observe=fleet.driver_pods)
+    # one node at a time, each new pod Ready an install time after it started
+    assert time.monotonic() - started >= 3 * 1.0
+    for name in fleet.node_names:
+        labels = kube.get(resource_path("v1", "nodes", name))["metadata"]["labels"]
+        assert labels["metax-tech.com/driver.ready"] == "true"
+        assert (labels["metax-tech.com/gpu.driver.major"],
+                labels["metax-tech.com/gpu.driver.minor"]) == ("2", "40")
+        pod = pod_on(kube, name)
+        assert pod is not None and container_state(pod)[:2] == ("Running", True)
