@@ -24,7 +24,7 @@ controller and its memory is not counted as the controller's). Reports:
   histogram buckets' upper bounds, between a scrape before and after the rollout).
 
 Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20]
-                                   [--cluster-timeout 900] [--json]
+                                   [--cluster-timeout 900] [--lease-seconds 0] [--json]
 
 bench/scale.py runs it at several sizes; bench/native_peer.py uses its pieces.
 """
@@ -406,8 +406,10 @@ class DevCluster:
     """``reconciler dev-cluster up`` with N nodes and a fixed install time, in a process group
     of its own: ``with DevCluster(nodes, install) as cluster: cluster.kubeconfig``."""
 
-    def __init__(self, nodes: int, install: float, *, timeout: float = 900.0) -> None:
+    def __init__(self, nodes: int, install: float, *, timeout: float = 900.0,
+                 lease_seconds: float = 0.0) -> None:
         self.nodes, self.install, self.timeout = nodes, install, timeout
+        self.lease_seconds = lease_seconds
         self.state = Path(tempfile.mkdtemp(prefix="bench-controller-"))
         self.kubeconfig = ""
         self.process: subprocess.Popen[str] | None = None
@@ -422,7 +424,7 @@ class DevCluster:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli.main", "dev-cluster", "up", "--nodes",
              str(self.nodes), "--install-seconds", str(self.install), "--dir", str(self.state),
-             "--timeout", str(self.timeout)],
+             "--timeout", str(self.timeout), "--lease-seconds", str(self.lease_seconds)],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             start_new_session=True, text=True,
@@ -575,7 +577,7 @@ def run_rollout(cluster: DevCluster, *, spec: dict[str, Any] = POLICY,
             - len(breakdown["node written->pod deleted"]),
             len(breakdown["handed out->pod deleted"])),
         "controller_peak_rss_mib": round(rss, 1),
-        "controller_cpu_seconds": round(cpu, 1),
+        "controller_cpu_seconds": round(cpu, 2),
         "controller_cpu_share_of_rollout": round(cpu / wall, 3),
         "controller_gc_collections_and_longest_ms": gc_pauses.summary(),
         # the rest of the machine's 2 cores during the rollout, and the memory it took
@@ -606,11 +608,14 @@ def main() -> int:
     parser.add_argument("--install-seconds", type=float, default=20.0)
     parser.add_argument("--cluster-timeout", type=float, default=900.0,
                         help="seconds for the dev cluster's fleet to be Ready (default 900)")
+    parser.add_argument("--lease-seconds", type=float, default=0.0,
+                        help="node Lease heartbeats every this many seconds, as kubelets send "
+                             "them (10); default 0: none")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     try:
-        with DevCluster(args.nodes, args.install_seconds,
-                        timeout=args.cluster_timeout) as cluster:
+        with DevCluster(args.nodes, args.install_seconds, timeout=args.cluster_timeout,
+                        lease_seconds=args.lease_seconds) as cluster:
             result = run_rollout(cluster)
     except RuntimeError as exc:
         print(exc, file=sys.stderr)

@@ -17,7 +17,8 @@ alike: a driver pod's replacement (deletion, the DaemonSet controller's new pod,
 does not depend on who deleted the old one. Prints both wall times, ours over native (goal: at
 most 1.02) and each one's time over ``waves x install`` (waves = ceil(nodes / W)).
 
-Usage: bench/native_peer.py [--nodes 2000] [--install-seconds 60] [--parallel W] [--json]
+Usage: bench/native_peer.py [--nodes 2000] [--install-seconds 60] [--parallel W]
+                            [--lease-seconds 0] [--json]
        (W defaults to a tenth of the nodes)
 """
 
@@ -125,6 +126,9 @@ def main() -> int:
     parser.add_argument("--install-seconds", type=float, default=60.0)
     parser.add_argument("--parallel", type=int, default=None,
                         help="W: native maxUnavailable and our maxParallel (default nodes/10)")
+    parser.add_argument("--lease-seconds", type=float, default=0.0,
+                        help="node Lease heartbeats every this many seconds, as kubelets send "
+                             "them (10); default 0: none")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.nodes < 1 or args.install_seconds <= 0:
@@ -133,8 +137,8 @@ def main() -> int:
     waves = math.ceil(args.nodes / parallel)
     minimum = waves * args.install_seconds
     try:
-        with DevCluster(args.nodes, args.install_seconds,
-                        timeout=900 + 0.2 * args.nodes) as cluster:
+        with DevCluster(args.nodes, args.install_seconds, timeout=900 + 0.2 * args.nodes,
+                        lease_seconds=args.lease_seconds) as cluster:
             api = KubeApi.from_kubeconfig(cluster.kubeconfig, pool_size=4)
             old_image = driver_image(api)
             api.close()

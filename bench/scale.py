@@ -13,7 +13,8 @@ each with met/MISSED against the issue's goals:
 - controller CPU seconds and API requests per node at the largest size within 1.2 x of the
   smallest's; controller peak RSS under 1 GiB.
 
-Usage: bench/scale.py [--sizes 1000,2000,5000,10000] [--install-seconds 120] [--json]
+Usage: bench/scale.py [--sizes 1000,2000,5000,10000] [--install-seconds 120]
+                      [--lease-seconds 0] [--json]
 
 Each size's full figures (controller_rollout.py --json) are kept under "sizes" in --json.
 """
@@ -35,14 +36,15 @@ PER_NODE_RATIO_GOAL = 1.2
 RSS_GOAL_MIB = 1024.0
 
 
-def run_size(nodes: int, install: float) -> dict[str, Any]:
+def run_size(nodes: int, install: float, lease_seconds: float = 0.0) -> dict[str, Any]:
     """One rollout at ``nodes`` by bench/controller_rollout.py in a process of its own."""
     # registering and installing the fleet takes longer the bigger it is
     cluster_timeout = 900 + 0.2 * nodes
     done = subprocess.run(
         [sys.executable, str(BENCH / "controller_rollout.py"), "--nodes", str(nodes),
          "--install-seconds", str(install), "--cluster-timeout", str(cluster_timeout),
-         "--json"], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+         "--lease-seconds", str(lease_seconds), "--json"],
+        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise RuntimeError(f"{nodes} nodes: controller_rollout.py exited {done.returncode}: "
                            f"{done.stderr.strip()[-500:]}")
@@ -76,7 +78,7 @@ def table(sizes: list[dict[str, Any]], ratio: dict[str, float]) -> list[tuple[st
     for size in sizes:
         n = size["nodes"]
         processes = ", ".join(
-            f"{name} {cpu:.0f} s / {size['cluster_peak_rss_mib'].get(name, float('nan')):.0f} MiB"
+            f"{name} {cpu:.1f} s / {size['cluster_peak_rss_mib'].get(name, float('nan')):.0f} MiB"
             for name, cpu in size["cluster_cpu_seconds"].items())
         rows += [
             (f"{n} nodes: wall time / theoretical minimum", f"<= {WALL_GOAL:.2f}",
@@ -116,6 +118,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,2000,5000,10000",
                         help="fleet sizes, comma-separated (default 1000,2000,5000,10000)")
     parser.add_argument("--install-seconds", type=float, default=120.0)
+    parser.add_argument("--lease-seconds", type=float, default=0.0,
+                        help="node Lease heartbeats every this many seconds, as kubelets send "
+                             "them (10); default 0: none")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     try:
@@ -130,14 +135,15 @@ def main() -> int:
     for nodes in sizes:
         print(f"[scale] {nodes} nodes ...", file=sys.stderr, flush=True)
         try:
-            results.append(run_size(nodes, args.install_seconds))
+            results.append(run_size(nodes, args.install_seconds, args.lease_seconds))
         except RuntimeError as exc:
             print(f"[scale] {exc}", file=sys.stderr)
             return 1
     ratio = ratios(results[0], results[-1]) if len(results) > 1 else {}
     rows = table(results, ratio)
     if args.json:
-        print(json.dumps({"install_seconds": args.install_seconds, "sizes": results,
+        print(json.dumps({"install_seconds": args.install_seconds,
+                          "lease_seconds": args.lease_seconds, "sizes": results,
                           "largest_over_smallest_per_node": ratio,
                           "goals": [{"figure": f, "goal": g, "measured": m, "verdict": v}
                                     for f, g, m, v in rows if v != "-"]}))
