@@ -98,6 +98,12 @@ def table(sizes: list[dict[str, Any]], ratio: dict[str, float]) -> list[tuple[st
              verdict(size["controller_peak_rss_mib"] < RSS_GOAL_MIB)),
             (f"{n} nodes: controller API requests per node", "-",
              f"{size['api_requests_per_node']:.2f} ({size['api_requests']} in all)", "-"),
+            # each pass plans over every node: passes growing with the fleet make the
+            # planning work grow faster than it (the per-node CPU ratio below shows it)
+            (f"{n} nodes: planning passes", "-",
+             f"{size['planner_passes']} ({size['planner_passes'] / n:.2f} per node; plan p50 "
+             f"{size['controller_pass_p50_p99_ms']['plan'][0]} ms, p99 "
+             f"{size['controller_pass_p50_p99_ms']['plan'][1]} ms)", "-"),
             (f"{n} nodes: cluster CPU / peak RSS", "-", processes, "-"),
         ]
     if len(sizes) > 1:
