@@ -23,7 +23,10 @@ controller and its memory is not counted as the controller's). Reports:
   Running -> Ready minus the install time), and the API server's own request latencies (its
   histogram buckets' upper bounds, between a scrape before and after the rollout).
 
-Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20] [--json]
+Usage: bench/controller_rollout.py [--nodes 2000] [--install-seconds 20]
+                                   [--cluster-timeout 900] [--lease-seconds 0] [--json]
+
+bench/scale.py runs it at several sizes; bench/native_peer.py uses its pieces.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
-from reconciler.sim.control_plane import cpu_seconds, peak_rss_mib
+from reconciler.sim.control_plane import cpu_seconds, peak_rss_mib, rss_mib
 
 POLICY = {  # the 100-node scenario's shape, without manual gates (nobody to release them)
     "enableRollout": True,
@@ -78,8 +81,8 @@ POLICY = {  # the 100-node scenario's shape, without manual gates (nobody to rel
 NEW = "2.33.0.9"
 
 
-def theoretical_minimum(nodes: int, install: float) -> float:
-    policy = UpgradePolicy.from_spec(POLICY)
+def theoretical_minimum(nodes: int, install: float, spec: dict[str, Any] = POLICY) -> float:
+    policy = UpgradePolicy.from_spec(spec)
     targets = policy.step_targets(nodes)
     total, previous = 0.0, 0
     for step, target in zip(policy.steps, targets, strict=True):
@@ -249,12 +252,12 @@ def cluster_processes(root: int) -> dict[str, int]:
     return found
 
 
-def step_batches(deletions: list[tuple[float, str]],
-                 nodes: int) -> list[tuple[list[tuple[float, str]], int]]:
+def step_batches(deletions: list[tuple[float, str]], nodes: int,
+                 spec: dict[str, Any] = POLICY) -> list[tuple[list[tuple[float, str]], int]]:
     """Per step that adds nodes: its deletions (when, node) in order, and its maxParallel.
     Steps are told apart by the deletion order (a step starts only after the previous one
     completed) and their known batch sizes."""
-    policy = UpgradePolicy.from_spec(POLICY)
+    policy = UpgradePolicy.from_spec(spec)
     ordered = sorted(deletions)
     found = []
     previous_target = 0
@@ -267,7 +270,8 @@ def step_batches(deletions: list[tuple[float, str]],
 
 
 def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[float, str]],
-                     nodes: int) -> tuple[list[float], list[float], list[tuple[float, str]]]:
+                     nodes: int, spec: dict[str, Any] = POLICY,
+                     ) -> tuple[list[float], list[float], list[tuple[float, str]]]:
     """(Ready -> the deletion it made room for, per refill; seconds each step took to send its
     first wave's deletions; per refill the Ready's time and the node whose pod was deleted),
     pairing as the module docstring says."""
@@ -276,7 +280,7 @@ def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[flo
     bursts: list[float] = []
     refills: list[tuple[float, str]] = []
     last_ready = None
-    for batch, parallel in step_batches(deletions, nodes):
+    for batch, parallel in step_batches(deletions, nodes, spec):
         if last_ready is not None:
             latencies.append(batch[0][0] - last_ready)
             refills.append((last_ready, batch[0][1]))
@@ -290,8 +294,8 @@ def refill_latencies(deletions: list[tuple[float, str]], readies: list[tuple[flo
 
 
 def time_over_minimum(deletions: list[tuple[float, str]], readies: list[tuple[float, str]],
-                      nodes: int, install: float, started: float,
-                      ended: float) -> list[dict[str, float]]:
+                      nodes: int, install: float, started: float, ended: float,
+                      spec: dict[str, Any] = POLICY) -> list[dict[str, float]]:
     """Per step, where its time over waves x install goes: from the step's start (the rollout's
     start, or the previous step's last Ready) to its first deletion, sending its first wave,
     and the rest (pod life cycles between waves and refills), in seconds; a last entry for the
@@ -299,7 +303,7 @@ def time_over_minimum(deletions: list[tuple[float, str]], readies: list[tuple[fl
     ready_of = {node: when for when, node in readies}
     found: list[dict[str, float]] = []
     begin = started
-    for batch, parallel in step_batches(deletions, nodes):
+    for batch, parallel in step_batches(deletions, nodes, spec):
         waves = math.ceil(len(batch) / parallel)
         end = max((ready_of[node] for _, node in batch if node in ready_of), default=begin)
         first_wave = batch[min(parallel, len(batch)) - 1][0] - batch[0][0]
@@ -398,181 +402,250 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class DevCluster:
+    """``reconciler dev-cluster up`` with N nodes and a fixed install time, in a process group
+    of its own: ``with DevCluster(nodes, install) as cluster: cluster.kubeconfig``."""
+
+    def __init__(self, nodes: int, install: float, *, timeout: float = 900.0,
+                 lease_seconds: float = 0.0) -> None:
+        self.nodes, self.install, self.timeout = nodes, install, timeout
+        self.lease_seconds = lease_seconds
+        self.state = Path(tempfile.mkdtemp(prefix="bench-controller-"))
+        self.kubeconfig = ""
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def __enter__(self) -> DevCluster:
+        self._stderr = (self.state / "dev-cluster.err").open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli.main", "dev-cluster", "up", "--nodes",
+             str(self.nodes), "--install-seconds", str(self.install), "--dir", str(self.state),
+             "--timeout", str(self.timeout), "--lease-seconds", str(self.lease_seconds)],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True, text=True,
+        )
+        assert self.process.stdout is not None
+        self.kubeconfig = self.process.stdout.readline().strip()
+        if not self.kubeconfig:
+            self.__exit__()
+            raise RuntimeError(f"dev-cluster failed; see {self.state / 'dev-cluster.err'}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is None:
+            return
+        os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process = None
+        self._stderr.close()
+
+
+class ObserverProcess:
+    """The observer (``observe``) in a process of its own: ``start()`` returns once its watch
+    is synced, ``finish()`` stops it and returns what it saw (attributes as on ``Observer``)."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.conn, child_conn = multiprocessing.Pipe()
+        self.process = multiprocessing.get_context("spawn").Process(
+            target=observe, args=(kubeconfig, child_conn), daemon=True)
+        #: Ready pods seen when the watch synced (those before the measured change)
+        self.ready_before = 0
+
+    def start(self) -> ObserverProcess:
+        self.process.start()
+        self.ready_before = self.conn.recv()
+        return self
+
+    def finish(self) -> argparse.Namespace:
+        self.conn.send("stop")
+        seen = self.conn.recv()
+        self.process.join(30)
+        return argparse.Namespace(
+            stages=seen["stages"], deleted_on=seen["deleted_on"], removed_on=seen["removed_on"],
+            ready_at=[tuple(r) for r in seen["ready_at"]],
+            deleted_at=[tuple(d) for d in seen["deleted_at"]])
+
+
+def wait_completed(api: KubeApi, started: float, *, limit: float = 3600.0) -> float:
+    """Wall seconds from ``started`` until the status says the rollout completed."""
+    while True:
+        status = (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status")
+                  or {}).get("upgradeStatus") or {}
+        inner = status.get("status") or {}
+        if status.get("phase") == "Idling" and inner.get("currentStepState") == "Completed" \
+                and time.time() - started > 1:
+            return time.time() - started
+        if time.time() - started > limit:
+            raise RuntimeError(f"rollout did not complete within {limit:.0f} s")
+        time.sleep(0.2)
+
+
+def run_rollout(cluster: DevCluster, *, spec: dict[str, Any] = POLICY,
+                version: str = NEW) -> dict[str, Any]:
+    """Our rollout of ``version`` with the policy ``spec`` on the running dev cluster, the
+    controller in this process; returns the figures (the keys of ``--json``)."""
+    nodes, install = cluster.nodes, cluster.install
+    watcher = ObserverProcess(cluster.kubeconfig).start()
+    prefer_responsiveness()  # as `reconciler run` does for the controller role
+    api = KubeApi.from_kubeconfig(cluster.kubeconfig, pool_size=64)
+    timings = Timings()
+    controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+                                   settings=PlannerSettings(ready_timeout=600),
+                                   observer=timings).start()
+    controller.wait_synced(120)
+    while not (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status") or {}):
+        time.sleep(0.1)
+    requests_before = sum(api.request_counts.values())
+    server_before = server_histograms(api)
+    gc_pauses = GcPauses()
+    gc.callbacks.append(gc_pauses)
+    cpu_before = os.times()
+    cluster_pids = cluster_processes(cluster.pid)
+    cluster_cpu_before = {name: cpu_seconds(pid) for name, pid in cluster_pids.items()}
+    started = time.time()
+    api.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
+              {"spec": {"driver": {"payload": {"version": version}, "upgradePolicy": spec}}})
+    try:
+        wall = wait_completed(api, started)
+    finally:
+        gc.callbacks.remove(gc_pauses)
+    cpu_after = os.times()
+    cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    cluster_cpu = {name: round(cpu_seconds(pid) - cluster_cpu_before[name], 1)
+                   for name, pid in cluster_pids.items()}
+    cluster_rss = {name: round(peak_rss_mib(pid), 1) for name, pid in cluster_pids.items()}
+    cluster_rss_now = {name: round(rss_mib(pid), 1) for name, pid in cluster_pids.items()}
+    requests = sum(api.request_counts.values()) - requests_before
+    server_after = server_histograms(api)
+    controller.stop()
+    observer = watcher.finish()
+    readies = observer.ready_at[watcher.ready_before:]
+    latencies, bursts, refills = refill_latencies(observer.deleted_at, readies, nodes, spec)
+    breakdown = refill_breakdown(refills, dict(observer.ready_at), observer.deleted_on,
+                                 timings.ready_seen, timings.start_times)
+    minimum = theoretical_minimum(nodes, install, spec)
+    over = time_over_minimum(observer.deleted_at, readies, nodes, install, started,
+                             started + wall, spec)
+    segments: dict[str, list[float]] = {"deleted->removed": [], "removed->created": [],
+                                        "created->bound": [],
+                                        "bound->running": [],
+                                        "running->ready minus install": []}
+    for stages in observer.stages.values():
+        node = stages.get("node")
+        deleted = observer.deleted_on.get(str(node)) if node else None
+        if deleted is None or stages["seen"] < deleted or "ready" not in stages:
+            continue
+        removed = observer.removed_on.get(str(node), deleted)
+        segments["deleted->removed"].append(removed - deleted)
+        segments["removed->created"].append(stages["seen"] - removed)
+        segments["created->bound"].append(stages.get("bound", stages["seen"]) - stages["seen"])
+        if "running" in stages:
+            segments["bound->running"].append(stages["running"] - stages.get("bound", 0))
+            segments["running->ready minus install"].append(
+                stages["ready"] - stages["running"] - install)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    waves = round(minimum / install) if install else 0
+    return {
+        "nodes": nodes,
+        "install_seconds": install,
+        "rollout_wall_seconds": round(wall, 2),
+        # the same end as a native rolling update's (bench/native_peer.py): the last new pod
+        # Ready, as the observer saw it
+        "last_ready_seconds": round(max((w for w, _ in readies), default=started) - started, 2),
+        "theoretical_minimum_seconds": minimum,
+        "wall_over_minimum": round(wall / minimum, 3),
+        "waves": waves,
+        "seconds_over_minimum_per_wave": round((wall - minimum) / max(waves, 1), 2),
+        "ready_to_next_delete_p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
+        "ready_to_next_delete_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
+        "latency_samples": len(latencies),
+        "step_first_wave_send_seconds": [round(b, 2) for b in bursts],
+        "time_over_minimum_by_step_seconds": over,
+        "refill_parts_p50_p99_ms": {k: p50_p99_ms(v) for k, v in breakdown.items() if v},
+        # refills that were the pod deletion alone (the node cordoned ahead)
+        "refills_cordoned_ahead": "{}/{}".format(
+            len(breakdown["handed out->pod deleted"])
+            - len(breakdown["node written->pod deleted"]),
+            len(breakdown["handed out->pod deleted"])),
+        "controller_peak_rss_mib": round(rss, 1),
+        "controller_cpu_seconds": round(cpu, 2),
+        "controller_cpu_share_of_rollout": round(cpu / wall, 3),
+        "controller_gc_collections_and_longest_ms": gc_pauses.summary(),
+        # the rest of the machine's 2 cores during the rollout, and the memory it took
+        "cluster_cpu_seconds": cluster_cpu,
+        "cluster_peak_rss_mib": cluster_rss,
+        "cluster_rss_mib_after": cluster_rss_now,
+        "api_requests": requests,
+        "api_requests_per_node": round(requests / nodes, 2),
+        "planner_passes": controller.stats.passes,
+        "pod_stages_p50_p99_ms": {k: p50_p99_ms(v) for k, v in segments.items()},
+        "status_writes": controller.stats.status_writes,
+        "node_requests_p50_p99_ms": [
+            round(percentile(timings.request_seconds, q) * 1000, 1) for q in (0.5, 0.99)],
+        "apiserver_p50_p99_ms_bucket_bounds": {
+            " ".join(filter(None, key)): histogram_quantiles(server_before.get(key, {}), buckets)
+            for key, buckets in server_after.items()},
+        "controller_pass_p50_p99_ms": {
+            name: [round(percentile([p[i] for p in timings.pass_seconds], q) * 1000, 1)
+                   for q in (0.5, 0.99)]
+            for i, name in enumerate(("plan", "act", "status_write"))},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--install-seconds", type=float, default=20.0)
+    parser.add_argument("--cluster-timeout", type=float, default=900.0,
+                        help="seconds for the dev cluster's fleet to be Ready (default 900)")
+    parser.add_argument("--lease-seconds", type=float, default=0.0,
+                        help="node Lease heartbeats every this many seconds, as kubelets send "
+                             "them (10); default 0: none")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-
-    state = Path(tempfile.mkdtemp(prefix="bench-controller-"))
-    cluster = subprocess.Popen(
-        [sys.executable, "-m", "reconciler.cli.main", "dev-cluster", "up", "--nodes",
-         str(args.nodes), "--install-seconds", str(args.install_seconds), "--dir", str(state),
-         "--timeout", "900"],
-        stdout=subprocess.PIPE, stderr=open(state / "dev-cluster.err", "wb"),  # noqa: SIM115
-        start_new_session=True, text=True,
-    )
     try:
-        assert cluster.stdout is not None
-        kubeconfig = cluster.stdout.readline().strip()
-        if not kubeconfig:
-            print(f"dev-cluster failed; see {state / 'dev-cluster.err'}", file=sys.stderr)
-            return 1
-        conn, child_conn = multiprocessing.Pipe()
-        watcher = multiprocessing.get_context("spawn").Process(
-            target=observe, args=(kubeconfig, child_conn), daemon=True)
-        watcher.start()
-        ready_before = conn.recv()
-        prefer_responsiveness()  # as `reconciler run` does for the controller role
-        api = KubeApi.from_kubeconfig(kubeconfig, pool_size=64)
-        timings = Timings()
-        controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-                                       settings=PlannerSettings(ready_timeout=600),
-                                       observer=timings).start()
-        controller.wait_synced(120)
-        while not (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status") or {}):
-            time.sleep(0.1)
-        requests_before = sum(api.request_counts.values())
-        server_before = server_histograms(api)
-        gc_pauses = GcPauses()
-        gc.callbacks.append(gc_pauses)
-        cpu_before = os.times()
-        cluster_pids = cluster_processes(cluster.pid)
-        cluster_cpu_before = {name: cpu_seconds(pid) for name, pid in cluster_pids.items()}
-        started = time.time()
-        api.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME),
-                  {"spec": {"driver": {"payload": {"version": NEW}, "upgradePolicy": POLICY}}})
-        done = threading.Event()
-        while not done.is_set():
-            status = (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status")
-                      or {}).get("upgradeStatus") or {}
-            inner = status.get("status") or {}
-            if status.get("phase") == "Idling" and inner.get("currentStepState") == "Completed" \
-                    and time.time() - started > 1:
-                break
-            if time.time() - started > 3600:
-                print("rollout did not complete within an hour", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-        wall = time.time() - started
-        gc.callbacks.remove(gc_pauses)
-        cpu_after = os.times()
-        cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-        cluster_cpu = {name: round(cpu_seconds(pid) - cluster_cpu_before[name], 1)
-                       for name, pid in cluster_pids.items()}
-        cluster_rss = {name: round(peak_rss_mib(pid), 1) for name, pid in cluster_pids.items()}
-        requests = sum(api.request_counts.values()) - requests_before
-        server_after = server_histograms(api)
-        controller.stop()
-        conn.send("stop")
-        seen = conn.recv()
-        watcher.join(30)
-        observer = argparse.Namespace(
-            stages=seen["stages"], deleted_on=seen["deleted_on"], removed_on=seen["removed_on"],
-            ready_at=[tuple(r) for r in seen["ready_at"]],
-            deleted_at=[tuple(d) for d in seen["deleted_at"]])
-        latencies, bursts, refills = refill_latencies(
-            observer.deleted_at, observer.ready_at[ready_before:], args.nodes)
-        breakdown = refill_breakdown(refills, dict(observer.ready_at), observer.deleted_on,
-                                     timings.ready_seen, timings.start_times)
-        minimum = theoretical_minimum(args.nodes, args.install_seconds)
-        over = time_over_minimum(observer.deleted_at, observer.ready_at[ready_before:],
-                                 args.nodes, args.install_seconds, started, started + wall)
-        segments: dict[str, list[float]] = {"deleted->removed": [], "removed->created": [],
-                                            "created->bound": [],
-                                            "bound->running": [],
-                                            "running->ready minus install": []}
-        for stages in observer.stages.values():
-            node = stages.get("node")
-            deleted = observer.deleted_on.get(str(node)) if node else None
-            if deleted is None or stages["seen"] < deleted or "ready" not in stages:
-                continue
-            removed = observer.removed_on.get(str(node), deleted)
-            segments["deleted->removed"].append(removed - deleted)
-            segments["removed->created"].append(stages["seen"] - removed)
-            segments["created->bound"].append(stages.get("bound", stages["seen"]) - stages["seen"])
-            if "running" in stages:
-                segments["bound->running"].append(stages["running"] - stages.get("bound", 0))
-                segments["running->ready minus install"].append(
-                    stages["ready"] - stages["running"] - args.install_seconds)
-        rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        result = {
-            "nodes": args.nodes,
-            "install_seconds": args.install_seconds,
-            "rollout_wall_seconds": round(wall, 2),
-            "theoretical_minimum_seconds": minimum,
-            "wall_over_minimum": round(wall / minimum, 3),
-            "waves": round(minimum / args.install_seconds),
-            "seconds_over_minimum_per_wave": round(
-                (wall - minimum) / max(round(minimum / args.install_seconds), 1), 2),
-            "ready_to_next_delete_p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
-            "ready_to_next_delete_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
-            "ready_to_next_delete_max_ms": round(max(latencies, default=float("nan")) * 1000, 1),
-            "latency_samples": len(latencies),
-            "step_first_wave_send_seconds": [round(b, 2) for b in bursts],
-            "time_over_minimum_by_step_seconds": over,
-            "refill_parts_p50_p99_ms": {k: p50_p99_ms(v) for k, v in breakdown.items() if v},
-            # refills that were the pod deletion alone (the node cordoned ahead)
-            "refills_cordoned_ahead": "{}/{}".format(
-                len(breakdown["handed out->pod deleted"])
-                - len(breakdown["node written->pod deleted"]),
-                len(breakdown["handed out->pod deleted"])),
-            "controller_peak_rss_mib": round(rss_mib, 1),
-            "controller_cpu_seconds": round(cpu, 1),
-            "controller_cpu_share_of_rollout": round(cpu / wall, 3),
-            "controller_gc_collections_and_longest_ms": gc_pauses.summary(),
-            # the rest of the machine's 2 cores during the rollout, and the memory it took
-            "cluster_cpu_seconds": cluster_cpu,
-            "cluster_peak_rss_mib": cluster_rss,
-            "api_requests": requests,
-            "api_requests_per_node": round(requests / args.nodes, 2),
-            "planner_passes": controller.stats.passes,
-            "pod_stages_p50_p99_ms": {k: p50_p99_ms(v) for k, v in segments.items()},
-            "status_writes": controller.stats.status_writes,
-            "node_requests_p50_p99_ms": [
-                round(percentile(timings.request_seconds, q) * 1000, 1)
-                for q in (0.5, 0.99)],
-            "apiserver_p50_p99_ms_bucket_bounds": {
-                " ".join(filter(None, key)): histogram_quantiles(server_before.get(key, {}),
-                                                                 buckets)
-                for key, buckets in server_after.items()},
-            "controller_pass_p50_p99_ms": {
-                name: [round(percentile([p[i] for p in timings.pass_seconds], q) * 1000, 1)
-                       for q in (0.5, 0.99)]
-                for i, name in enumerate(("plan", "act", "status_write"))},
-        }
-        if args.json:
-            print(json.dumps(result))
-        else:
-            waves = round(minimum / args.install_seconds)
-            per_wave = (wall - minimum) / max(waves, 1)
-            rows = [
-                # the measured cell starts with the figure the goal bounds (bench/run reads it)
-                ("rollout wall time / theoretical minimum", "<= 1.10",
-                 f"{wall / minimum:.3f} ({wall:.1f} s / {minimum:.0f} s; "
-                 f"+{per_wave:.1f} s per wave, {waves} waves)", f"{wall / minimum / 1.10:.3f}"),
-                ("p99 pod Ready -> next deletion", "< 500 ms",
-                 f"{result['ready_to_next_delete_p99_ms']} ms (p50 "
-                 f"{result['ready_to_next_delete_p50_ms']} ms, n={len(latencies)})",
-                 f"{result['ready_to_next_delete_p99_ms'] / 500:.3f}"),
-                ("controller peak RSS", "-", f"{rss_mib:.0f} MiB", "-"),
-                ("controller CPU during the rollout", "-",
-                 f"{cpu:.0f} s ({cpu / wall:.0%} of one core)", "-"),
-                ("controller API requests per node", "list/watch, no polling",
-                 f"{requests / args.nodes:.2f} ({requests} in all)", "-"),
-            ]
-            print(f"{'figure':44} {'goal':24} {'measured':40} ratio")
-            for row in rows:
-                print(f"{row[0]:44} {row[1]:24} {row[2]:40} {row[3]}")
+        with DevCluster(args.nodes, args.install_seconds, timeout=args.cluster_timeout,
+                        lease_seconds=args.lease_seconds) as cluster:
+            result = run_rollout(cluster)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
         return 0
-    finally:
-        os.killpg(cluster.pid, signal.SIGINT)
-        try:
-            cluster.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(cluster.pid, signal.SIGKILL)
+    wall, minimum = result["rollout_wall_seconds"], result["theoretical_minimum_seconds"]
+    waves, per_wave = result["waves"], result["seconds_over_minimum_per_wave"]
+    rss, cpu, requests = (result["controller_peak_rss_mib"], result["controller_cpu_seconds"],
+                          result["api_requests"])
+    rows = [
+        # the measured cell starts with the figure the goal bounds (bench/run reads it)
+        ("rollout wall time / theoretical minimum", "<= 1.10",
+         f"{wall / minimum:.3f} ({wall:.1f} s / {minimum:.0f} s; "
+         f"+{per_wave:.1f} s per wave, {waves} waves)", f"{wall / minimum / 1.10:.3f}"),
+        ("p99 pod Ready -> next deletion", "< 500 ms",
+         f"{result['ready_to_next_delete_p99_ms']} ms (p50 "
+         f"{result['ready_to_next_delete_p50_ms']} ms, n={result['latency_samples']})",
+         f"{result['ready_to_next_delete_p99_ms'] / 500:.3f}"),
+        ("controller peak RSS", "-", f"{rss:.0f} MiB", "-"),
+        ("controller CPU during the rollout", "-",
+         f"{cpu:.0f} s ({cpu / wall:.0%} of one core)", "-"),
+        ("controller API requests per node", "list/watch, no polling",
+         f"{requests / args.nodes:.2f} ({requests} in all)", "-"),
+    ]
+    print(f"{'figure':44} {'goal':24} {'measured':40} ratio")
+    for row in rows:
+        print(f"{row[0]:44} {row[1]:24} {row[2]:40} {row[3]}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -102,15 +102,19 @@ def dev_cluster() -> None:
               help="Start the reconciler's validating admission webhook on a loopback port and "
                    "register it (failurePolicy Fail), so bad ClusterOperator changes are refused "
                    "by the API server. Without it nothing is registered.")
+@click.option("--lease-seconds", type=FiniteFloat(0, 3600), default=0, show_default=True,
+              help="Renew each node's Lease in kube-node-lease every this many seconds, as a "
+                   "kubelet does (10); 0: no Leases and no heartbeats (the node lifecycle "
+                   "controller, which reads them, is off here).")
 def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_version: str | None,
        directory: Path | None, seed: int, timeout: float, with_prometheus: bool,
-       admission: bool) -> None:
+       admission: bool, lease_seconds: float) -> None:
     """Start the control plane and the fleet; print the kubeconfig path once the fleet is Ready;
     run until Ctrl-C or `reconciler dev-cluster down`."""
     from reconciler.kube.api import KubeError
     from reconciler.policy.payload import Payload
     from reconciler.sim.admission import DevAdmission
-    from reconciler.sim.control_plane import ControlPlane, ControlPlaneError
+    from reconciler.sim.control_plane import ControlPlane, ControlPlaneError, memory_report
     from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
     from reconciler.sim.fleet import Fleet, node_name
     from reconciler.sim.operator_install import DEFAULT_PAYLOAD
@@ -168,7 +172,8 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         plane.start()
         _say(f"control plane up in {plane.boot_seconds:.1f} s ({plane.server})")
         fleet = Fleet(plane.api(pool_size=24), nodes=nodes, faults=faults,
-                      install_seconds=install, payload=payload, seed=seed)
+                      install_seconds=install, payload=payload, seed=seed,
+                      lease_seconds=lease_seconds or None)
         fleet.start(timeout=timeout)
         _say(f"{nodes} nodes registered")
         if admission:
@@ -188,6 +193,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
             _say(f"{expected}/{nodes} driver pods Ready in {clock.monotonic() - started:.1f} s"
                  + (f" ({len(broken)} faulty)" if broken else "")
                  + "; Ctrl-C or `reconciler dev-cluster down` stops it")
+            _say("memory: " + memory_report({"simulator": os.getpid(), **plane.pids}))
             click.echo(str(plane.kubeconfig))
             sys.stdout.flush()
         stop.wait()

@@ -11,6 +11,7 @@ its own for them."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -50,12 +51,22 @@ log = logging.getLogger(__name__)
 #: pod's Ready event p99 199 ms after the 2,000-node benchmark's observer did, at 1 ms 40 ms
 #: (see docs/rollout.md).
 SWITCH_INTERVAL_SECONDS = 0.001
+#: The young generation's collection threshold in that process (Python's default: 700). A pass
+#: over a big fleet allocates tens of thousands of short-lived objects (a Ready wave at 10,000
+#: nodes: 8,000 actions); at 700, young collections run while the pass still holds them, promote
+#: them, and the old generation fills with garbage that only a full collection, over every
+#: cached node and pod, removes. At 10,000 nodes that doubled the mean pass, at 1,000 it did not
+#: (bench/planner_scale.py, docs/rollout.md "Scale"): a cost that grew faster than the fleet.
+YOUNG_GC_THRESHOLD = 50_000
 
 
 def prefer_responsiveness() -> None:
-    """Hands the GIL around more often (see ``SWITCH_INTERVAL_SECONDS``); process-wide, so
-    the process's entry point calls it."""
+    """Hands the GIL around more often (see ``SWITCH_INTERVAL_SECONDS``) and lets a pass's
+    short-lived objects die young (``YOUNG_GC_THRESHOLD``); process-wide, so the process's
+    entry point calls it."""
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, middle, old)
 
 
 @dataclass(slots=True)

@@ -718,7 +718,13 @@ class _Planner:
         steps = policy.steps
         self._set(current_step_state=st.STEP_UPGRADE)
         if self.health_hold:  # SPEC 9: no answer (or no valid section): nothing new starts
-            self._set(step_message="; ".join(self.health_hold))
+            # one entry per waiting node: named up to the limit, so that a wave of thousands
+            # keeps the status far below the API server's object size limit
+            limit = self.settings.message_node_limit
+            held = "; ".join(self.health_hold[:limit])
+            if len(self.health_hold) > limit:
+                held += f"; and {len(self.health_hold) - limit} more"
+            self._set(step_message=held)
             self.keep_cordoned = frozenset(n.name for n in scan.cordoned)
             self.in_flight = scan.in_flight
             return

@@ -184,13 +184,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mib(pid: int) -> float:
-    """A process's peak resident memory (VmHWM) in MiB; NaN once it is gone."""
+def _status_mib(pid: int, key: str) -> float:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident memory (VmHWM) in MiB; NaN once it is gone."""
+    return _status_mib(pid, "VmHWM:")
+
+
+def rss_mib(pid: int) -> float:
+    """A process's resident memory now (VmRSS) in MiB; NaN once it is gone."""
+    return _status_mib(pid, "VmRSS:")
+
+
+def memory_report(pids: Mapping[str, int]) -> str:
+    """``name RSS MiB (peak MiB)`` per process, for ``dev-cluster up`` and the benchmarks."""
+    return ", ".join(f"{name} {rss_mib(pid):.0f} MiB (peak {peak_rss_mib(pid):.0f})"
+                     for name, pid in pids.items())
 
 
 def _die_with_parent() -> None:

@@ -20,6 +20,13 @@ emits a ``NodeNeedReboot`` Event on the Node. A reboot (``reboot(node)``, or the
 ``reboot_seconds``; it comes back with a new boot ID, the pending VBIOS version in its label and
 ``gpu.metax-tech.com/rebooted=<token>``.
 
+Heartbeats (``lease_seconds``): like a kubelet with node leases, each node's Lease in
+``kube-node-lease`` is renewed every ``lease_seconds`` (the fleet's renewals spread evenly over
+the interval), none while the machine reboots; the Node's status is written only when its
+readiness changes, never as a heartbeat. Without ``lease_seconds`` there is no Lease and no
+heartbeat at all (the node lifecycle controller, which would read them, is off in the dev
+cluster).
+
 Deleting the ``cluster-operator`` object: like the vendor operator, the fleet removes its
 finalizer (``gpu.metax-tech.com``) once the object is being deleted, so the deletion completes.
 """
@@ -72,6 +79,9 @@ from reconciler.sim.operator_install import (
 log = logging.getLogger(__name__)
 
 FLEET_LABEL = "sim.metax-tech.com/fleet"
+LEASE_NAMESPACE = "kube-node-lease"
+#: a kubelet's lease lasts four renewal intervals (40 s renewed every 10 s by default)
+LEASE_DURATION_INTERVALS = 4
 WORKLOAD_NAMESPACE = "gpu-workloads"
 EVENT_NAMESPACE = "default"
 DRIVER_MANAGER = "driver-manager"
@@ -112,6 +122,15 @@ def _gpu_limit(container: JSON) -> int:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    """A Lease's ``renewTime`` (MicroTime)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_path(node: str) -> str:
+    return resource_path("coordination.k8s.io/v1", "leases", node, namespace=LEASE_NAMESPACE)
 
 
 @dataclass
@@ -189,6 +208,7 @@ class Fleet:
         fleet_id: str = "default",
         workers: int = 16,
         seed: int = 0,
+        lease_seconds: float | None = None,
     ) -> None:
         self.api = api
         self.payload = payload
@@ -203,6 +223,10 @@ class Fleet:
         self.fleet_id = fleet_id
         self.should_install_operator = install_operator
         self.rng = random.Random(seed)
+        self.lease_seconds = lease_seconds
+        self._lease_rng = random.Random(f"{seed}-leases")  # the install draws stay as they were
+        #: Lease renewals sent (heartbeats; the creations not counted)
+        self.lease_renewals = 0
         self.requests = 0
         self._lock = threading.RLock()
         self._width = max(4, len(str(nodes)))
@@ -235,6 +259,8 @@ class Fleet:
         self.workers = KeyedWorkers(self._workers_count, name=f"fleet-{self.fleet_id}")
         self.timers = Timers(self.workers)
         self._ensure_namespace(WORKLOAD_NAMESPACE)
+        if self.lease_seconds is not None:
+            self._ensure_namespace(LEASE_NAMESPACE)  # the API server makes it, in its own time
         self.node_watch = ListWatch(
             self.api, resource_path("v1", "nodes"), on_event=self._on_node_event,
             query={"labelSelector": f"{FLEET_LABEL}={self.fleet_id}"}, name="fleet nodes",
@@ -532,6 +558,47 @@ class Fleet:
         # The TaintNodesByCondition admission plugin taints every new node not-ready; a ready
         # kubelet's node lifecycle lifts it (the node lifecycle controller is off here).
         self._set_not_ready_taint(node, created, present=not ready)
+        if self.lease_seconds is not None:
+            self._create_lease(node)
+
+    # -- heartbeats -------------------------------------------------------------------------
+
+    def _create_lease(self, node: SimNode) -> None:
+        assert self.lease_seconds is not None and self.timers is not None
+        spec = {"holderIdentity": node.name, "renewTime": _micro_now(),
+                "leaseDurationSeconds": max(1, round(LEASE_DURATION_INTERVALS
+                                                     * self.lease_seconds))}
+        owners = [{"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}]
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": node.name, "namespace": LEASE_NAMESPACE,
+                             "labels": {FLEET_LABEL: self.fleet_id}, "ownerReferences": owners},
+                "spec": spec}
+        try:
+            self._call("POST", resource_path("coordination.k8s.io/v1", "leases",
+                                             namespace=LEASE_NAMESPACE), body)
+        except Conflict:  # a node of that name before (its Node's garbage not collected yet)
+            self._call("PATCH", lease_path(node.name),
+                       {"metadata": {"ownerReferences": owners}, "spec": spec},
+                       content_type="application/merge-patch+json")
+        # the first renewal at a random point of the interval: the fleet's heartbeats spread
+        self.timers.call_later(self._lease_rng.uniform(0, self.lease_seconds), node.name,
+                               functools.partial(self._renew_lease, node))
+
+    def _renew_lease(self, node: SimNode) -> None:
+        """One heartbeat (the kubelet's lease renewal), then the next one an interval later."""
+        if node.removed or self.timers is None or self.lease_seconds is None:
+            return
+        if not node.rebooting:  # no kubelet runs while the machine boots
+            try:
+                self._call("PATCH", lease_path(node.name), {"spec": {"renewTime": _micro_now()}},
+                           content_type="application/merge-patch+json")
+                self.lease_renewals += 1
+            except NotFound:
+                if not node.removed:
+                    self._create_lease(node)  # deleted by someone: the kubelet makes it again
+                return
+        self.timers.call_later(self.lease_seconds, node.name,
+                               functools.partial(self._renew_lease, node))
 
     def _set_not_ready_taint(self, node: SimNode, current: JSON | None, *, present: bool) -> None:
         for _ in range(10):
@@ -967,6 +1034,10 @@ class Fleet:
                     query={"gracePeriodSeconds": 0})
         api.request("DELETE", resource_path("v1", "nodes"),
                     query={"labelSelector": f"{FLEET_LABEL}={self.fleet_id}"})
+        if self.lease_seconds is not None:
+            api.request("DELETE", resource_path("coordination.k8s.io/v1", "leases",
+                                                namespace=LEASE_NAMESPACE),
+                        query={"labelSelector": f"{FLEET_LABEL}={self.fleet_id}"})
         api.request("DELETE", resource_path("apps/v1", "controllerrevisions",
                                             namespace=OPERATOR_NAMESPACE))
         api.request("DELETE", resource_path("v1", "events", namespace=EVENT_NAMESPACE),

@@ -3,6 +3,7 @@ once its pod is Ready and its node checks passed; a step's checks come before St
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -449,3 +450,20 @@ def test_an_unhealthy_node_never_counts_as_upgraded(
         assert all(w.annotation(m, ANN_STATE) != STATE_DONE for m in bad)
         assert w.inner.get("totalUpgradeReadyReplicas", 0) <= len(healthy_ready)
         assert w.inner.get("currentUpgradeReadyReplicas", 0) <= len(healthy_ready)
+
+
+def test_ten_thousand_nodes_waiting_for_an_answer_keep_the_status_small() -> None:
+    # SPEC 12: a wave of 5,000 nodes without an answer names a few of them, not all, so the
+    # status write stays far below the API server's object size limit (1.5 MiB in etcd)
+    w = started(HealthWorld(10_000, policy(maxParallel="50%", maxUnavailable="50%")))
+    assert len(w.deleted) == 5_000
+    w.default_node_value = QueryError(None, "connection refused")
+    w.ready_all_in_flight()
+    w.plan(1)
+    result = w.plan(11)
+    assert deletions(result) == [] and result.in_flight == 5_000
+    message = w.inner["message"]
+    limit = PlannerSettings().message_node_limit
+    assert message.count("gpus-available") == limit
+    assert message.endswith(f"and {5_000 - limit} more")
+    assert len(json.dumps(w.status)) < 16 * 1024

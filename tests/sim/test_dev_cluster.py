@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def test_up_prints_the_kubeconfig_when_ready_and_down_stops_everything(tmp_path:
     state = tmp_path / "dev"
     up = subprocess.Popen(
         [*RECONCILER, "dev-cluster", "up", "--nodes", "4", "--install-seconds", "0.2-0.5",
-         "--faults", str(faults), "--dir", str(state)],
+         "--faults", str(faults), "--dir", str(state), "--lease-seconds", "10"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
     )
@@ -68,6 +69,10 @@ def test_up_prints_the_kubeconfig_when_ready_and_down_stops_everything(tmp_path:
         ready = [p for p in pods if (p["status"].get("containerStatuses") or [{}])[0].get("ready")]
         assert len(ready) == 3  # node-0002 crash-loops
         assert len(api.list(resource_path("v1", "nodes"))["items"]) == 4
+        leases = api.list(resource_path("coordination.k8s.io/v1", "leases",
+                                        namespace="kube-node-lease"))["items"]
+        assert sorted(lease["spec"]["holderIdentity"] for lease in leases) == [
+            f"node-000{i}" for i in range(1, 5)]
         api.close()
 
         spawned = descendants(up.pid)
@@ -80,6 +85,12 @@ def test_up_prints_the_kubeconfig_when_ready_and_down_stops_everything(tmp_path:
         stopped = reconciler("dev-cluster", "down", "--dir", str(state))
         assert stopped.returncode == 0, stopped.stderr
         assert up.wait(60) == 0
+        said = up.stderr.read() if up.stderr else ""
+        # the memory of each process, once the fleet is Ready (SPEC 12)
+        memory = next(line for line in said.splitlines() if "memory:" in line)
+        for process in ("simulator", "etcd", "kube-apiserver", "kube-controller-manager",
+                        "kube-scheduler"):
+            assert re.search(rf"{process} \d+ MiB \(peak \d+\)", memory), memory
         wait_for(lambda: not any(alive(p) for p in spawned), timeout=10,
                  what="every process of the dev cluster gone",
                  observe=lambda: [p for p in spawned if alive(p)])

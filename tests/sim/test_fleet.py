@@ -5,6 +5,7 @@ reboots."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,7 +30,7 @@ from reconciler.names import (
 )
 from reconciler.policy.payload import Payload
 from reconciler.sim.faults import Fault, FaultKind
-from reconciler.sim.fleet import FLEET_LABEL, WORKLOAD_NAMESPACE, Fleet
+from reconciler.sim.fleet import FLEET_LABEL, LEASE_NAMESPACE, WORKLOAD_NAMESPACE, Fleet, lease_path
 from reconciler.sim.operator_install import DEFAULT_PAYLOAD, release_finalizer
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
@@ -474,3 +475,59 @@ def test_firmware_upgrade_emits_node_need_reboot_and_reboots_apply_it(
              what="drivers Ready after the reboots", observe=fleet.driver_pods)
     pod = pod_on(kube, "node-0001")
     assert pod is not None and container_state(pod)[3] == 1
+
+
+def test_lease_heartbeats_renew_each_nodes_lease_and_leave_the_node_status_alone(
+        kube: KubeApi, fleet_factory: FleetFactory) -> None:
+    # what a kubelet with node leases does (SPEC 12: 10,000 nodes' heartbeats must stay cheap)
+    fleet = fleet_factory(nodes=3, lease_seconds=0.5)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60,
+             what="3 Ready driver pods", observe=fleet.driver_pods)
+    names = fleet.node_names
+    nodes = {n["metadata"]["name"]: n for n in kube.list(
+        NODES, query={"labelSelector": f"{FLEET_LABEL}=default"})["items"]}
+    leases = {name: kube.get(lease_path(name)) for name in names}
+    for name, lease in leases.items():
+        assert lease["spec"]["holderIdentity"] == name
+        assert lease["spec"]["leaseDurationSeconds"] == 2
+        owner = lease["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"]) == ("Node", nodes[name]["metadata"]["uid"])
+    renewals = fleet.lease_renewals
+    wait_for(lambda: all(kube.get(lease_path(name))["spec"]["renewTime"]
+                         > leases[name]["spec"]["renewTime"] for name in names),
+             timeout=10, what="every Lease renewed")
+    assert fleet.lease_renewals >= renewals + 3
+    # heartbeats are the Lease alone: no Node write (a full NodeStatus) among them
+    for name in names:
+        assert kube.get(resource_path("v1", "nodes", name))["metadata"]["resourceVersion"] == \
+            nodes[name]["metadata"]["resourceVersion"]
+    fleet.stop(cleanup=True)
+    left = kube.list(resource_path("coordination.k8s.io/v1", "leases",
+                                   namespace=LEASE_NAMESPACE),
+                     query={"labelSelector": f"{FLEET_LABEL}=default"})["items"]
+    assert left == []
+
+
+def test_native_rolling_update_replaces_each_driver_pod_with_the_install_time(
+        kube: KubeApi, fleet_factory: FleetFactory) -> None:
+    # bench/native_peer.py: the DaemonSet controller's own RollingUpdate, played by the same
+    # kubelets as our rollout (deletion, the controller's new pod, install time, node labels)
+    fleet = fleet_factory(nodes=3, install_seconds=1.0)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60,
+             what="3 Ready driver pods", observe=fleet.driver_pods)
+    started = time.monotonic()
+    kube.patch(DAEMONSET, {"spec": {
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {"spec": {"containers": [{"name": "driver", "image": NEW.image}]}}}},
+        patch_type="strategic")
+    wait_for(lambda: fleet.ready_driver_nodes(NEW.version) == fleet.node_names, timeout=60,
+             what="every node Ready on the new driver", observe=fleet.driver_pods)
+    # one node at a time, each new pod Ready an install time after it started
+    assert time.monotonic() - started >= 3 * 1.0
+    for name in fleet.node_names:
+        labels = kube.get(resource_path("v1", "nodes", name))["metadata"]["labels"]
+        assert labels["metax-tech.com/driver.ready"] == "true"
+        assert (labels["metax-tech.com/gpu.driver.major"],
+                labels["metax-tech.com/gpu.driver.minor"]) == ("2", "40")
+        pod = pod_on(kube, name)
+        assert pod is not None and container_state(pod)[:2] == ("Running", True)
