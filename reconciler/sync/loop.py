@@ -4,10 +4,14 @@ Each new commit is read (``observe.py``), judged by the ordered steps (``steps.p
 or rejected, visibly (``apply.py``); the object's status goes to Git as snapshots, and the
 rollout's own spec changes go to Git as write-backs (``drift.py``, SPEC 4.6).
 
-Threads: the commit source and the ClusterOperator watch only record what they saw and wake one
-worker, which does everything that acts (apply, events, Git writes) in order. Only the leader
-acts: each pass holds ``_acting`` and checks ``is_leader`` first, and ``stop_acting()`` (the
-leader election's ``on_stopped_leading``) takes the same lock, so no pass acts after it returned.
+Threads: the commit source and the ClusterOperator watch only record what they saw and kick one
+worker (``reconciler.controller.worker_core.Worker``, the core the controllers run on), which
+does everything that acts (apply, events, Git writes) in order. A pass returns when to look
+again: a write-back's recheck, a held promotion's recheck. Only the leader acts: each pass holds
+the worker's acting barrier and checks ``is_leader`` first, and ``stop_acting()`` (the leader
+election's ``on_stopped_leading``) takes the same barrier, so no pass acts after it returned.
+A not-leader looks again every 0.2 s; a failed pass is logged and retried after 0.2 s doubling
+to 10 s, which kicks do not cut short (``SyncFailures``).
 
 Restart-safe: the commit the cluster runs and the baseline of field ownership are read back
 from the object and Git after a start (``baseline.py``). Times come from the injected clocks.
@@ -22,6 +26,7 @@ from typing import Any
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
+from reconciler.controller.worker_core import PassFailures, Worker
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.errors import GitOpsError
@@ -49,6 +54,40 @@ FIRST_BACKOFF = 0.2
 #: a change the promotion gate holds is judged again at least this often (seconds)
 HOLD_RECHECK = 10.0
 MAX_BACKOFF = 10.0
+#: how often a replica that is not the leader (or whose watch is not synced) looks again
+NOT_LEADER_RECHECK = 0.2
+
+
+class SyncFailures:
+    """The sync role's failure policy: a pass that raised is counted and logged (an API or Git
+    error as a warning, anything else with its traceback; a Git error also in the metrics), and
+    retried after ``FIRST_BACKOFF`` doubling to ``MAX_BACKOFF`` seconds, which kicks do not cut
+    short. No condition: the sync's own outcomes are in its status snapshot and Events."""
+
+    def __init__(self, *, cluster: str, monotonic: Clock, stats: SyncStats,
+                 metrics: Metrics | None) -> None:
+        self.cluster = cluster
+        self.stats = stats
+        self.metrics = metrics
+        self.back_off = PassFailures(monotonic, first_retry=FIRST_BACKOFF, max_retry=MAX_BACKOFF)
+
+    def failed(self, exc: Exception) -> float | None:
+        self.stats.errors += 1
+        self.back_off.failed(exc)
+        wait = self.back_off.backoff()
+        if isinstance(exc, KubeError | GitOpsError):
+            if isinstance(exc, GitOpsError) and self.metrics is not None:
+                self.metrics.count_git_error("read")
+            log.warning("sync of %s failed: %s; retrying in %.1f s", self.cluster, exc, wait)
+        else:
+            log.error("sync of %s failed; retrying in %.1f s", self.cluster, wait, exc_info=exc)
+        return self.back_off.retry_at
+
+    def succeeded(self) -> None:
+        self.back_off.succeeded()
+
+    def held_until(self) -> float | None:
+        return self.back_off.retry_at if self.back_off.held() else None
 
 
 class ClusterSync:
@@ -117,22 +156,22 @@ class ClusterSync:
             write_backs=self.write_backs, metrics=metrics, wall=clock, monotonic=monotonic,
             set_live=self._set_live,
         )
-        self._cond = threading.Condition()
-        self._acting = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        # what the sources saw (guarded by _cond)
+        self.failures = SyncFailures(cluster=cluster, monotonic=monotonic, stats=self.stats,
+                                     metrics=metrics)
+        self.worker = Worker(
+            self._run_pass, name=f"sync-{cluster}", clock=monotonic,
+            is_leader=lambda: self.is_leader(), ready=self.synced, failures=self.failures,
+            not_leader_requeue=NOT_LEADER_RECHECK, idle_wait=1.0,
+        )
+        # what the sources saw (guarded by _lock); each change kicks the worker
+        self._lock = threading.Lock()
         self._head: str | None = None
         self._head_seen_at: float = 0.0
         self._live: JSON | None = None
         self._live_dirty = False
         self._resync = True
-        # the worker's schedule (worker thread)
-        self._retry_at: float | None = None
-        #: when a held change is judged again (monotonic; None: nothing held)
+        #: when a held change is judged again (monotonic; None: nothing held; worker thread)
         self._hold_at: float | None = None
-        self._failing = False
-        self._backoff = FIRST_BACKOFF
         self.watch = ListWatch(
             api, cluster_operator_path(), on_event=self._on_cluster_operator,
             query={"fieldSelector": f"metadata.name={cluster_operator}"},
@@ -159,28 +198,20 @@ class ClusterSync:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> ClusterSync:
         self.watch.start()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"sync-{self.cluster}",
-                                        daemon=True)
-        self._thread.start()
+        self.worker.start_thread()
         self.repo.start()
         return self
 
     def stop(self) -> None:
         """Stop acting, then flush what waits for Git (a snapshot not yet due is queued)."""
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(15)
-            self._thread = None
+        self.worker.stop_thread(15)
         self.watch.stop()
         self.repo.stop()
 
     @property
     def alive(self) -> bool:
         """The worker runs (liveness)."""
-        return self._thread is not None and self._thread.is_alive()
+        return self.worker.thread_alive
 
     def synced(self) -> bool:
         return self.watch.wait_synced(0)
@@ -194,28 +225,27 @@ class ClusterSync:
 
     def resync(self) -> None:
         """Look at the branch head and the live object again (e.g. on becoming the leader)."""
-        with self._cond:
+        with self._lock:
             self._resync = True
             self._live_dirty = True
-            self._cond.notify_all()
+        self.worker.kick()
 
     def stop_acting(self) -> None:
         """Returns once no pass is acting; later passes see ``is_leader`` false."""
-        with self._acting:
-            pass
+        self.worker.stop_acting()
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_commit(self, new: NewCommit) -> None:
-        with self._cond:
+        with self._lock:
             self._head = new.sha
             self._head_seen_at = self.monotonic()
-            self._cond.notify_all()
+        self.worker.kick()
 
     def _on_cluster_operator(self, event: str, obj: JSON) -> None:
-        with self._cond:
+        with self._lock:
             self._live = None if event == "DELETED" else obj
             self._live_dirty = True
-            self._cond.notify_all()
+        self.worker.kick()
 
     def _on_landed(self, change: PendingChange, sha: str) -> None:
         if self.metrics is not None:
@@ -232,61 +262,20 @@ class ClusterSync:
         self.write_backs.settled(skipped.change)
 
     # -- worker ------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._cond:
-                while not self._stop.is_set() and not self._has_work():
-                    self._cond.wait(self._wait_timeout())
-                if self._stop.is_set():
-                    return
-            with self._acting:
-                if not self.is_leader() or not self.watch.wait_synced(0):
-                    self._stop.wait(0.2)
-                    continue
-                try:
-                    self._pass()
-                    self._retry_at = self.write_backs.take_recheck()
-                    self._hold_at = self._hold_recheck()
-                    if self._hold_at is not None:
-                        self._retry_at = min(self._retry_at or self._hold_at, self._hold_at)
-                    self._failing = False
-                    self._backoff = FIRST_BACKOFF
-                except (KubeError, GitOpsError) as exc:
-                    self.stats.errors += 1
-                    if isinstance(exc, GitOpsError) and self.metrics is not None:
-                        self.metrics.count_git_error("read")
-                    log.warning("sync of %s failed: %s; retrying in %.1f s", self.cluster, exc,
-                                self._backoff)
-                    self._back_off()
-                except Exception:
-                    self.stats.errors += 1
-                    log.exception("sync of %s failed; retrying in %.1f s", self.cluster,
-                                  self._backoff)
-                    self._back_off()
-
-    def _back_off(self) -> None:
-        self._retry_at = self.monotonic() + self._backoff
-        self._failing = True
-        self._backoff = min(self._backoff * 2, MAX_BACKOFF)
-
-    def _has_work(self) -> bool:
-        if self._retry_at is not None:
-            if self.monotonic() >= self._retry_at:
-                return True
-            if self._failing:
-                return False  # back off: the API server or Git failed the last pass
-        return (self._resync or self._live_dirty
-                or (self._head is not None and self._head != self.record.handled_commit))
-
-    def _wait_timeout(self) -> float:
-        if self._retry_at is not None:
-            return max(0.01, self._retry_at - self.monotonic())
-        return 1.0
+    def _run_pass(self) -> float | None:
+        """The worker's pass; returns when to look again (monotonic): a write-back's recheck
+        or a held change's, whichever comes first."""
+        self._pass()
+        retry_at = self.write_backs.take_recheck()
+        self._hold_at = self._hold_recheck()
+        if self._hold_at is not None:
+            retry_at = min(retry_at or self._hold_at, self._hold_at)
+        return retry_at
 
     def _pass(self) -> None:
         """One pass: after a (re)start or leadership change, look at the branch and the object
         again; judge a new head; then follow the cluster's changes."""
-        with self._cond:
+        with self._lock:
             resync = self._resync
             self._resync = False
             self._live_dirty = False
@@ -358,11 +347,11 @@ class ClusterSync:
 
     # -- the live object ---------------------------------------------------------------------
     def _current_live(self) -> JSON | None:
-        with self._cond:
+        with self._lock:
             return self._live
 
     def _set_live(self, obj: JSON) -> None:
-        with self._cond:
+        with self._lock:
             self._live = obj
 
     def _refresh_live(self) -> JSON | None:
@@ -370,6 +359,6 @@ class ClusterSync:
             obj = self.api.get(cluster_operator_path(self.name))
         except NotFound:
             obj = None
-        with self._cond:
+        with self._lock:
             self._live = obj
         return obj

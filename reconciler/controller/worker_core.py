@@ -1,0 +1,233 @@
+"""The worker core every control loop runs on (the rollout controller, the firmware
+orchestrator, the sync role): one thread that runs passes one at a time, so actions never race
+each other.
+
+A pass runs when something kicked the worker (a watch event, a new Git head, a resync) or when
+the time the previous pass returned has come. Only the leader passes: each turn holds the acting
+barrier while it checks ``is_leader`` and runs, and ``stop_acting()`` takes the same barrier, so
+once it has returned (and ``is_leader`` says no) no pass acts. What a failed pass means (how long
+to back off, whether it becomes a condition) is the loop's ``FailurePolicy``. Every time is read
+from the injected clock; the thread's waits are capped (``idle_wait``) so a clock that is not the
+machine's is looked at again.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from reconciler.clock import Clock
+
+#: the longest condition message / error text carried into the status and Events
+_MESSAGE_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PassFailure:
+    """What a pass that raised reports: the exception's class and its text."""
+
+    reason: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> PassFailure:
+        text = str(exc) or repr(exc)
+        if len(text) > _MESSAGE_LIMIT:
+            text = text[: _MESSAGE_LIMIT - 3] + "..."
+        return cls(type(exc).__name__, text)
+
+
+class PassFailures:
+    """Failed passes in a row: retried after a back-off that doubles (``first_retry`` to
+    ``max_retry``), not in a hot loop, and reported when the error is new and then at most once
+    per ``report_every`` while it lasts. The next pass that does not raise clears it. Times come
+    from ``clock``."""
+
+    def __init__(self, clock: Clock, *, report_every: float = 600.0,
+                 first_retry: float = 1.0, max_retry: float = 60.0) -> None:
+        self.clock = clock
+        self.report_every = report_every
+        self.first_retry = first_retry
+        self.max_retry = max_retry
+        #: the current failure (None: the last pass did not raise)
+        self.current: PassFailure | None = None
+        #: failed passes in a row
+        self.count = 0
+        #: no pass before this (while failing)
+        self.retry_at: float | None = None
+        self._reported: PassFailure | None = None
+        self._reported_at = -math.inf
+
+    def backoff(self) -> float:
+        """The wait after the current run of failures (seconds)."""
+        return min(self.first_retry * 2.0 ** min(max(self.count - 1, 0), 32), self.max_retry)
+
+    def failed(self, exc: BaseException) -> bool:
+        """Records a failed pass; True when it is to be reported now."""
+        now = self.clock()
+        failure = PassFailure.of(exc)
+        self.count += 1
+        self.current = failure
+        self.retry_at = now + self.backoff()
+        if failure != self._reported or now - self._reported_at >= self.report_every:
+            self._reported, self._reported_at = failure, now
+            return True
+        return False
+
+    def succeeded(self) -> PassFailure | None:
+        """Records a pass that did not raise; returns the failure it clears, if any."""
+        cleared = self.current
+        self.current = None
+        self.count = 0
+        self.retry_at = None
+        self._reported, self._reported_at = None, -math.inf
+        return cleared
+
+    def held(self) -> bool:
+        """Whether the next pass must wait for the back-off (events do not cut it short)."""
+        return self.retry_at is not None and self.clock() < self.retry_at
+
+
+class FailurePolicy(Protocol):
+    """What a pass that raised means to one control loop."""
+
+    def failed(self, exc: Exception) -> float | None:
+        """The pass raised ``exc``: count and report it; returns when to look again."""
+
+    def succeeded(self) -> None:
+        """The pass returned."""
+
+    def held_until(self) -> float | None:
+        """No pass before this, whatever kicks the worker meanwhile (None: not held)."""
+
+
+class Worker:
+    """One thread of passes. ``run`` is the pass: it returns when to look again (on ``clock``;
+    None: only when kicked) and may raise (``failures`` decides what then). A turn passes only
+    when ``ready`` (the caches are synced) and ``is_leader``; otherwise it looks again
+    ``not_leader_requeue`` seconds later. ``settle_seconds``: a wait before each pass that
+    gathers a burst of events into one."""
+
+    def __init__(
+        self,
+        run: Callable[[], float | None],
+        *,
+        name: str,
+        clock: Clock,
+        is_leader: Callable[[], bool],
+        ready: Callable[[], bool],
+        failures: FailurePolicy,
+        not_leader_requeue: float,
+        settle_seconds: float = 0.0,
+        idle_wait: float = 5.0,
+    ) -> None:
+        self._run_pass = run
+        self.name = name
+        self.clock = clock
+        self.is_leader = is_leader
+        self.ready = ready
+        self.failure_policy = failures
+        self.not_leader_requeue = not_leader_requeue
+        self.settle_seconds = settle_seconds
+        self.idle_wait = idle_wait
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        #: kicked since the last turn began (guarded by ``_wake``)
+        self._dirty = True
+        #: when the last turn asked to look again (None: only when kicked)
+        self._requeue_at: float | None = None
+        self._stop = threading.Event()
+        #: held by a turn while it checks the leadership and passes
+        self._acting = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start_thread(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """The thread ends after the turn it is in (waits end at once)."""
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+
+    def join_thread(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def stop_thread(self, timeout: float) -> None:
+        self.request_stop()
+        self.join_thread(timeout)
+
+    @property
+    def thread_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop_acting(self) -> None:
+        """Returns once no pass is acting; later turns see ``is_leader`` false and do not
+        pass (the leader election's ``on_stopped_leading``)."""
+        with self._acting:
+            pass
+
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        with self._wake:
+            self._touch()
+
+    def _touch(self) -> None:
+        """Marks the world changed; the caller holds ``_wake``."""
+        self._dirty = True
+        self._wake.notify()
+
+    def next_wait(self) -> float | None:
+        """Seconds until the next turn is due (None: now; ``math.inf``: when kicked). The
+        worker thread holds ``_wake`` while it asks."""
+        now = self.clock()
+        held = self.failure_policy.held_until()
+        if held is not None and now < held:
+            return held - now  # a failing pass waits out its back-off, whatever happens meanwhile
+        if self._dirty or (self._requeue_at is not None and self._requeue_at <= now):
+            return None
+        return math.inf if self._requeue_at is None else self._requeue_at - now
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                while not self._stop.is_set() and (wait := self.next_wait()) is not None:
+                    self._wake.wait(min(wait, self.idle_wait))
+            if self._stop.is_set():
+                break
+            self.turn()
+
+    def turn(self) -> bool:
+        """One due turn: passes if ready and the leader (True), else looks again
+        ``not_leader_requeue`` seconds later. Kicks from here on ask for another turn."""
+        with self._wake:
+            self._dirty = False
+        with self._acting:
+            if not self.ready() or not self.is_leader():
+                self._requeue_at = self.clock() + self.not_leader_requeue
+                return False
+            if self.settle_seconds:
+                self._stop.wait(self.settle_seconds)  # gather a burst of events into one pass
+            self._requeue_at = self.run_pass()
+            return True
+
+    def run_pass(self) -> float | None:
+        """One guarded pass; returns when to look again."""
+        try:
+            requeue_at = self._run_pass()
+        except Exception as exc:
+            return self.failure_policy.failed(exc)
+        self.failure_policy.succeeded()
+        return requeue_at
