@@ -53,7 +53,8 @@ def _spawn(kubeconfig: Path) -> subprocess.Popen[bytes]:
     log = open(kubeconfig.parent / "controller.log", "ab")  # noqa: SIM115 - lives with the child
     return subprocess.Popen(
         [sys.executable, "-m", "reconciler.cli.main", "run", "--role", "controller",
-         "--kubeconfig", str(kubeconfig), "--log-level", "warning"],
+         "--kubeconfig", str(kubeconfig), "--log-level", "warning",
+         "--ops-listen", "off"],  # a fixed port may be taken on a shared machine
         stdout=log, stderr=log, start_new_session=True,
     )
 

@@ -35,7 +35,7 @@ ENTRIES = {
     "standalone": ["-m", "reconciler.cli.main", "firmware", "--config", "{config}"],
     # the daemon's controller role (rollout controller and firmware orchestrator)
     "reconciler-run": ["-m", "reconciler.cli.main", "run", "--role", "controller",
-                       "--repo-config", "{config}"],
+                       "--repo-config", "{config}", "--ops-listen", "off"],
 }
 
 

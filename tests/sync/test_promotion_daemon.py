@@ -5,6 +5,7 @@ the soak has passed."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +15,12 @@ import pytest
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
 from reconciler.policy.validation import validate_status_snapshot
+from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.timefmt import format_seconds
 from tests.sync.conftest import (
+    CLUSTER,
     NEW,
     OLD,
     PAYLOAD,
@@ -29,6 +32,7 @@ from tests.sync.conftest import (
     git,
     policy,
 )
+from tests.sync.daemon import Daemon, wait_port_ready
 from tests.sync.helpers import driver, file_at_head, source_commit, status_file, subjects
 
 pytestmark = pytest.mark.cluster
@@ -120,6 +124,45 @@ def test_a_sync_restarted_while_a_change_is_held_applies_it_exactly_once(
     time.sleep(1.5)  # later passes (status commits, rechecks) apply nothing again
     assert [commit for commit, _ in second.stats.applies].count(sha) == 1
     assert second.record.held is None
+
+
+def test_a_daemon_sigkilled_while_a_change_is_held_applies_it_exactly_once_after_restart(
+    kube: KubeApi, control_plane: ControlPlane, small_fleet: Fleet, policy_remote: Remote,
+    alice: Person, tmp_path: Path,
+) -> None:
+    """The held change lives only in Git and the cluster: a process killed with no chance to
+    save anything finds it again and applies it once, when the soak has passed."""
+    seed = policy_remote.head()
+    args = ["--role", "sync", "--repo", policy_remote.url, "--cluster", CLUSTER,
+            "--kubeconfig", str(control_plane.kubeconfig), "--fetch-interval", "300ms"]
+    daemon = Daemon(args, workdir=tmp_path, name="sync")
+    try:
+        wait_port_ready(daemon)
+        wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+        alice.pull()
+        finished = float(int(time.time()))
+        gate = f"clusters:\n  prod-a:\n    promotion: {{after: lab-1, soak: {SOAK}s}}\n"
+        sha = alice.commit_and_push(f"Promote {NEW} to prod-a", {
+            "reconciler.yaml": REPO_CONFIG + gate,
+            "status/lab-1.yaml": lab_snapshot(finished),
+            POLICY_PATH: policy(NEW, enable=False),
+        })
+        wait_for(lambda: any(sha[:12] in m for m in _events(kube, "PromotionHeld")), timeout=30,
+                 what="the change held")
+        assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert driver(kube)["payload"]["version"] == OLD
+        assert time.time() < finished + SOAK, "killed before the soak ended"
+        daemon.start()
+        wait_port_ready(daemon)
+        wait_for(lambda: source_commit(kube) == sha, timeout=SOAK + 30,
+                 what="the held change applied")
+        assert time.time() >= finished + SOAK
+        assert driver(kube)["payload"]["version"] == NEW
+        time.sleep(2.0)  # later passes (status commits, rechecks) apply nothing again
+        applied = [m for m in _events(kube, "PolicyApplied") if sha[:12] in m]
+        assert len(applied) == 1, applied
+    finally:
+        assert daemon.stop() == 0, daemon.log()[-2000:]
 
 
 def test_branch_mode_pushes_a_promotion_branch_once_the_version_passes_upstream(

@@ -117,7 +117,8 @@ def test_an_invalid_commit_changes_nothing_and_git_says_why(
     wait_for(lambda: driver(kube)["upgradePolicy"]["maxParallel"] == "100%", timeout=20,
              what="Git's maxParallel applied again",
              observe=lambda: driver(kube)["upgradePolicy"])
-    assert sync.stats.drift_repairs >= 1
+    # counted once the repair's apply returned, a moment after the object shows it
+    wait_for(lambda: sync.stats.drift_repairs >= 1, timeout=10, what="the repair counted")
 
     # deleting the cluster's folder never deletes its ClusterOperator
     alice.pull()
