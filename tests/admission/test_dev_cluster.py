@@ -17,6 +17,7 @@ import pytest
 from reconciler.admission.config import CONFIG_NAME, WEBHOOK_NAME
 from reconciler.kube.api import KubeApi
 from reconciler.sim.admission import CONFIG_PATH
+from reconciler.sim.control_plane import Binaries
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -42,7 +43,9 @@ def dev_cluster(state: Path, *flags: str) -> Iterator[tuple[Path, subprocess.Pop
 
 
 def _kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+    kubectl = Binaries.locate().kubectl  # the dev cluster's own release
+    assert kubectl is not None
+    return subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 
