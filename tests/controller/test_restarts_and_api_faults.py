@@ -53,7 +53,9 @@ def _spawn(kubeconfig: Path) -> subprocess.Popen[bytes]:
     log = open(kubeconfig.parent / "controller.log", "ab")  # noqa: SIM115 - lives with the child
     return subprocess.Popen(
         [sys.executable, "-m", "reconciler.cli.main", "run", "--role", "controller",
-         "--kubeconfig", str(kubeconfig), "--log-level", "warning"],
+         "--kubeconfig", str(kubeconfig), "--log-level", "warning",
+         # the default :8080 may be taken by another process on a shared machine
+         "--ops-listen", "off"],
         stdout=log, stderr=log, start_new_session=True,
     )
 
