@@ -180,6 +180,7 @@ def _set_phase(kube: KubeApi, name: str, phase: str) -> None:
                                          "pullPolicy": "IfNotPresent"}}}}})
 
 
+@pytest.mark.compat
 def test_enable_rollout_given_the_string_false_is_refused_by_the_crds_schema(
         control_plane: ControlPlane, co: str, kube: KubeApi) -> None:
     # the seed's command with /spec added: the CRD types the field, so the API server's schema
@@ -242,6 +243,7 @@ def test_max_parallel_changed_while_progressing_is_refused_naming_spec_4_2s_reas
     assert _spec(kube, co)["driver"]["upgradePolicy"]["maxParallel"] == "100%"
 
 
+@pytest.mark.compat
 def test_pause_true_during_a_rollout_is_allowed(
         control_plane: ControlPlane, co: str, kube: KubeApi) -> None:
     _set_phase(kube, co, "Progressing")

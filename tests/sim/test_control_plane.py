@@ -37,6 +37,7 @@ def _co(name: str, version: str) -> dict[str, object]:
     }
 
 
+@pytest.mark.compat
 def test_smoke_apply_status_watch_events_leases_rbac(control_plane: ControlPlane,
                                                      kube: KubeApi) -> None:
     install_crd(kube)

@@ -134,6 +134,7 @@ def _co(name: str, policy: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 @pytest.mark.cluster
+@pytest.mark.compat
 def test_api_server_enforces_and_preserves(kube: KubeApi) -> None:
     install_crd(kube)
     good = _co("crd-good", {"enableRollout": True, "maxParallel": "25%", "maxUnavailable": 0,
