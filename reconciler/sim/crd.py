@@ -16,10 +16,11 @@ no type inside ``oneOf``/``anyOf``. The conversion:
 - ``default`` is kept: the defaults of SPEC 3 are the values a real install carries (SPEC 7),
   so the API server fills in what a policy leaves out with what the controller assumes anyway;
 - the rules of SPEC 3 that a CRD can express in CEL (``x-kubernetes-validations``, enforced by
-  1.25 and newer; 1.20 ignores the field) are added where they belong (``CEL_RULES``): percent
-  ranges, ``upgradeSteps`` required by ``enableRollout: true``, the last step ``100%``. The
-  rest (steps strictly increasing, transitions against the old object, ...) stays with the
-  admission webhook, which runs the reconciler's whole validation;
+  1.25 and newer; left out for 1.20, whose server-side apply refuses the field) are added
+  where they belong (``CEL_RULES``): percent ranges, ``upgradeSteps`` required by
+  ``enableRollout: true``, the last step ``100%``. The rest (steps strictly increasing,
+  transitions against the old object, ...) stays with the admission webhook, which runs the
+  reconciler's whole validation;
 - keywords OpenAPI v3 lacks (``const``, ``$schema``, ``examples``, 2020-12's numeric
   ``exclusiveMinimum``...) are translated or dropped.
 """
@@ -49,7 +50,6 @@ _KEPT = {
 }
 # Value checks that may sit inside the int-or-string anyOf branches.
 _BRANCH_CHECKS = {"minimum", "maximum", "pattern", "enum", "minLength", "maxLength", "multipleOf"}
-
 
 
 def _percent_rule(low: int) -> dict[str, str]:
@@ -85,7 +85,7 @@ def _add_cel_rules(spec: dict[str, Any]) -> None:
         for part in place:
             if node is None:
                 break
-            node = node.get("items") if part == "[]" else (node.get("properties") or {}).get(part)
+            node = (node.get("properties") or {}).get(part)
         if node is not None:
             node["x-kubernetes-validations"] = copy.deepcopy(rules)
 
