@@ -431,11 +431,12 @@ class Demo:
         command = ["kubectl", "patch",
                    f"clusteroperators.gpu.metax-tech.com/{CLUSTER_OPERATOR_NAME}",
                    "--type=json", "-p", patch]
-        if shutil.which("kubectl") is None:
+        kubectl = self.plane.binaries.kubectl  # the server's own release where it was built
+        if kubectl is None:
             self.say("kubectl is not installed: skipping the refused `kubectl patch` "
                      "(scripts/install installs Debian's kubectl)")
             return
-        done = subprocess.run([command[0], "--kubeconfig", str(self.plane.kubeconfig),
+        done = subprocess.run([kubectl, "--kubeconfig", str(self.plane.kubeconfig),
                                *command[1:]], capture_output=True, text=True, timeout=60,
                               check=False)
         shown = " ".join(command[:3]) + " ... maxParallel: 5"

@@ -19,8 +19,9 @@ from reconciler.names import API_VERSION, KIND, PLURAL
 
 CONFIG_PATH = resource_path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations")
 FIELD_MANAGER = "gpu-reconciler-dev-cluster"
-#: a marker only the webhook's denial carries: the last step is not 100% (no CRD schema says it)
-PROBE_RULE = "[last-step-100]"
+#: a marker only the webhook's denial carries: step targets that go back (the CRD's schema and
+#: CEL rules cannot say it, so the API server passes such an object on to the webhook)
+PROBE_RULE = "[steps-increasing]"
 
 
 def register(api: KubeApi, url: str, ca_bundle_pem: bytes, *, name: str = CONFIG_NAME,
@@ -41,7 +42,9 @@ def probe(api: KubeApi) -> str:
     body: dict[str, Any] = {
         "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "admission-probe"},
         "spec": {"driver": {"upgradePolicy": {
-            "enableRollout": True, "upgradeSteps": [{"replicas": 1, "pauseDuration": 0}]}}},
+            "enableRollout": True, "upgradeSteps": [
+                {"replicas": 2, "pauseDuration": 0}, {"replicas": 1, "pauseDuration": 0},
+                {"replicas": "100%", "pauseDuration": 0}]}}},
     }
     try:
         api.request("POST", resource_path(API_VERSION, PLURAL), body=body,

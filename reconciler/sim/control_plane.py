@@ -2,8 +2,9 @@
 (node lifecycle controller off, so simulated nodes are never evicted) and kube-scheduler, on free
 loopback ports, in a temporary directory of their own.
 
-``KUBE_VERSION`` selects the release (default 1.20.2, built from Debian's source; 1.30.0 and
-newer are built from the Go module proxy by ``scripts/install-kubernetes``). Each release gets the
+``KUBE_VERSION`` selects the release (default 1.37.2; 1.30.0 and newer are built from the Go
+module proxy by ``scripts/install-kubernetes``, and 1.20.2, kept for a compatibility subset of the
+tests, from Debian's source). Each release gets the
 flags and configuration it understands; the differences are listed in docs/dev-cluster.md.
 
 Each process runs in its own process group; ``stop()`` terminates the groups and checks that
@@ -37,7 +38,9 @@ from reconciler.kube.api import Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.kubeconfig import write_kubeconfig
 from reconciler.sim.pki import Pki, make_pki
 
-KUBE_VERSION = "1.20.2"  # the default release; kube_version() says which one runs
+KUBE_VERSION = "1.37.2"  # the default release; kube_version() says which one runs
+# The one release before the current generation still configured: Debian's source package.
+LEGACY_KUBE_VERSION = "1.20.2"
 # The oldest release of the current generation this module configures (1.21-1.29 are neither).
 FIRST_CURRENT_MINOR = 30
 DEFAULT_CACHE = Path("/var/cache/gpu-reconciler")
@@ -84,7 +87,7 @@ def kube_minor(version: str) -> int:
     """The minor release of a supported version: 1.20.2, or 1.30.0 and newer."""
     match = re.fullmatch(r"1\.(\d+)\.\d+", version)
     minor = int(match.group(1)) if match else -1
-    if version != KUBE_VERSION and minor < FIRST_CURRENT_MINOR:
+    if version != LEGACY_KUBE_VERSION and minor < FIRST_CURRENT_MINOR:
         raise ControlPlaneError(
             f"KUBE_VERSION={version}: the control plane runs 1.20.2 or 1.30.0 and newer")
     return minor
@@ -103,6 +106,13 @@ class Binaries:
     def current(self) -> bool:
         """A release of 1.30 or newer (secure serving only, scheduler config v1, ...)."""
         return kube_minor(self.version) >= FIRST_CURRENT_MINOR
+
+    @property
+    def kubectl(self) -> str | None:
+        """The kubectl of the same release when one was built beside the servers (the module
+        build makes one), else the one on ``PATH`` (Debian's, 1.20), else None."""
+        beside = self.apiserver.parent / "kubectl"
+        return str(beside) if os.access(beside, os.X_OK) else shutil.which("kubectl")
 
     @classmethod
     def locate(cls) -> Binaries:

@@ -13,7 +13,14 @@ no type inside ``oneOf``/``anyOf``. The conversion:
   reconciler's validation checks it;
 - ``additionalProperties: false`` is dropped (the API server prunes unknown fields instead; the
   reconciler's validation reports them as errors before anything is applied);
-- ``default`` is dropped, so the API server never writes values Git does not hold;
+- ``default`` is kept: the defaults of SPEC 3 are the values a real install carries (SPEC 7),
+  so the API server fills in what a policy leaves out with what the controller assumes anyway;
+- the rules of SPEC 3 that a CRD can express in CEL (``x-kubernetes-validations``, enforced by
+  1.25 and newer; left out for 1.20, whose server-side apply refuses the field) are added
+  where they belong (``CEL_RULES``): percent ranges, ``upgradeSteps`` required by
+  ``enableRollout: true``, the last step ``100%``. The rest (steps strictly increasing,
+  transitions against the old object, ...) stays with the admission webhook, which runs the
+  reconciler's whole validation;
 - keywords OpenAPI v3 lacks (``const``, ``$schema``, ``examples``, 2020-12's numeric
   ``exclusiveMinimum``...) are translated or dropped.
 """
@@ -39,10 +46,48 @@ _KEPT = {
     "pattern", "minItems", "maxItems", "minProperties", "maxProperties", "multipleOf",
     "required", "nullable", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string",
     "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
-    "x-kubernetes-embedded-resource",
+    "x-kubernetes-embedded-resource", "default",
 }
 # Value checks that may sit inside the int-or-string anyOf branches.
 _BRANCH_CHECKS = {"minimum", "maximum", "pattern", "enum", "minLength", "maxLength", "multipleOf"}
+
+
+def _percent_rule(low: int) -> dict[str, str]:
+    # Leading zeros are allowed, as the reconciler's validation reads "0100%" as 100%.
+    digits = "[1-9][0-9]?" if low == 1 else "[0-9]{1,2}"
+    return {"rule": f"type(self) != string || self.matches('^0*({digits}|100)%$')",
+            "message": f"expected a percentage from {low}% to 100%"}
+
+
+#: the first release whose CRDs take ``x-kubernetes-validations``
+CEL_MINOR = 25
+_LAST = "self[size(self) - 1]"
+#: CEL rules by their place under ``spec`` (SPEC 3), each in the words of the reconciler's own
+#: finding; a place the schema does not have is skipped.
+CEL_RULES: dict[tuple[str, ...], list[dict[str, str]]] = {
+    ("driver", "upgradePolicy"): [{
+        "rule": "!has(self.enableRollout) || !self.enableRollout || has(self.upgradeSteps)",
+        "message": "enableRollout is true but upgradeSteps is missing; add the batches, the "
+                   "last one with replicas: '100%'",
+        "fieldPath": ".upgradeSteps", "reason": "FieldValueRequired"}],
+    ("driver", "upgradePolicy", "maxParallel"): [_percent_rule(1)],
+    ("driver", "upgradePolicy", "maxUnavailable"): [_percent_rule(0)],
+    ("driver", "upgradePolicy", "upgradeSteps"): [{
+        "rule": f"size(self) == 0 || !has({_LAST}.replicas) || "
+                f"(type({_LAST}.replicas) == string && {_LAST}.replicas.matches('^0*100%$'))",
+        "message": "the last step must be '100%' so the rollout upgrades every node"}],
+}
+
+
+def _add_cel_rules(spec: dict[str, Any]) -> None:
+    for place, rules in CEL_RULES.items():
+        node: dict[str, Any] | None = spec
+        for part in place:
+            if node is None:
+                break
+            node = (node.get("properties") or {}).get(part)
+        if node is not None:
+            node["x-kubernetes-validations"] = copy.deepcopy(rules)
 
 
 class SchemaConversionError(ValueError):
@@ -189,13 +234,16 @@ class _Converter:
         return merged
 
 
-def structural_schema(json_schema: Mapping[str, Any]) -> dict[str, Any]:
+def structural_schema(json_schema: Mapping[str, Any], *,
+                      cel_rules: bool = True) -> dict[str, Any]:
     """The CRD ``openAPIV3Schema`` for a JSON Schema describing the whole object (with ``spec``)
-    or only its ``spec``."""
+    or only its ``spec``; with ``CEL_RULES`` unless told not to (for servers before 1.25)."""
     converter = _Converter(json_schema)
     root = converter.resolve(json_schema, ())
     spec_schema = (root.get("properties") or {}).get("spec")
     spec = converter.convert(spec_schema if spec_schema is not None else root)
+    if cel_rules:
+        _add_cel_rules(spec)
     return {
         "type": "object",
         "description": str(root.get("description") or f"{KIND} of the GPU operator."),
@@ -209,9 +257,13 @@ def structural_schema(json_schema: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def cluster_operator_crd(json_schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``ClusterOperator`` CRD (cluster-scoped, status subresource)."""
-    schema = structural_schema(json_schema if json_schema is not None else load_schema())
+def cluster_operator_crd(json_schema: Mapping[str, Any] | None = None, *,
+                         cel_rules: bool = True) -> dict[str, Any]:
+    """The ``ClusterOperator`` CRD (cluster-scoped, status subresource). ``cel_rules=False``
+    for a server older than 1.25, whose server-side apply refuses the unknown
+    ``x-kubernetes-validations`` field."""
+    schema = structural_schema(json_schema if json_schema is not None else load_schema(),
+                               cel_rules=cel_rules)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -74,6 +74,8 @@ from reconciler.sim.operator_install import (
     RUNTIME_READY_LABEL,
     install_operator,
     release_finalizer,
+    release_minor,
+    server_version,
 )
 
 log = logging.getLogger(__name__)
@@ -250,6 +252,8 @@ class Fleet:
         self._firmware_epoch = 0
         self._firmware_active = False
         self._started = False
+        #: what the nodes report as their kubelet: the API server's own release (start())
+        self.kubelet_version = ""
 
     # -- public API -------------------------------------------------------------------------
 
@@ -258,6 +262,8 @@ class Fleet:
         every node; returns once all nodes are registered and schedulable."""
         self.workers = KeyedWorkers(self._workers_count, name=f"fleet-{self.fleet_id}")
         self.timers = Timers(self.workers)
+        # A kubelet runs the control plane's release (a newer one is not allowed to join).
+        self.kubelet_version = server_version(self.api)
         self._ensure_namespace(WORKLOAD_NAMESPACE)
         if self.lease_seconds is not None:
             self._ensure_namespace(LEASE_NAMESPACE)  # the API server makes it, in its own time
@@ -514,8 +520,10 @@ class Fleet:
                 "kernelVersion": "5.15.0-105-generic",
                 "osImage": "Ubuntu 22.04.4 LTS",
                 "containerRuntimeVersion": "containerd://1.7.12",
-                "kubeletVersion": "v1.20.2",
-                "kubeProxyVersion": "v1.20.2",
+                "kubeletVersion": self.kubelet_version,
+                # Deprecated (KEP 4004); kubelets of 1.31 and newer leave it out.
+                **({"kubeProxyVersion": self.kubelet_version}
+                   if release_minor(self.kubelet_version) < 31 else {}),
                 "operatingSystem": "linux",
                 "architecture": "amd64",
             },

@@ -14,6 +14,7 @@ rollout controller and the ``ClusterOperator`` spec to Git.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,7 +32,7 @@ from reconciler.names import (
     PLURAL,
 )
 from reconciler.policy.payload import Payload
-from reconciler.sim.crd import CRD_NAME, cluster_operator_crd
+from reconciler.sim.crd import CEL_MINOR, CRD_NAME, cluster_operator_crd
 
 INSTALLER = "metax-operator-sim"
 DEFAULT_PAYLOAD = Payload(registry="cr.metax-tech.com/public-library", name="driver-image",
@@ -157,10 +158,22 @@ def driver_daemonset(payload: Payload) -> JSON:
     }
 
 
+def server_version(api: KubeApi) -> str:
+    """The API server's release, as its ``/version`` says (``v1.37.2``)."""
+    return str(api.get("/version")["gitVersion"])
+
+
+def release_minor(git_version: str) -> int:
+    """The minor release of a ``gitVersion`` (``v1.37.2`` -> 37; 0 if it names none)."""
+    match = re.match(r"v?1\.(\d+)\.", git_version)
+    return int(match.group(1)) if match else 0
+
+
 def install_crd(api: KubeApi, *, schema: Mapping[str, Any] | None = None,
                 timeout: float = 30.0) -> None:
-    """Creates or updates the ``ClusterOperator`` CRD and waits until it is served."""
-    crd = cluster_operator_crd(schema)
+    """Creates or updates the ``ClusterOperator`` CRD and waits until it is served. Its CEL
+    rules are left out on a server that predates them (1.20)."""
+    crd = cluster_operator_crd(schema, cel_rules=release_minor(server_version(api)) >= CEL_MINOR)
     api.apply(f"{CRD_PATH}/{CRD_NAME}", crd, field_manager=INSTALLER)
     deadline = time.monotonic() + timeout
     while True:

@@ -17,6 +17,7 @@ import pytest
 from reconciler.admission.config import CONFIG_NAME, WEBHOOK_NAME
 from reconciler.kube.api import KubeApi
 from reconciler.sim.admission import CONFIG_PATH
+from reconciler.sim.control_plane import Binaries
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -42,20 +43,23 @@ def dev_cluster(state: Path, *flags: str) -> Iterator[tuple[Path, subprocess.Pop
 
 
 def _kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+    kubectl = Binaries.locate().kubectl  # the dev cluster's own release
+    assert kubectl is not None
+    return subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), *args],
                           capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_up_with_admission_refuses_bad_patches_with_our_message(tmp_path: Path) -> None:
     with dev_cluster(tmp_path / "dev", "--admission") as (kubeconfig, up):
+        # Steps that go back: no CRD rule says it, so it is the webhook that refuses.
         bad = [{"op": "replace", "path": "/spec/driver/upgradePolicy/upgradeSteps",
-                "value": [{"replicas": 1, "pauseDuration": 0},
-                          {"replicas": "50%", "pauseDuration": 0}]}]
+                "value": [{"replicas": 2, "pauseDuration": 0}, {"replicas": 1, "pauseDuration": 0},
+                          {"replicas": "100%", "pauseDuration": 0}]}]
         refused = _kubectl(kubeconfig, "patch", "ClusterOperator/cluster-operator",
                            "--type", "json", "--patch", json.dumps(bad))
         assert refused.returncode != 0
         assert f'admission webhook "{WEBHOOK_NAME}" denied the request' in refused.stderr
-        assert "[last-step-100]" in refused.stderr
+        assert "[steps-increasing]" in refused.stderr
         # the installed 0.9.2 object (Helm metadata, finalizer) takes a good patch, no warnings
         good = [{"op": "replace", "path": "/spec/driver/upgradePolicy/pause", "value": True}]
         allowed = _kubectl(kubeconfig, "patch", "ClusterOperator/cluster-operator",

@@ -144,6 +144,7 @@ def test_status_write_conflicts_are_retried(kube: KubeApi, fleet_factory: Any) -
     assert sorted(fleet.ready_driver_nodes("2.33.0.9")) == fleet.node_names
 
 
+@pytest.mark.compat
 def test_apiserver_restart_mid_rollout(
     kube: KubeApi, control_plane: ControlPlane, fleet_factory: Any
 ) -> None:
@@ -187,6 +188,7 @@ def _compact_etcd(etcd_url: str) -> None:
     post("/v3/kv/compaction", {"revision": revision, "physical": True})
 
 
+@pytest.mark.compat
 def test_watch_expiry_relists(
     kube: KubeApi, control_plane: ControlPlane, fleet: Any
 ) -> None:

@@ -66,6 +66,7 @@ def _release_gate(kube: KubeApi) -> None:
     person_patch(kube, {"upgradePolicy": {"pause": False}})
 
 
+@pytest.mark.compat
 def test_seed_10_node_scenario_runs_to_completion(
     kube: KubeApi, fleet: Fleet, controller: RolloutController
 ) -> None:
@@ -168,6 +169,7 @@ def test_failure_pauses_then_a_fix_and_resume_completes(
     assert observer.violations == []
 
 
+@pytest.mark.compat
 def test_failure_with_rollback_fallback_restores_the_old_version(
     kube: KubeApi, fleet_factory: Any, controller: RolloutController
 ) -> None:

@@ -1,5 +1,5 @@
-"""The local control plane built from Debian's kubernetes 1.20.2 sources: the smoke test of
-issue 3 (server-side apply of a custom resource, status patch, watch, events, leases,
+"""The local control plane of the selected release (``KUBE_VERSION``, default 1.37.2): the smoke
+test of issue 3 (server-side apply of a custom resource, status patch, watch, events, leases,
 RBAC-bound kubeconfig) and the manager's own lifecycle."""
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def _co(name: str, version: str) -> dict[str, object]:
     }
 
 
+@pytest.mark.compat
 def test_smoke_apply_status_watch_events_leases_rbac(control_plane: ControlPlane,
                                                      kube: KubeApi) -> None:
     install_crd(kube)

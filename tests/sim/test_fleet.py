@@ -4,6 +4,7 @@ reboots."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -117,6 +118,19 @@ def test_nodes_register_as_ready_schedulable_gpu_nodes(fleet: Fleet, kube: KubeA
         assert ready_condition(node) == "True"
         assert NOT_READY_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
         assert node["status"]["nodeInfo"]["bootID"]
+
+
+@pytest.mark.compat
+def test_nodes_report_the_api_servers_release_as_their_kubelet_version(
+        fleet: Fleet, kube: KubeApi) -> None:
+    server = kube.get("/version")["gitVersion"]
+    assert re.fullmatch(r"v1\.\d+\.\d+", server)
+    nodes = kube.list(NODES, query={"labelSelector": f"{FLEET_LABEL}=default"})["items"]
+    assert {n["status"]["nodeInfo"]["kubeletVersion"] for n in nodes} == {server}
+    # Current kubelets no longer report a kube-proxy version (the server shows the field empty);
+    # 1.20's did.
+    proxy = {n["status"]["nodeInfo"].get("kubeProxyVersion") or "" for n in nodes}
+    assert proxy == ({""} if int(server.split(".")[1]) >= 31 else {server})
 
 
 def test_operator_install_creates_the_vendor_objects(fleet: Fleet, kube: KubeApi) -> None:

@@ -13,6 +13,7 @@ import pytest
 from reconciler.sim.control_plane import (
     CURRENT_SCHEDULER_PRE_FILTERS,
     KUBE_VERSION,
+    LEGACY_KUBE_VERSION,
     SCHEDULER_FILTERS,
     SCHEDULER_PRE_FILTERS,
     Binaries,
@@ -34,12 +35,12 @@ def _fake_binaries(directory: Path, names: tuple[str, ...]) -> None:
 SERVERS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
-def test_default_release_is_1_20_2_and_kube_version_selects_another(
+def test_default_release_is_1_37_2_and_kube_version_selects_1_20_2(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBE_VERSION", raising=False)
-    assert kube_version() == KUBE_VERSION == "1.20.2"
-    monkeypatch.setenv("KUBE_VERSION", "1.37.2")
-    assert kube_version() == "1.37.2"
+    assert kube_version() == KUBE_VERSION == "1.37.2"
+    monkeypatch.setenv("KUBE_VERSION", "1.20.2")
+    assert kube_version() == LEGACY_KUBE_VERSION == "1.20.2"
 
 
 @pytest.mark.parametrize("version", ["1.25.3", "1.29.9", "1.20.1", "2.0.0", "1.37", "v1.37.2",
@@ -55,12 +56,11 @@ def test_supported_releases_give_their_minor(version: str, minor: int) -> None:
     assert kube_minor(version) == minor
 
 
-def test_cache_is_keyed_by_the_selected_release_and_its_etcd_is_used(
+def test_cache_is_keyed_by_the_default_release_and_its_etcd_is_used(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for variable in ("KUBE_BIN_DIR", "ETCD_BIN"):
+    for variable in ("KUBE_BIN_DIR", "ETCD_BIN", "KUBE_VERSION"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("RECONCILER_CACHE", str(tmp_path))
-    monkeypatch.setenv("KUBE_VERSION", "1.37.2")
     bin_dir = tmp_path / "kubernetes-1.37.2" / "bin"
     _fake_binaries(bin_dir, (*SERVERS, "etcd"))
     found = Binaries.locate()
@@ -73,9 +73,10 @@ def test_cache_is_keyed_by_the_selected_release_and_its_etcd_is_used(
 
 def test_release_1_20_2_takes_etcd_from_path_as_before(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for variable in ("KUBE_BIN_DIR", "ETCD_BIN", "KUBE_VERSION"):
+    for variable in ("KUBE_BIN_DIR", "ETCD_BIN"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("RECONCILER_CACHE", str(tmp_path))
+    monkeypatch.setenv("KUBE_VERSION", "1.20.2")
     _fake_binaries(tmp_path / "kubernetes-1.20.2" / "bin", SERVERS)
     path_dir = tmp_path / "path"
     _fake_binaries(path_dir, ("etcd",))

@@ -50,6 +50,7 @@ def _answers(daemon: Daemon) -> bool:
         return False
 
 
+@pytest.mark.compat
 def test_webhook_push_applies_and_metrics_follow_the_rollout(
     kube: KubeApi, control_plane: ControlPlane, fleet10: Fleet, policy_remote: Remote,
     alice: Person, tmp_path: Path,

@@ -37,6 +37,7 @@ from tests.sync.helpers import (
 pytestmark = pytest.mark.cluster
 
 
+@pytest.mark.compat
 def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
     kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
     alice: Person, make_sync: SyncFactory, control_plane: ControlPlane, tmp_path: Path,
