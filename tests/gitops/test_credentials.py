@@ -63,7 +63,9 @@ def test_redact_removes_known_secrets_and_every_urls_userinfo() -> None:
     assert out.count(REDACTED) == 6
 
 
-@given(st.text(min_size=1, max_size=40).filter(lambda s: s.strip() == s and "\n" not in s),
+# a password made of the marker's own characters ("*") cannot be told apart from the marker
+@given(st.text(min_size=1, max_size=40).filter(
+           lambda s: s.strip() == s and "\n" not in s and s not in REDACTED),
        st.text(alphabet=st.characters(whitelist_categories=("Ll", "Nd")), min_size=1,
                max_size=12))
 def test_any_password_in_a_url_is_recovered_exactly_and_redacted(password: str,
