@@ -399,7 +399,7 @@ def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
 
 
 def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics,
-                         shutdown: Any) -> None:
+                         is_leader: Callable[[], bool], shutdown: Any) -> None:
     """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9), with the
     ``health`` section of the commit it handled last (read at every commit; before the first,
     --repo-config or reconciler.yaml at the branch head). Started with no section too: a
@@ -422,7 +422,8 @@ def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics
                                                  cause="health section invalid"),
                               stop_vendor=partial(stop_vendor, api, o["cluster_operator"],
                                                   sync.drift),
-                              on_result=metrics.count_health_check).start()
+                              on_result=metrics.count_health_check,
+                              is_leader=is_leader).start()
     shutdown.on_shutdown("operator-mode health checks", watch.stop)
     log.info("operator mode: health checks run on the nodes the vendor upgrades "
              "(the health section of each commit)")
@@ -543,7 +544,7 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
     if s.mode == "operator":
-        _start_vendor_health(s, api, sync, metrics, shutdown)
+        _start_vendor_health(s, api, sync, metrics, leader.is_leader, shutdown)
         _start_window_pauses(s, sync, leader.is_leader, shutdown)
     log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s",
              redact(o["repo"]),

@@ -1,18 +1,19 @@
-"""The worker core every control loop runs on (the rollout controller, the firmware
-orchestrator, the sync role): one thread that runs passes one at a time, so actions never race
-each other.
+"""The worker core every control loop runs on (the rollout controller, the firmware orchestrator,
+the sync role, and operator mode's health and window watches): one thread that runs passes one
+at a time, so actions never race each other.
 
 A pass runs when something kicked the worker (a watch event, a new Git head, a resync) or when
 the time the previous pass returned has come. Only the leader passes: each turn holds the acting
 barrier while it checks ``is_leader`` and runs, and ``stop_acting()`` takes the same barrier, so
-once it has returned (and ``is_leader`` says no) no pass acts. What a failed pass means (how long
-to back off, whether it becomes a condition) is the loop's ``FailurePolicy``. Every time is read
-from the injected clock; the thread's waits are capped (``idle_wait``) so a clock that is not the
-machine's is looked at again.
+once it has returned (and ``is_leader`` says no) no pass acts. What a failed pass means (how
+long to back off, whether it becomes a condition) is the loop's ``FailurePolicy``. Every time is
+read from the injected clock; the thread's waits are capped (``idle_wait``) so a clock that is
+not the machine's is looked at again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable
@@ -102,6 +103,34 @@ class FailurePolicy(Protocol):
 
     def held_until(self) -> float | None:
         """No pass before this, whatever kicks the worker meanwhile (None: not held)."""
+
+
+class RetryLater:
+    """The failure policy of a periodic look (operator mode's health checks and windows): a look
+    that raised is logged (``expected`` errors as one warning line, others with their traceback)
+    and the next one comes ``retry()`` seconds later; nothing is held or shown in a status."""
+
+    def __init__(self, clock: Clock, *, what: str, retry: Callable[[], float],
+                 logger: logging.Logger,
+                 expected: tuple[type[Exception], ...] = ()) -> None:
+        self.clock = clock
+        self.what = what
+        self.retry = retry
+        self.log = logger
+        self.expected = expected
+
+    def failed(self, exc: Exception) -> float | None:
+        if isinstance(exc, self.expected):
+            self.log.warning("%s: %s; looking again", self.what, exc)
+        else:
+            self.log.error("%s: a look failed", self.what, exc_info=exc)
+        return self.clock() + self.retry()
+
+    def succeeded(self) -> None:
+        return None
+
+    def held_until(self) -> float | None:
+        return None
 
 
 class Worker:

@@ -22,12 +22,12 @@ vendor upgrades."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.clock import Clock, wall
 from reconciler.controller.observe import driver_pod_view, is_driver_pod, node_view
+from reconciler.controller.worker_core import RetryLater, Worker
 from reconciler.health.checks import (
     HealthConfig,
     HealthState,
@@ -77,7 +77,8 @@ class VendorHealthWatch:
                  on_failure: OnFailure, on_invalid: OnFailure | None = None,
                  stop_vendor: Callable[[], None] | None = None, clock: Clock = wall,
                  query: Callable[[str], Reading] | None = None,
-                 on_result: Callable[[str, str], None] | None = None) -> None:
+                 on_result: Callable[[str, str], None] | None = None,
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
         """``section``: the section, or where to read the current one (the daemon's follows
         the commit the sync handled last). ``on_invalid(located error, live)``: commit
         ``pause: true`` because the section does not validate (default ``on_failure``).
@@ -96,30 +97,31 @@ class VendorHealthWatch:
         #: the invalid section reported (paused for) last; None once a valid one is read
         self._reported_invalid: str | None = None
         self.config: HealthConfig | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: (node, check, query) -> (when read, reading): at most one query per interval
         self._cache: dict[tuple[str, str, str], tuple[float, Reading]] = {}
         self.queries = 0
+        # the loop every controller runs on; only the leader checks (and pauses the vendor)
+        self.worker = Worker(
+            self._look, name="vendor-health", clock=clock, is_leader=is_leader,
+            ready=lambda: True, not_leader_requeue=IDLE_INTERVAL,
+            failures=RetryLater(clock, what="operator-mode health checks",
+                                retry=self._interval, logger=log),
+        )
 
     def start(self) -> VendorHealthWatch:
-        self._thread = threading.Thread(target=self._run, name="vendor-health", daemon=True)
-        self._thread.start()
+        self.worker.start_thread()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        self.worker.stop_thread(10)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # one failed look is retried at the next interval
-                log.exception("operator-mode health checks: a pass failed")
-            config = self.config
-            self._stop.wait(config.interval if config is not None else IDLE_INTERVAL)
+    def _interval(self) -> float:
+        return self.config.interval if self.config is not None else IDLE_INTERVAL
+
+    def _look(self) -> float:
+        """One look, as the worker's pass; the next comes one check interval later."""
+        self.run_once()
+        return self.clock() + self._interval()
 
     def _query_for(self, config: HealthConfig) -> Callable[[str], Reading]:
         if self._fixed_query is not None:

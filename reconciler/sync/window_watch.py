@@ -10,10 +10,10 @@ person's later edit of the file makes the pause theirs, and it is never undone."
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from reconciler.clock import Clock, wall
+from reconciler.controller.worker_core import RetryLater, Worker
 from reconciler.fieldpath import resolve
 from reconciler.fleet.window_pause import WindowEdge, window_edge
 from reconciler.fleet.windows import WindowCalendar
@@ -40,34 +40,29 @@ class WindowPauseWatch:
         self.windows = windows
         self.clock = clock
         self.is_leader = is_leader
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: the edges committed by this process (the publisher drops a repeat anyway)
         self.committed: list[WindowEdge] = []
+        # the loop every controller runs on; only the leader looks
+        self.worker = Worker(
+            self._look, name=f"windows-{cluster}", clock=clock, is_leader=is_leader,
+            ready=lambda: True, not_leader_requeue=MAX_SLEEP,
+            failures=RetryLater(clock, what=f"{cluster}: maintenance windows",
+                                retry=lambda: MAX_SLEEP, logger=log,
+                                expected=(GitOpsError, PolicyFileRefused)),
+        )
 
     def start(self) -> WindowPauseWatch:
-        self._thread = threading.Thread(target=self._run, name=f"windows-{self.cluster}",
-                                        daemon=True)
-        self._thread.start()
+        self.worker.start_thread()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        self.worker.stop_thread(10)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            again = self.clock() + MAX_SLEEP
-            try:
-                if self.is_leader():
-                    again = self.run_once()
-            except (GitOpsError, PolicyFileRefused) as exc:
-                log.warning("%s: maintenance windows: cannot read Git (%s); looking again",
-                            self.cluster, exc)
-            except Exception:  # one failed look is retried at the next
-                log.exception("%s: maintenance windows: a look failed", self.cluster)
-            self._stop.wait(min(MAX_SLEEP, max(0.5, again - self.clock())))
+    def _look(self) -> float:
+        """One look, as the worker's pass: the next at the edge, at least 0.5 s and at most
+        ``MAX_SLEEP`` later."""
+        now = self.clock()
+        return max(now + 0.5, min(self.run_once(), now + MAX_SLEEP))
 
     def run_once(self) -> float:
         """One look; returns when to look again (wall seconds)."""
