@@ -57,6 +57,23 @@ def lab_snapshot(finished: float) -> str:
             f"spec: {{driver: {{payload: {{version: {NEW}}}}}}}\n")
 
 
+def push_gated(alice: Person, subject: str, *, soak: int = SOAK, mode: str | None = None,
+               promote: bool = True) -> tuple[str, float]:
+    """Alice pushes prod-a's promotion gate after lab-1 (lab-1's snapshot: it completed NEW
+    just now) and, with ``promote``, prod-a's bump to NEW; returns the commit and lab-1's
+    ``finishedAt``."""
+    finished = float(int(time.time()))
+    extra = f", mode: {mode}" if mode else ""
+    files = {
+        "reconciler.yaml": REPO_CONFIG + ("clusters:\n  prod-a:\n    promotion: "
+                                          f"{{after: lab-1, soak: {soak}s{extra}}}\n"),
+        "status/lab-1.yaml": lab_snapshot(finished),
+    }
+    if promote:
+        files[POLICY_PATH] = policy(NEW, enable=False)
+    return alice.commit_and_push(subject, files), finished
+
+
 def test_a_held_change_is_applied_by_itself_once_the_soak_passed(
     kube: KubeApi, small_fleet: Fleet, policy_remote: Remote, alice: Person,
     make_sync: SyncFactory,
@@ -65,13 +82,7 @@ def test_a_held_change_is_applied_by_itself_once_the_soak_passed(
     sync = make_sync(policy_remote.url)
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
     alice.pull()
-    finished = float(int(time.time()))
-    config = REPO_CONFIG + f"clusters:\n  prod-a:\n    promotion: {{after: lab-1, soak: {SOAK}s}}\n"
-    sha = alice.commit_and_push(f"Promote {NEW} to prod-a", {
-        "reconciler.yaml": config,
-        "status/lab-1.yaml": lab_snapshot(finished),
-        POLICY_PATH: policy(NEW, enable=False),
-    })
+    sha, finished = push_gated(alice, f"Promote {NEW} to prod-a")
     sync.trigger()
     wait_for(lambda: sync.record.handled_source == sha, timeout=20, what="the commit judged")
     assert time.time() < finished + SOAK, "judged inside the soak"
@@ -105,13 +116,7 @@ def test_a_sync_restarted_while_a_change_is_held_applies_it_exactly_once(
     first = make_sync(policy_remote.url, state_dir=tmp_path / "state")
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
     alice.pull()
-    finished = float(int(time.time()))
-    config = REPO_CONFIG + f"clusters:\n  prod-a:\n    promotion: {{after: lab-1, soak: {SOAK}s}}\n"
-    sha = alice.commit_and_push(f"Promote {NEW} to prod-a", {
-        "reconciler.yaml": config,
-        "status/lab-1.yaml": lab_snapshot(finished),
-        POLICY_PATH: policy(NEW, enable=False),
-    })
+    sha, finished = push_gated(alice, f"Promote {NEW} to prod-a")
     first.trigger()
     wait_for(lambda: first.record.held is not None, timeout=20, what="the change held")
     applied_before = first.stats.applied
@@ -140,13 +145,7 @@ def test_a_daemon_sigkilled_while_a_change_is_held_applies_it_exactly_once_after
         wait_port_ready(daemon)
         wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
         alice.pull()
-        finished = float(int(time.time()))
-        gate = f"clusters:\n  prod-a:\n    promotion: {{after: lab-1, soak: {SOAK}s}}\n"
-        sha = alice.commit_and_push(f"Promote {NEW} to prod-a", {
-            "reconciler.yaml": REPO_CONFIG + gate,
-            "status/lab-1.yaml": lab_snapshot(finished),
-            POLICY_PATH: policy(NEW, enable=False),
-        })
+        sha, finished = push_gated(alice, f"Promote {NEW} to prod-a")
         wait_for(lambda: any(sha[:12] in m for m in _events(kube, "PromotionHeld")), timeout=30,
                  what="the change held")
         assert daemon.stop(signal.SIGKILL) == -signal.SIGKILL
@@ -173,12 +172,9 @@ def test_branch_mode_pushes_a_promotion_branch_once_the_version_passes_upstream(
     sync = make_sync(policy_remote.url)
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
     alice.pull()
-    finished = float(int(time.time()))
     soak = 4
-    config = REPO_CONFIG + ("clusters:\n  prod-a:\n    promotion: "
-                            f"{{after: lab-1, soak: {soak}s, mode: branch}}\n")
-    sha = alice.commit_and_push("prod-a follows lab-1 by promotion branches", {
-        "reconciler.yaml": config, "status/lab-1.yaml": lab_snapshot(finished)})
+    sha, finished = push_gated(alice, "prod-a follows lab-1 by promotion branches", soak=soak,
+                               mode="branch", promote=False)
     sync.trigger()
     wait_for(lambda: sync.record.handled_source == sha, timeout=20, what="the commit judged")
     branch = f"promote/prod-a/{NEW}"
@@ -207,12 +203,9 @@ def test_auto_mode_commits_the_promotion_and_applies_it_like_a_persons_commit(
     sync = make_sync(policy_remote.url)
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
     alice.pull()
-    finished = float(int(time.time()))
     soak = 4
-    config = REPO_CONFIG + ("clusters:\n  prod-a:\n    promotion: "
-                            f"{{after: lab-1, soak: {soak}s, mode: auto}}\n")
-    sha = alice.commit_and_push("prod-a follows lab-1 by itself", {
-        "reconciler.yaml": config, "status/lab-1.yaml": lab_snapshot(finished)})
+    sha, finished = push_gated(alice, "prod-a follows lab-1 by itself", soak=soak,
+                               mode="auto", promote=False)
     sync.trigger()
     wait_for(lambda: source_commit(kube) == sha, timeout=20, what="the config commit applied")
     assert time.time() < finished + soak, "judged inside the soak"
