@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from reconciler.controller.worker_core import PassFailures, Worker
+from reconciler.controller.worker_core import PassFailures, RetryLater, Worker
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.kube.api import KubeError
 from reconciler.ops.metrics import Metrics
@@ -215,3 +215,32 @@ def test_stop_acting_returns_only_once_the_acting_pass_ended_and_no_pass_acts_af
         release.set()
         w.stop_thread(10)
     assert not w.thread_alive
+
+
+def test_a_periodic_look_that_raises_is_logged_and_looked_at_again_after_its_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = VirtualClock()
+    errors: list[Exception] = [RemoteUnavailable("remote down"), ValueError("bad data")]
+
+    def run() -> float | None:
+        if errors:
+            raise errors.pop(0)
+        return clock.now + 30.0
+
+    w = worker(clock, run, failures=RetryLater(clock, what="windows", retry=lambda: 7.0,
+                                               logger=logging.getLogger("test.retry"),
+                                               expected=(RemoteUnavailable,)))
+    with caplog.at_level(logging.WARNING, logger="test.retry"):
+        assert w.turn()
+        assert w.next_wait() == 7.0, "no hot loop, no back-off held beyond the retry"
+        clock.now += 7.0
+        assert w.turn()
+    expected, other = caplog.records
+    assert expected.levelno == logging.WARNING and "remote down" in expected.getMessage()
+    assert expected.exc_info is None  # an expected error is one line
+    assert other.levelno == logging.ERROR and other.exc_info is not None  # others: traceback
+    w.kick()
+    assert w.next_wait() is None, "a kick is not held by a failure"
+    clock.now += 7.0
+    assert w.turn() and w.next_wait() == 30.0, "the next look that works is the pass's time"
