@@ -47,11 +47,11 @@ from reconciler.gitops.mirror import Mirror
 log = logging.getLogger(__name__)
 
 #: ``spec``: the rollout's own write-backs (ignored by the sync, SPEC 4.6); ``promotion`` (a
-#: ``mode: auto`` promotion) and ``window`` (an operator-mode window pause): policy changes the
-#: sync applies like a person's (SPEC 10)
-ChangeKind = Literal["status", "spec", "promotion", "window"]
+#: ``mode: auto`` promotion), ``window`` (an operator-mode window pause) and ``health`` (an
+#: operator-mode health pause): policy changes the sync applies like a person's (SPEC 9, 10)
+ChangeKind = Literal["status", "spec", "promotion", "window", "health"]
 #: the kinds whose commits are not "own": the sync applies them
-APPLIED_KINDS: frozenset[str] = frozenset({"promotion", "window"})
+APPLIED_KINDS: frozenset[str] = frozenset({"promotion", "window", "health"})
 #: how far back a flush looks for change ids already pushed (a crash between push and queue save)
 _LANDED_SCAN = 200
 

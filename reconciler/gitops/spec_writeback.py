@@ -57,6 +57,35 @@ class SpecWriteBack:
             source_commit=source_commit,
         )
 
+    def health_pause(
+        self, cluster: str, *, reason: str, step: str | None = None,
+        source_commit: str | None = None,
+    ) -> PendingChange:
+        """Operator mode (SPEC 9): ``pause: true`` because a node check failed on a node the
+        vendor upgraded, or the ``health`` section does not validate. The sync role decided it,
+        not the cluster: applied like a person's commit (``kind: health``), so a sync of a
+        commit that raced it cannot leave the cluster unpaused once it landed."""
+        trailers: list[tuple[str, str]] = []
+        if source_commit:
+            trailers.append((SOURCE_COMMIT_TRAILER, source_commit))
+        if step:
+            trailers.append((ROLLOUT_STEP_TRAILER, step))
+        change = PendingChange(
+            kind="health",
+            cluster=cluster,
+            path=self.config.cluster_dir(cluster),
+            subject=f"policy({cluster}): pause the rollout"
+            + (f" at step {step}" if step else "") + f": {reason}",
+            body=f"The vendor operator runs the rollout; the sync role paused it ({reason}) "
+            "and set spec.driver.upgradePolicy.pause: true in the cluster. Merge a change to "
+            "`pause: false` to let the vendor go on.",
+            trailers=tuple(trailers),
+            created_at=self._clock(),
+            edits=(FieldEdit(PAUSE_FIELD, True, ANY),),
+        )
+        self.publisher.enqueue(change)
+        return change
+
     def restore_payload_version(
         self, cluster: str, *, version: str, rolled_back: str, reason: str,
         step: str | None = None, source_commit: str | None = None,

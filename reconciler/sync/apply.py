@@ -17,8 +17,6 @@ from reconciler.gitops.edits import EditOutcome, FieldEdit, edit_policy_text
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.status_policy import build_snapshot
 from reconciler.kube.api import JSON, KubeApi
-from reconciler.kube.objects import cluster_operator_path
-from reconciler.names import SYNC_FIELD_MANAGER
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.findings import Finding
 from reconciler.sync.baseline import Baseline
@@ -105,12 +103,10 @@ class CommitShell:
         """Server-side apply of ``plan.body``; then the log line, the Event and the
         write-backs the plan asks for."""
         sha = view.source
-        applied = self.api.apply(cluster_operator_path(self.name), plan.body,
-                                 field_manager=SYNC_FIELD_MANAGER, force=True)
+        applied = self.drift.apply_commit(plan.body)
         elapsed = self.monotonic() - seen_at
         self.set_live(applied)
         self.baseline.applied(plan.proposed, view.head)
-        self.drift.body = plan.body
         self.record.applied_commit = sha
         self.record.rejection = None
         self.stats.applied += 1

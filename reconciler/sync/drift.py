@@ -48,43 +48,56 @@ class DriftRepair:
         self._last_drift: list[str] = []
         self._last_repair = 0.0
         self.stats = stats
+        #: a repair (the sync's worker) and ``apply_now`` (operator mode's watches) do not
+        #: interleave: a repair judged against the body before ``apply_now`` would undo it
+        self._lock = threading.Lock()
 
     def repair(self, live: JSON, controller_owned: set[FieldPath]) -> JSON | None:
         """The object the server returned to a repair (None: nothing repaired)."""
-        body = self.body
-        if body is None:
-            return None
-        drift = drifted(body, live, ignore=controller_owned)
-        if not drift:
-            self._last_drift = []
-            return None
-        pause = SAME_DRIFT_INTERVAL if drift == self._last_drift else NEW_DRIFT_INTERVAL
-        if self.monotonic() - self._last_repair < pause:
-            return None
-        self._last_drift = drift
-        self._last_repair = self.monotonic()
-        log.warning("%s: the ClusterOperator differs from Git at %s (changed in the cluster); "
-                    "applying Git's value again", self.cluster, ", ".join(drift[:5]))
-        applied = self.api.apply(cluster_operator_path(self.name), body,
-                                 field_manager=SYNC_FIELD_MANAGER, force=True)
-        self.stats.drift_repairs += 1
-        return applied
+        with self._lock:
+            body = self.body
+            if body is None:
+                return None
+            drift = drifted(body, live, ignore=controller_owned)
+            if not drift:
+                self._last_drift = []
+                return None
+            pause = SAME_DRIFT_INTERVAL if drift == self._last_drift else NEW_DRIFT_INTERVAL
+            if self.monotonic() - self._last_repair < pause:
+                return None
+            self._last_drift = drift
+            self._last_repair = self.monotonic()
+            log.warning("%s: the ClusterOperator differs from Git at %s (changed in the "
+                        "cluster); applying Git's value again", self.cluster,
+                        ", ".join(drift[:5]))
+            applied = self.api.apply(cluster_operator_path(self.name), body,
+                                     field_manager=SYNC_FIELD_MANAGER, force=True)
+            self.stats.drift_repairs += 1
+            return applied
 
+
+    def apply_commit(self, body: dict[str, Any]) -> JSON:
+        """Apply a commit's ``body``; it is the body repairs compare with from now on."""
+        with self._lock:
+            applied = self.api.apply(cluster_operator_path(self.name), body,
+                                     field_manager=SYNC_FIELD_MANAGER, force=True)
+            self.body = body
+            return applied
 
     def apply_now(self, field: FieldPath, value: Any) -> JSON | None:
         """Apply ``field = value`` at once with the last body, as a sync of Git would: for a
         write-back the sync role itself decides (operator mode's health pause, SPEC 9), whose
         commit says the same; the body keeps it, so a repair does not undo it. None: nothing
         applied by this process yet (no body to apply it with)."""
-        body = self.body
-        if body is None:
-            return None
-        body = copy.deepcopy(body)
-        ensure(body, field, value)
-        applied = self.api.apply(cluster_operator_path(self.name), body,
-                                 field_manager=SYNC_FIELD_MANAGER, force=True)
-        self.body = body
-        return applied
+        with self._lock:
+            if self.body is None:
+                return None
+            body = copy.deepcopy(self.body)
+            ensure(body, field, value)
+            # kept before the apply: a repair after a failed apply applies it too
+            self.body = body
+            return self.api.apply(cluster_operator_path(self.name), body,
+                                  field_manager=SYNC_FIELD_MANAGER, force=True)
 
 
 class WriteBacks:
@@ -165,15 +178,16 @@ class WriteBacks:
                          cause: str = "health check failed") -> None:
         """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded (or the
         ``health`` section does not validate: ``cause`` says which): commit ``pause: true``
-        with the reason (``health_watch.stop_vendor`` applies it; the vendor stops)."""
+        with the reason (``health_watch.stop_vendor`` applies it at once, so the vendor stops
+        even while Git cannot be reached; the sync applies the commit once it landed)."""
         with self._lock:
             if any(p == PAUSE for p, _ in self._pending.values()):
                 return
         upgrade = section(live, ("status", "upgradeStatus"))
         snapshot = {"upgradeStatus": upgrade, "spec": {"driver": section(live, ("spec", "driver"))}}
-        change = self.repo.spec.pause(self.cluster, reason=f"{cause}: {reason}",
-                                      step=step_label(snapshot),
-                                      source_commit=self.applied_commit())
+        change = self.repo.spec.health_pause(self.cluster, reason=f"{cause}: {reason}",
+                                             step=step_label(snapshot),
+                                             source_commit=self.applied_commit())
         with self._lock:
             self._pending[change.change_id] = (PAUSE, True)
         self.stats.write_backs += 1

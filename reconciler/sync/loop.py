@@ -251,11 +251,10 @@ class ClusterSync:
         if self.metrics is not None:
             self.metrics.count_status_commit(commit_kind(change))
         if change.kind in APPLIED_KINDS:
-            self.repo.trigger()  # a policy change of ours to apply (SPEC 10): fetch now
-        if change.kind != "spec":
-            return
-        for edit in change.edits:
-            self.baseline.landed(edit.field, edit.value)
+            self.repo.trigger()  # a policy change of ours to apply (SPEC 9, 10): fetch now
+        if change.kind == "spec":
+            for edit in change.edits:
+                self.baseline.landed(edit.field, edit.value)
         self.write_backs.settled(change)
 
     def _on_skipped(self, skipped: Skipped) -> None:

@@ -64,7 +64,7 @@ def commit_kind(change: PendingChange) -> str:
     """The ``kind`` label of a landed commit's metric."""
     if change.kind in ("status", "promotion"):
         return change.kind
-    if change.kind == "window":
+    if change.kind in ("window", "health"):
         return "pause"
     fields = {tuple(e.field) for e in change.edits}
     if PAUSE in fields:

@@ -105,8 +105,8 @@ class _Spec:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
-    def pause(self, cluster: str, *, reason: str, step: str | None = None,
-              source_commit: str | None = None) -> Any:
+    def health_pause(self, cluster: str, *, reason: str, step: str | None = None,
+                     source_commit: str | None = None) -> Any:
         self.calls.append({"cluster": cluster, "reason": reason, "step": step})
 
         class Change:

@@ -14,10 +14,19 @@ from reconciler.kube.api import KubeApi
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
+from reconciler.sync.health_watch import stop_vendor
 from tests.controller.helpers import event_reasons
-from tests.sync.conftest import CLUSTER, POLICY_PATH, REPO_CONFIG, Person, Remote, policy
+from tests.sync.conftest import (
+    CLUSTER,
+    POLICY_PATH,
+    REPO_CONFIG,
+    Person,
+    Remote,
+    SyncFactory,
+    policy,
+)
 from tests.sync.daemon import Daemon, wait_port_ready
-from tests.sync.helpers import driver, source_commit, subjects
+from tests.sync.helpers import cluster_operator, driver, source_commit, subjects
 
 pytestmark = pytest.mark.cluster
 
@@ -77,3 +86,38 @@ def test_a_merged_invalid_health_section_commits_pause_with_the_located_error(
     finally:
         assert sync.stop() == 0, sync.log()[-2000:]
         assert vendor.stop() == 0, vendor.log()[-2000:]
+
+
+def test_a_health_pause_survives_a_person_commit_applied_while_it_was_on_its_way(
+    kube: KubeApi, fleet10: Fleet, policy_remote: Remote, alice: Person,
+    make_sync: SyncFactory,
+) -> None:
+    """The watch pauses the vendor at once (``stop_vendor``), then a person's commit the sync
+    applies puts Git's ``pause: false`` back; the pause commit, landing after it, is applied
+    like a person's, so the cluster ends up paused (it once stayed unpaused: the commit was
+    one of the reconciler's own, which the sync never applies)."""
+    seed = policy_remote.head()
+    sync = make_sync(policy_remote.url, fetch_interval=0.3)
+    wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+    stop_vendor(kube, sync.name, sync.drift)
+    assert driver(kube)["upgradePolicy"]["pause"] is True
+    unrelated = alice.commit_and_push("Canary waits 5 minutes",
+                                      {POLICY_PATH: policy(first_pause="300")})
+    wait_for(lambda: source_commit(kube) == unrelated, timeout=30,
+             what="the person's commit applied")
+    assert driver(kube)["upgradePolicy"]["pause"] is False  # Git's value, as the race did
+    sync.write_backs.pause_for_health("health check gpus-available failed on node gpu-3",
+                                      cluster_operator(kube))
+    wait_for(lambda: any("pause the rollout" in s for s in subjects(policy_remote)),
+             timeout=30, what="the health pause committed")
+    wait_for(lambda: driver(kube)["upgradePolicy"].get("pause") is True, timeout=30,
+             what="the landed health pause applied to the cluster",
+             observe=lambda: (subjects(policy_remote), source_commit(kube)))
+    pause_commit = next(line.split()[0] for line in policy_remote.log("main").splitlines()
+                        if "pause the rollout" in line)
+    assert source_commit(kube) == pause_commit  # the cluster runs the pause commit
+    # a person releases it as usual
+    alice.pull()
+    release = alice.commit_and_push("Resume", {POLICY_PATH: policy(first_pause="300")})
+    wait_for(lambda: source_commit(kube) == release, timeout=30, what="the release applied")
+    assert driver(kube)["upgradePolicy"]["pause"] is False
