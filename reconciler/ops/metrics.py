@@ -166,8 +166,10 @@ class Metrics:
             ["verdict"],
             registry=r,
         )
+        # the one metric named as its issue gives it, without the project's prefix: dashboards
+        # and alerts are written against that name
         self.health_checks_total = Counter(
-            f"{PREFIX}_health_check_total",
+            "reconciler_health_check_total",
             "Health check readings (SPEC 9), by check and result (pass, fail, waiting: no "
             "usable answer).",
             ["check", "result"],

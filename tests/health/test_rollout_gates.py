@@ -135,8 +135,9 @@ def test_unavailable_gpus_on_a_canary_pause_batch_one_naming_the_check_and_node(
         reasons = event_reasons(kube)
         assert "HealthCheckPassed" in reasons and "HealthCheckFailed" in reasons
         exposition = ctl.metrics.exposition().decode()  # type: ignore[attr-defined]
-        assert 'gpu_reconciler_health_check_total{check="gpus-available",result="fail"}' \
-            in exposition
+        assert any(line.startswith(
+            'reconciler_health_check_total{check="gpus-available",result="fail"} ')
+            for line in exposition.splitlines())
     finally:
         observer.stop()
 
