@@ -545,3 +545,12 @@ def test_native_rolling_update_replaces_each_driver_pod_with_the_install_time(
                 labels["metax-tech.com/gpu.driver.minor"]) == ("2", "40")
         pod = pod_on(kube, name)
         assert pod is not None and container_state(pod)[:2] == ("Running", True)
+
+
+def test_the_simulated_kubelets_threads_grow_with_the_fleet_up_to_a_cap() -> None:
+    """16 threads up to 1,600 nodes, then one per 100 nodes, at most 64 (10,000 nodes' waves
+    of 1,000 pods queued for 10-20 s behind 16)."""
+    from reconciler.sim.fleet import default_workers
+
+    assert [default_workers(n) for n in (10, 1000, 1600, 2000, 5000, 6400, 10000, 100000)] \
+        == [16, 16, 16, 20, 50, 64, 64, 64]
