@@ -554,3 +554,23 @@ def test_the_simulated_kubelets_threads_grow_with_the_fleet_up_to_a_cap() -> Non
 
     assert [default_workers(n) for n in (10, 1000, 1600, 2000, 5000, 6400, 10000, 100000)] \
         == [16, 16, 16, 20, 50, 64, 64, 64]
+
+
+def test_a_deleted_driver_pod_clears_only_its_own_nodes_driver_ready_label(
+        kube: KubeApi, fleet_factory: FleetFactory) -> None:
+    """The label follows the node's own pods (indexed by node): the other node keeps it."""
+    fleet = fleet_factory(nodes=2, install_seconds=2.0)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=60,
+             what="2 Ready driver pods", observe=fleet.driver_pods)
+    old = fleet.driver_pods()["node-0001"].name
+    kube.delete(resource_path("v1", "pods", old, namespace=OPERATOR_NAMESPACE))
+
+    def label(node: str) -> str | None:
+        labels = kube.get(resource_path("v1", "nodes", node))["metadata"]["labels"]
+        return labels.get("metax-tech.com/driver.ready")
+
+    wait_for(lambda: label("node-0001") == "false", timeout=30,
+             what="node-0001's driver.ready false once its pod is gone")
+    assert label("node-0002") == "true"
+    wait_for(lambda: label("node-0001") == "true" and fleet.driver_pods()["node-0001"].name
+             != old, timeout=60, what="the replacement Ready: driver.ready true again")
