@@ -116,7 +116,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     from reconciler.sim.admission import DevAdmission
     from reconciler.sim.control_plane import ControlPlane, ControlPlaneError, memory_report
     from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
-    from reconciler.sim.fleet import Fleet, node_name
+    from reconciler.sim.fleet import Fleet, default_workers, node_name
     from reconciler.sim.operator_install import DEFAULT_PAYLOAD
     from reconciler.sim.prometheus import PrometheusError, locate_binary
     from reconciler.sim.waiting import WaitTimeout, wait_for
@@ -171,7 +171,8 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         started = clock.monotonic()
         plane.start()
         _say(f"control plane up in {plane.boot_seconds:.1f} s ({plane.server})")
-        fleet = Fleet(plane.api(pool_size=24), nodes=nodes, faults=faults,
+        # a connection per simulator thread, and some for the watches
+        fleet = Fleet(plane.api(pool_size=default_workers(nodes) + 8), nodes=nodes, faults=faults,
                       install_seconds=install, payload=payload, seed=seed,
                       lease_seconds=lease_seconds or None)
         fleet.start(timeout=timeout)

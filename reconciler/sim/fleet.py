@@ -103,6 +103,18 @@ def draw(duration: Duration, rng: random.Random) -> float:
     return float(duration)
 
 
+#: the simulated kubelets' threads: 16, and one more per 100 nodes above 1,600, up to 64. At
+#: 10,000 nodes a wave is 1,000 pods; each pod's writes wait on the API server (about 0.2 s a
+#: DELETE there at that size), so 16 threads queued a wave's deletions and starts for 10-20 s
+#: where real kubelets, one per node, do not queue at all
+MIN_WORKERS = 16
+MAX_WORKERS = 64
+
+
+def default_workers(nodes: int) -> int:
+    return max(MIN_WORKERS, min(MAX_WORKERS, nodes // 100))
+
+
 def node_name(index: int, width: int = 4) -> str:
     """``node-0001``: at least four digits, like ``reconciler simulate``."""
     return f"node-{index:0{width}d}"
@@ -208,7 +220,7 @@ class Fleet:
         firmware_version: str | Callable[[str], str] = "1.13.0.0",
         node_labels: Mapping[str, Mapping[str, str]] | None = None,
         fleet_id: str = "default",
-        workers: int = 16,
+        workers: int | None = None,
         seed: int = 0,
         lease_seconds: float | None = None,
     ) -> None:
@@ -234,6 +246,8 @@ class Fleet:
         self._width = max(4, len(str(nodes)))
         self.nodes: dict[str, SimNode] = {}
         self.pods: dict[str, SimPod] = {}
+        #: node -> its pods by uid (a pod event must not scan the whole fleet's pods)
+        self._on_node: dict[str, dict[str, SimPod]] = {}
         self._extra_labels = {k: dict(v) for k, v in (node_labels or {}).items()}
         self._next_index = 1
         for _ in range(nodes):
@@ -243,7 +257,7 @@ class Fleet:
                 raise ValueError(f"fault for unknown node {fault.node} (nodes are "
                                  f"{node_name(1, self._width)}..{node_name(nodes, self._width)})")
             self.nodes[fault.node].faults.append(fault)
-        self._workers_count = workers
+        self._workers_count = workers if workers is not None else default_workers(nodes)
         self.workers: KeyedWorkers | None = None
         self.timers: Timers | None = None
         self.node_watch: ListWatch | None = None
@@ -747,6 +761,7 @@ class Fleet:
             if pod is not None:
                 with self._lock:
                     self.pods.pop(uid, None)
+                    self._on_node.get(pod.node, {}).pop(uid, None)
                 if pod.driver:
                     self._driver_gone(pod)
             return
@@ -754,6 +769,7 @@ class Fleet:
             pod = self._new_pod(obj)
             with self._lock:
                 self.pods[uid] = pod
+                self._on_node.setdefault(pod.node, {})[uid] = pod
             if meta.get("deletionTimestamp") is None:
                 node = self.nodes[pod.node]
                 if node.reported_ready and not node.rebooting:
@@ -867,7 +883,7 @@ class Fleet:
         if node is None or node.removed:
             return
         with self._lock:
-            others = any(p.driver and p.node == pod.node and p.ready for p in self.pods.values())
+            others = any(p.driver and p.ready for p in self._on_node.get(pod.node, {}).values())
         if not others:
             self._update_labels(node, {"metax-tech.com/driver.ready": "false"})
         self._sync_node_ready(pod.node)

@@ -545,3 +545,32 @@ def test_native_rolling_update_replaces_each_driver_pod_with_the_install_time(
                 labels["metax-tech.com/gpu.driver.minor"]) == ("2", "40")
         pod = pod_on(kube, name)
         assert pod is not None and container_state(pod)[:2] == ("Running", True)
+
+
+def test_the_simulated_kubelets_threads_grow_with_the_fleet_up_to_a_cap() -> None:
+    """16 threads up to 1,600 nodes, then one per 100 nodes, at most 64 (10,000 nodes' waves
+    of 1,000 pods queued for 10-20 s behind 16)."""
+    from reconciler.sim.fleet import default_workers
+
+    assert [default_workers(n) for n in (10, 1000, 1600, 2000, 5000, 6400, 10000, 100000)] \
+        == [16, 16, 16, 20, 50, 64, 64, 64]
+
+
+def test_a_deleted_driver_pod_clears_only_its_own_nodes_driver_ready_label(
+        kube: KubeApi, fleet_factory: FleetFactory) -> None:
+    """The label follows the node's own pods (indexed by node): the other node keeps it."""
+    fleet = fleet_factory(nodes=2, install_seconds=2.0)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=60,
+             what="2 Ready driver pods", observe=fleet.driver_pods)
+    old = fleet.driver_pods()["node-0001"].name
+    kube.delete(resource_path("v1", "pods", old, namespace=OPERATOR_NAMESPACE))
+
+    def label(node: str) -> str | None:
+        labels = kube.get(resource_path("v1", "nodes", node))["metadata"]["labels"]
+        return labels.get("metax-tech.com/driver.ready")
+
+    wait_for(lambda: label("node-0001") == "false", timeout=30,
+             what="node-0001's driver.ready false once its pod is gone")
+    assert label("node-0002") == "true"
+    wait_for(lambda: label("node-0001") == "true" and fleet.driver_pods()["node-0001"].name
+             != old, timeout=60, what="the replacement Ready: driver.ready true again")
