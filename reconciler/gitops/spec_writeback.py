@@ -24,7 +24,7 @@ from reconciler.gitops.edits import (
     PAYLOAD_VERSION_FIELD,
     FieldEdit,
 )
-from reconciler.gitops.publisher import PendingChange, Publisher
+from reconciler.gitops.publisher import ChangeKind, PendingChange, Publisher
 from reconciler.policy.repo_config import RepoConfig
 
 
@@ -65,26 +65,18 @@ class SpecWriteBack:
         vendor upgraded, or the ``health`` section does not validate. The sync role decided it,
         not the cluster: applied like a person's commit (``kind: health``), so a sync of a
         commit that raced it cannot leave the cluster unpaused once it landed."""
-        trailers: list[tuple[str, str]] = []
-        if source_commit:
-            trailers.append((SOURCE_COMMIT_TRAILER, source_commit))
-        if step:
-            trailers.append((ROLLOUT_STEP_TRAILER, step))
-        change = PendingChange(
-            kind="health",
-            cluster=cluster,
-            path=self.config.cluster_dir(cluster),
+        return self._submit(
+            cluster,
             subject=f"policy({cluster}): pause the rollout"
             + (f" at step {step}" if step else "") + f": {reason}",
             body=f"The vendor operator runs the rollout; the sync role paused it ({reason}) "
             "and set spec.driver.upgradePolicy.pause: true in the cluster. Merge a change to "
             "`pause: false` to let the vendor go on.",
-            trailers=tuple(trailers),
-            created_at=self._clock(),
             edits=(FieldEdit(PAUSE_FIELD, True, ANY),),
+            step=step,
+            source_commit=source_commit,
+            kind="health",
         )
-        self.publisher.enqueue(change)
-        return change
 
     def restore_payload_version(
         self, cluster: str, *, version: str, rolled_back: str, reason: str,
@@ -182,7 +174,7 @@ class SpecWriteBack:
 
     def _submit(
         self, cluster: str, *, subject: str, body: str, edits: tuple[FieldEdit, ...],
-        step: str | None, source_commit: str | None,
+        step: str | None, source_commit: str | None, kind: ChangeKind = "spec",
     ) -> PendingChange:
         trailers: list[tuple[str, str]] = []
         if source_commit:
@@ -190,7 +182,7 @@ class SpecWriteBack:
         if step:
             trailers.append((ROLLOUT_STEP_TRAILER, step))
         change = PendingChange(
-            kind="spec",
+            kind=kind,
             cluster=cluster,
             path=self.config.cluster_dir(cluster),
             subject=subject,

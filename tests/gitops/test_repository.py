@@ -70,3 +70,33 @@ def test_local_working_copy_end_to_end(remote: Remote, tmp_path: Path) -> None:
     assert subjects[0] == "status(prod-a): step 1 upgrading"
     assert "policy(prod-a): pause the rollout at step 1/3: manual gate after step 1" in subjects
     assert POLICY.splitlines()[0] in work.read("clusters/prod-a/cluster-operator.yaml")
+
+
+def test_a_health_pause_is_a_policy_change_to_apply_not_an_own_commit(
+        remote: Remote, tmp_path: Path) -> None:
+    """Operator mode's health pause (SPEC 9) is reported like a person's commit, so the sync
+    applies it once it landed; the rollout's write-backs are not (the cluster made them)."""
+    work = Person(remote.url, tmp_path / "work")
+    commits: queue.Queue[NewCommit] = queue.Queue()
+    landed: list[tuple[PendingChange, str]] = []
+    repo = PolicyRepository(str(work.dir), cluster="prod-a", on_commit=commits.put,
+                            state_dir=tmp_path / "state", fetch_interval=0.1,
+                            on_landed=lambda c, sha: landed.append((c, sha)))
+    repo.start()
+    try:
+        first = commits.get(timeout=10)
+        change = repo.spec.health_pause("prod-a", reason="health check failed: gpu-3",
+                                        step="1/3", source_commit=first.sha)
+        assert change.kind == "health"
+        wait_for(lambda: len(landed) == 1)
+        sha = landed[0][1]
+        new = commits.get(timeout=10)
+        assert new.sha == sha
+        assert [c.subject for c in new.commits] == [
+            "policy(prod-a): pause the rollout at step 1/3: health check failed: gpu-3"]
+        assert "pause: true" in work.read("clusters/prod-a/cluster-operator.yaml")
+        message = git(work.dir, "log", "-1", "--format=%B", sha)
+        assert f"Source-Commit: {first.sha}" in message
+        assert "Reconciler-Commit:" not in message
+    finally:
+        repo.stop()
