@@ -103,7 +103,7 @@ def draw(duration: Duration, rng: random.Random) -> float:
     return float(duration)
 
 
-#: the simulated kubelets' threads: 16, and one more per 100 nodes above 1,600, up to 64. At
+#: the simulated kubelets' threads: 16, or one per 100 nodes once that is more, up to 64. At
 #: 10,000 nodes a wave is 1,000 pods; each pod's writes wait on the API server (about 0.2 s a
 #: DELETE there at that size), so 16 threads queued a wave's deletions and starts for 10-20 s
 #: where real kubelets, one per node, do not queue at all

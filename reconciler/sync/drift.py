@@ -75,7 +75,6 @@ class DriftRepair:
             self.stats.drift_repairs += 1
             return applied
 
-
     def apply_commit(self, body: dict[str, Any]) -> JSON:
         """Apply a commit's ``body``; it is the body repairs compare with from now on."""
         with self._lock:
