@@ -46,11 +46,21 @@ class Daemon:
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=self.env)
 
-    def stop(self, sig: int = signal.SIGTERM) -> int:
+    def stop(self, sig: int = signal.SIGTERM, *, timeout: float = 30.0) -> int:
+        """The exit code after ``sig``. A daemon still running ``timeout`` seconds later is
+        killed (a leftover would act on the shared control plane in later tests) and the test
+        fails with its log's tail."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=30)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self._log.close()
+            raise AssertionError(f"{self.name} did not exit within {timeout:g} s of signal "
+                                 f"{sig}; killed. Its log ends:\n{self.log()[-3000:]}") from None
         self._log.close()
         return code
 

@@ -188,5 +188,12 @@ def test_two_clusters_promote_through_git_only_after_the_lab_completed_and_soake
                  what="prod-a upgraded", observe=prod_fleet.driver_pods)
         wait_for(lambda: _held(remote) is None, timeout=20, what="a snapshot without the hold")
     finally:
+        # every daemon stopped before any assertion about how
+        codes = []
         for daemon in daemons:
-            assert daemon.stop() == 0, daemon.log()[-3000:]
+            try:
+                codes.append((daemon.stop(), daemon))
+            except AssertionError as exc:
+                codes.append((str(exc), daemon))
+        for code, daemon in codes:
+            assert code == 0, daemon.log()[-3000:]
