@@ -47,8 +47,7 @@ class SpecWriteBack:
         """``pause: true``: the rollout stopped at a manual gate or on a failure fallback."""
         return self._submit(
             cluster,
-            subject=f"policy({cluster}): pause the rollout"
-            + (f" at step {step}" if step else "") + f": {reason}",
+            subject=_pause_subject(cluster, step, reason),
             body=f"The rollout controller paused the rollout ({reason}) and set "
             "spec.driver.upgradePolicy.pause: true in the cluster. Merge a change to "
             "`pause: false` to release the next batch.",
@@ -67,8 +66,7 @@ class SpecWriteBack:
         commit that raced it cannot leave the cluster unpaused once it landed."""
         return self._submit(
             cluster,
-            subject=f"policy({cluster}): pause the rollout"
-            + (f" at step {step}" if step else "") + f": {reason}",
+            subject=_pause_subject(cluster, step, reason),
             body=f"The vendor operator runs the rollout; the sync role paused it ({reason}) "
             "and set spec.driver.upgradePolicy.pause: true in the cluster. Merge a change to "
             "`pause: false` to let the vendor go on.",
@@ -193,3 +191,9 @@ class SpecWriteBack:
         )
         self.publisher.enqueue(change)
         return change
+
+
+def _pause_subject(cluster: str, step: str | None, reason: str) -> str:
+    """One subject for every ``pause: true`` commit, whoever paused (tests and people grep it)."""
+    return f"policy({cluster}): pause the rollout" + (f" at step {step}" if step else "") \
+        + f": {reason}"
