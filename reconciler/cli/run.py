@@ -7,6 +7,7 @@ Every setting comes from, highest first: the command-line flag, its environment 
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -240,6 +241,9 @@ def _serve(s: _Settings) -> int:
     api = _api(o["kubeconfig"])
     shutdown = Shutdown()
     shutdown.install()
+    # `kill -USR1 PID` writes every thread's stack to stderr: what a daemon that seems stuck is
+    # doing, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     metrics = Metrics()
     checks = HealthChecks()
     # with an election, nothing acts until this replica holds the Lease
@@ -692,8 +696,8 @@ def _self_signed(o: dict[str, Any], api: KubeApi, leader: _Leadership, shutdown:
              namespace, o["admission_secret"])
 
 
-#: connections to the API server: the watches hold some, the controllers' action workers (32)
-#: and the sync the rest
+#: connections to the API server: the watches hold some, the controllers' action workers (32,
+#: and 8 each for deletion records and bookkeeping) and the sync the rest
 API_POOL_SIZE = 64
 
 

@@ -1,8 +1,11 @@
 """Clean shutdown on SIGTERM (Kubernetes stopping the pod) and SIGINT (Ctrl-C).
 
-The signal handler only sets an event; the main thread notices it, and runs the registered
-steps in reverse order of registration (last started, first stopped): stop acting, release the
-Lease, flush the status queue, close servers. A second signal while shutting down exits at once.
+The signal handler only notes the signal: it runs between two bytecodes of the main thread,
+which may hold a lock the handler would need (an Event's, a log stream's), so it takes none and
+writes nothing. ``wait`` looks for a noted signal a few times a second, logs it and sets the
+event; the main thread then runs the registered steps in reverse order of registration (last
+started, first stopped): stop acting, release the Lease, flush the status queue, close servers.
+A second signal while shutting down exits at once.
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
 log = logging.getLogger(__name__)
+
+#: how often ``wait`` looks for a signal the handler noted
+SIGNAL_POLL = 0.2
 
 
 class Shutdown:
@@ -26,7 +33,7 @@ class Shutdown:
 
     @property
     def requested(self) -> bool:
-        return self._event.is_set()
+        return self._event.is_set() or self._signal is not None
 
     @property
     def event(self) -> threading.Event:
@@ -48,14 +55,28 @@ class Shutdown:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._event.is_set():
+        if self._signal is not None or self._event.is_set():
             # a person pressing Ctrl-C twice, or the kubelet's patience running out
             os._exit(128 + signum)
-        self._signal = signum
-        self.request(f"on {signal.Signals(signum).name}")
+        self._signal = signum  # one store: no lock, no I/O (see the module's docstring)
+
+    def _take_signal(self) -> None:
+        signum = self._signal
+        if signum is not None and not self._event.is_set():
+            self.request(f"on {signal.Signals(signum).name}")
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._event.wait(timeout)
+        """True once shutdown was requested (by a signal or ``request``); False after
+        ``timeout`` seconds without."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._take_signal()
+            remaining = SIGNAL_POLL if deadline is None else deadline - time.monotonic()
+            if self._event.wait(max(0.0, min(remaining, SIGNAL_POLL))):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                self._take_signal()
+                return self._event.is_set()
 
     def run_steps(self) -> list[str]:
         """Run the shutdown steps, newest first; a failing step is logged and the rest still run.

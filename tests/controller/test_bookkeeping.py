@@ -116,7 +116,9 @@ def test_a_start_runs_after_the_nodes_cordon_ahead_which_then_stops_yielding(
         start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
         start.result(timeout=10)
         executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
-        assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, START]
+        # the deletion, then its record (see below)
+        assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, [START[0]],
+                                                              [START[1]]]
     finally:
         controller._stop.set()
         controller.stop()
@@ -138,6 +140,70 @@ def test_a_start_does_not_run_when_the_nodes_cordon_ahead_failed(
         with pytest.raises(KubeError):
             start.result(timeout=10)
         assert executor.calls == []  # no pod deleted on a node whose cordon did not land
+    finally:
+        controller._stop.set()
+        controller.stop()
+
+
+class BlockingRecords(RecordingExecutor):
+    """Holds every request that deletes no pod until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def execute_node_actions(self, actions: list[Action], cluster_operator: Any) -> None:
+        if not any(isinstance(a, DeleteDriverPod) for a in actions):
+            assert self.release.wait(10)
+        super().execute_node_actions(actions, cluster_operator)
+
+
+def test_a_starts_record_does_not_hold_the_starts_thread(
+    controller: RolloutController,
+) -> None:
+    # a node cordoned ahead starts: its deletion, then its record. The deletion alone holds a
+    # start's thread (bookkeeping waiting for deletions in flight may go once it landed); the
+    # record follows on a thread of its own, and the two land, or fail, as one
+    executor = BlockingRecords()
+    controller.dispatcher.executor = executor  # type: ignore[assignment]
+    try:
+        assert controller.dispatcher.execute(START, {})
+        whole = controller.dispatcher.node_requests["node-0003"]
+        deadline = time.monotonic() + 10
+        while controller.dispatcher.starts_in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not controller.dispatcher.starts_in_flight, "the start waited for its record"
+        assert [actions for _, actions in executor.calls] == [[START[0]]]
+        assert not whole.done()
+        assert controller.index.intents["node-0003"] == [NodeIntent.of(START)]
+        executor.release.set()
+        whole.result(timeout=10)
+        controller.dispatcher.drain()
+        assert [actions for _, actions in executor.calls] == [[START[0]], [START[1]]]
+        assert "node-0003" not in controller.index.intents
+    finally:
+        executor.release.set()
+        controller._stop.set()
+        controller.stop()
+
+
+def test_a_failed_start_and_its_record_are_one_request_to_plan_again(
+    controller: RolloutController,
+) -> None:
+    # the deletion fails: the record is not sent, and the node has one failed request whose
+    # back-off ends once (two of them, ending in turn, kept re-failing each other's successors)
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    executor.failing.add("node-0003")
+    controller.dispatcher.failure_backoff["node-0003"] = 30.0  # intents kept a minute
+    try:
+        assert controller.dispatcher.execute(START, {})
+        whole = controller.dispatcher.node_requests["node-0003"]
+        with pytest.raises(KubeError):
+            whole.result(timeout=10)
+        assert executor.calls == []
+        assert controller.dispatcher.in_flight == {whole}
+        assert controller.index.intents["node-0003"] == [NodeIntent.of(START)]
+        assert controller.dispatcher.stats.errors == 1
     finally:
         controller._stop.set()
         controller.stop()

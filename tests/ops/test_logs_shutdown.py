@@ -76,6 +76,28 @@ def test_steps_run_newest_first_and_failures_do_not_stop_the_rest() -> None:
     assert order == ["leader", "servers"]
 
 
+def test_the_signal_handler_only_notes_the_signal_and_wait_acts_on_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the handler runs between two bytecodes of the main thread, which may hold the lock of a
+    # log stream or of the Event: it logs nothing and sets nothing but one attribute
+    sd = Shutdown()
+    with caplog.at_level(logging.INFO, logger="reconciler.ops.shutdown"):
+        sd._handle(signal.SIGTERM, None)
+        assert caplog.messages == []
+        assert sd.requested and not sd.event.is_set()
+        assert sd.wait(5)
+    assert sd.event.is_set()
+    assert caplog.messages == ["shutdown on SIGTERM"]
+
+
+def test_wait_with_a_timeout_and_no_signal_returns_false() -> None:
+    sd = Shutdown()
+    assert not sd.wait(0.3)
+    assert not sd.wait(0)
+    assert not sd.requested
+
+
 CHILD = textwrap.dedent(
     """
     import sys, time

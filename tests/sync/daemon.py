@@ -56,11 +56,14 @@ class Daemon:
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            # every thread's stack into its log first (`reconciler run` dumps them on SIGUSR1)
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
             self.proc.kill()
             self.proc.wait(timeout=30)
             self._log.close()
             raise AssertionError(f"{self.name} did not exit within {timeout:g} s of signal "
-                                 f"{sig}; killed. Its log ends:\n{self.log()[-3000:]}") from None
+                                 f"{sig}; killed. Its log ends:\n{self.log()[-12000:]}") from None
         self._log.close()
         return code
 

@@ -1,5 +1,6 @@
 """``reconciler run`` as a process: webhook -> apply, signed refusals, /readyz, /metrics,
-SIGTERM; operator mode with a separate controller process; a SIGKILLed sync restarting."""
+SIGTERM, SIGUSR1's stack dump; operator mode with a separate controller process; a SIGKILLed
+sync restarting."""
 
 from __future__ import annotations
 
@@ -40,6 +41,31 @@ def test_readyz_is_false_until_the_caches_are_synced(
         assert daemon.get("/healthz")[0] == 200
     finally:
         assert daemon.stop() == 0
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_daemon_goes_on(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    # a daemon whose caches never sync, the kind one wants to look into without stopping it
+    port = free_ports(1)[0]
+    dead = tmp_path / "unreachable.kubeconfig"
+    dead.write_text(re.sub(r"server: \S+", f"server: https://127.0.0.1:{port}",
+                           control_plane.kubeconfig.read_text()))
+    daemon = Daemon(["--role", "controller", "--kubeconfig", str(dead)], workdir=tmp_path,
+                    name="stuck")
+    try:
+        wait_for(lambda: _answers(daemon), timeout=30, what="the ops endpoints")
+        assert daemon.proc is not None
+        daemon.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: "most recent call first" in daemon.log(), timeout=10,
+                 what="the stack dump")
+        log = daemon.log()
+        assert "Current thread" in log or "Thread 0x" in log
+        assert "shutdown on" not in log  # a dump, not a stop
+        assert daemon.alive() and daemon.get("/healthz")[0] == 200
+    finally:
+        assert daemon.stop() == 0
+    assert "shutdown on SIGTERM" in daemon.log()
 
 
 def _answers(daemon: Daemon) -> bool:
