@@ -167,10 +167,16 @@ class Dispatcher:
             self.node_requests[node] = future
             if starts:
                 self.starts_in_flight.add(future)
-        if chained is not None:  # submitted once on record, so its deletion's landing is seen
-            self.pool.submit(self._start_then_record, chained, earlier, head, tail, co)
         future.add_done_callback(
             lambda done: self.landed(node, intent, done, handed_out, starts=starts))
+        if chained is not None:
+            # submitted only now that it is in the sets above, where its deletion's landing
+            # takes it out of the starts in flight
+            try:
+                self.pool.submit(self._start_then_record, chained, earlier, head, tail, co)
+            except RuntimeError as exc:  # shut down meanwhile: it fails, and is forgotten, as
+                chained.set_exception(exc)  # a submitted one would
+                raise
         return future
 
     def _start_then_record(self, whole: Future[None], earlier: Future[None] | None,
