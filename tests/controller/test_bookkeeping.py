@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -39,12 +40,23 @@ class RecordingExecutor:
 
 
 @pytest.fixture
-def controller() -> RolloutController:
-    # never started: no watch runs and no request is sent
+def controller() -> Iterator[RolloutController]:
+    # never started: no watch runs and no request is sent; its pools stop after the test
     api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration()))
     made = RolloutController(api, Target(cluster_operator="unused"))
     made.dispatcher.executor = RecordingExecutor()  # type: ignore[assignment]
-    return made
+    yield made
+    made._stop.set()
+    made.stop()
+
+
+def _failing(controller: RolloutController, node: str) -> RecordingExecutor:
+    """The executor, refusing ``node``'s requests; a failed request's intent is kept 10 s
+    after it failed (the longest back-off), so the test sees it."""
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    executor.failing.add(node)
+    controller.dispatcher.failure_backoff[node] = 30.0
+    return executor
 
 
 def _start_in_flight(controller: RolloutController, node: str) -> tuple[NodeIntent, Future[None]]:
@@ -111,38 +123,27 @@ def test_a_start_runs_after_the_nodes_cordon_ahead_which_then_stops_yielding(
     # the start that needs it ends that wait, and goes after it
     monkeypatch.setattr(dispatch, "BOOKKEEPING_WAIT", 60.0)
     _start_in_flight(controller, "node-0002")
-    try:
-        controller.dispatcher.dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
-        start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
-        start.result(timeout=10)
-        executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
-        # the deletion, then its record (see below)
-        assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, [START[0]],
-                                                              [START[1]]]
-    finally:
-        controller._stop.set()
-        controller.stop()
+    controller.dispatcher.dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
+    start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
+    start.result(timeout=10)
+    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
+    # the deletion, then its record (see below)
+    assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, [START[0]],
+                                                          [START[1]]]
 
 
 def test_a_start_does_not_run_when_the_nodes_cordon_ahead_failed(
     controller: RolloutController,
 ) -> None:
-    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
-    executor.failing.add("node-0003")
-    # its intent is kept 10 s after failing
-    controller.dispatcher.failure_backoff["node-0003"] = 30.0
-    try:
-        cordon = controller.dispatcher.dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
-        with pytest.raises(KubeError):
-            cordon.result(timeout=10)
-        executor.failing.clear()  # only the cordon ahead failed; the start alone would succeed
-        start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
-        with pytest.raises(KubeError):
-            start.result(timeout=10)
-        assert executor.calls == []  # no pod deleted on a node whose cordon did not land
-    finally:
-        controller._stop.set()
-        controller.stop()
+    executor = _failing(controller, "node-0003")
+    cordon = controller.dispatcher.dispatch("node-0003", CORDON_AHEAD, {}, starts=False)
+    with pytest.raises(KubeError):
+        cordon.result(timeout=10)
+    executor.failing.clear()  # only the cordon ahead failed; the start alone would succeed
+    start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
+    with pytest.raises(KubeError):
+        start.result(timeout=10)
+    assert executor.calls == []  # no pod deleted on a node whose cordon did not land
 
 
 class BlockingRecords(RecordingExecutor):
@@ -183,8 +184,6 @@ def test_a_starts_record_does_not_hold_the_starts_thread(
         assert "node-0003" not in controller.index.intents
     finally:
         executor.release.set()
-        controller._stop.set()
-        controller.stop()
 
 
 def test_a_failed_start_and_its_record_are_one_request_to_plan_again(
@@ -192,18 +191,12 @@ def test_a_failed_start_and_its_record_are_one_request_to_plan_again(
 ) -> None:
     # the deletion fails: the record is not sent, and the node has one failed request whose
     # back-off ends once (two of them, ending in turn, kept re-failing each other's successors)
-    executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
-    executor.failing.add("node-0003")
-    controller.dispatcher.failure_backoff["node-0003"] = 30.0  # intents kept a minute
-    try:
-        assert controller.dispatcher.execute(START, {})
-        whole = controller.dispatcher.node_requests["node-0003"]
-        with pytest.raises(KubeError):
-            whole.result(timeout=10)
-        assert executor.calls == []
-        assert controller.dispatcher.in_flight == {whole}
-        assert controller.index.intents["node-0003"] == [NodeIntent.of(START)]
-        assert controller.dispatcher.stats.errors == 1
-    finally:
-        controller._stop.set()
-        controller.stop()
+    executor = _failing(controller, "node-0003")
+    assert controller.dispatcher.execute(START, {})
+    whole = controller.dispatcher.node_requests["node-0003"]
+    with pytest.raises(KubeError):
+        whole.result(timeout=10)
+    assert executor.calls == []
+    assert controller.dispatcher.in_flight == {whole}
+    assert controller.index.intents["node-0003"] == [NodeIntent.of(START)]
+    assert controller.dispatcher.stats.errors == 1
