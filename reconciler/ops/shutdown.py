@@ -14,9 +14,10 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
+
+from reconciler.clock import Clock, monotonic
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ SIGNAL_POLL = 0.2
 
 
 class Shutdown:
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock = monotonic) -> None:
+        self._clock = clock
         self._event = threading.Event()
         self._steps: list[tuple[str, Callable[[], None]]] = []
         self._lock = threading.Lock()
@@ -68,13 +70,13 @@ class Shutdown:
     def wait(self, timeout: float | None = None) -> bool:
         """True once shutdown was requested (by a signal or ``request``); False after
         ``timeout`` seconds without."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._clock() + timeout
         while True:
             self._take_signal()
-            remaining = SIGNAL_POLL if deadline is None else deadline - time.monotonic()
+            remaining = SIGNAL_POLL if deadline is None else deadline - self._clock()
             if self._event.wait(max(0.0, min(remaining, SIGNAL_POLL))):
                 return True
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and self._clock() >= deadline:
                 self._take_signal()
                 return self._event.is_set()
 
