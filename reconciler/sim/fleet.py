@@ -45,7 +45,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.api import (
+    JSON,
+    Conflict,
+    KubeApi,
+    KubeError,
+    NotFound,
+    Unavailable,
+    resource_path,
+)
 from reconciler.kube.watch import ListWatch
 from reconciler.names import (
     API_VERSION,
@@ -907,6 +915,10 @@ class Fleet:
             self.requests += 1
         except Conflict:
             pass  # a newer pod of the same name: not ours to finish
+        except Unavailable:
+            # the API server away (restarting): a kubelet tries again, and so do we
+            if self.timers is not None:
+                self.timers.call_later(1.0, pod.node, lambda: self._finish_deletion(pod))
 
     def _write_pod_status(self, pod: SimPod, *, phase: str, ready: bool,
                           waiting: tuple[str, str] | None = None, crashed: bool = False) -> None:
