@@ -45,15 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from reconciler.kube.api import (
-    JSON,
-    Conflict,
-    KubeApi,
-    KubeError,
-    NotFound,
-    Unavailable,
-    resource_path,
-)
+from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound, resource_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import (
     API_VERSION,
@@ -909,16 +901,12 @@ class Fleet:
             node.removed = True
 
     def _finish_deletion(self, pod: SimPod) -> None:
-        try:
-            self.api.delete(resource_path("v1", "pods", pod.name, namespace=pod.namespace),
-                            grace_period_seconds=0, uid=pod.uid)
-            self.requests += 1
-        except Conflict:
-            pass  # a newer pod of the same name: not ours to finish
-        except Unavailable:
-            # the API server away (restarting): a kubelet tries again, and so do we
-            if self.timers is not None:
-                self.timers.call_later(1.0, pod.node, lambda: self._finish_deletion(pod))
+        # through _call: a kubelet's final deletion outlives an API server restart too; a
+        # Conflict is a newer pod of the same name, not ours to finish
+        with contextlib.suppress(Conflict):
+            self._call("DELETE", resource_path("v1", "pods", pod.name, namespace=pod.namespace),
+                       {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                        "preconditions": {"uid": pod.uid}}, ok_missing=True)
 
     def _write_pod_status(self, pod: SimPod, *, phase: str, ready: bool,
                           waiting: tuple[str, str] | None = None, crashed: bool = False) -> None:
