@@ -58,6 +58,12 @@ SWITCH_INTERVAL_SECONDS = 0.001
 #: cached node and pod, removes. At 10,000 nodes that doubled the mean pass, at 1,000 it did not
 #: (bench/planner_scale.py, docs/rollout.md "Scale"): a cost that grew faster than the fleet.
 YOUNG_GC_THRESHOLD = 50_000
+#: Passes take at most this share of the time while events keep coming (``Worker``'s
+#: ``pass_share``). A wave's burst of watch events at 10,000 nodes kept passes of 40-130 ms
+#: back to back: most of one of the machine's 2 cores, taken from the API server whose
+#: requests the wave waits on. At 1/3 a pass waits twice the last one's time first (at most
+#: 0.5 s); at 2,000 nodes (passes of a few ms) that is about the 20 ms settle time already.
+PASS_SHARE = 1 / 3
 
 
 def prefer_responsiveness() -> None:
@@ -101,7 +107,8 @@ class RolloutController(WatchDrivenWorker):
         health: HealthFeeder | None = None,
         windows: Callable[[], WindowCalendar | None] = lambda: None,
     ) -> None:
-        super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
+        super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader,
+                         pass_share=PASS_SHARE)
         #: the cluster's maintenance windows as of the latest commit (SPEC 10)
         self.windows = windows
         self.api = api

@@ -171,12 +171,14 @@ class WatchDrivenWorker(Worker):
         settle_seconds: float,
         is_leader: Callable[[], bool],
         monotonic: Clock = clocks.monotonic,
+        pass_share: float = 1.0,
     ) -> None:
         self.failures = PassFailures(clock)
         super().__init__(
             lambda: self.reconcile_once(), name=self.role, clock=clock, is_leader=is_leader,
             ready=self.synced, failures=PlanningFailures(self), not_leader_requeue=0.5,
-            settle_seconds=settle_seconds, idle_wait=5.0)
+            settle_seconds=settle_seconds, idle_wait=5.0, pass_share=pass_share,
+            timer=monotonic)
         #: for timeouts of our own (``clock`` may be a test's, or wall time)
         self.monotonic = monotonic
 

@@ -20,8 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from reconciler import clock as clocks
 from reconciler.clock import Clock
 
+#: the longest wait ``pass_share`` adds before a pass (a pass slowed by a collection or a
+#: thousand actions must not hold the next one back for long)
+MAX_PASS_SPACING = 0.5
 #: the longest condition message / error text carried into the status and Events
 _MESSAGE_LIMIT = 1000
 
@@ -138,7 +142,11 @@ class Worker:
     None: only when kicked) and may raise (``failures`` decides what then). A turn passes only
     when ``ready`` (the caches are synced) and ``is_leader``; otherwise it looks again
     ``not_leader_requeue`` seconds later. ``settle_seconds``: a wait before each pass that
-    gathers a burst of events into one."""
+    gathers a burst of events into one. ``pass_share``: the largest share of the time passes
+    may take while events keep coming (1: back to back): the wait before a pass is then at least
+    ``1 / pass_share - 1`` times the last pass (at most ``MAX_PASS_SPACING``), timed on
+    ``timer``. An O(N) pass over 10,000 nodes takes 40-130 ms; back to back through a wave's
+    burst of events it took most of a core from the API server the wave waits on."""
 
     def __init__(
         self,
@@ -152,7 +160,11 @@ class Worker:
         not_leader_requeue: float,
         settle_seconds: float = 0.0,
         idle_wait: float = 5.0,
+        pass_share: float = 1.0,
+        timer: Clock = clocks.monotonic,
     ) -> None:
+        if not 0.0 < pass_share <= 1.0:
+            raise ValueError(f"pass_share must be in (0, 1], not {pass_share}")
         self._run_pass = run
         self.name = name
         self.clock = clock
@@ -162,6 +174,11 @@ class Worker:
         self.not_leader_requeue = not_leader_requeue
         self.settle_seconds = settle_seconds
         self.idle_wait = idle_wait
+        self.pass_share = pass_share
+        self.timer = timer
+        #: how long the last pass took on ``timer`` (seconds)
+        self.last_pass_seconds = 0.0
+        self._last_pass_end = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         #: kicked since the last turn began (guarded by ``_wake``)
@@ -247,10 +264,20 @@ class Worker:
             if not self.ready() or not self.is_leader():
                 self._requeue_at = self.clock() + self.not_leader_requeue
                 return False
-            if self.settle_seconds:
-                self._stop.wait(self.settle_seconds)  # gather a burst of events into one pass
+            if (wait := self.wait_before_pass()) > 0:
+                self._stop.wait(wait)  # gather a burst of events into one pass
+            started = self.timer()
             self._requeue_at = self.run_pass()
+            self._last_pass_end = self.timer()
+            self.last_pass_seconds = max(0.0, self._last_pass_end - started)
             return True
+
+    def wait_before_pass(self) -> float:
+        """The settle time, or longer right after a long pass (``pass_share``); a pass after a
+        quiet spell waits the settle time only."""
+        spacing = min(self.last_pass_seconds * (1.0 / self.pass_share - 1.0), MAX_PASS_SPACING)
+        since = max(0.0, self.timer() - self._last_pass_end)
+        return max(self.settle_seconds, spacing - since)
 
     def run_pass(self) -> float | None:
         """One guarded pass; returns when to look again."""

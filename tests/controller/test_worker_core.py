@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from reconciler.controller.worker_core import PassFailures, RetryLater, Worker
+from reconciler.controller.worker_core import MAX_PASS_SPACING, PassFailures, RetryLater, Worker
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.kube.api import KubeError
 from reconciler.ops.metrics import Metrics
@@ -244,3 +244,49 @@ def test_a_periodic_look_that_raises_is_logged_and_looked_at_again_after_its_ret
     assert w.next_wait() is None, "a kick is not held by a failure"
     clock.now += 7.0
     assert w.turn() and w.next_wait() == 30.0, "the next look that works is the pass's time"
+
+
+def test_after_a_long_pass_the_next_waits_so_passes_keep_to_their_share() -> None:
+    clock, timer = VirtualClock(), VirtualClock()
+
+    def run() -> float | None:
+        timer.now += 0.1  # a pass of 100 ms (an O(N) pass over 10,000 nodes)
+        return None
+
+    w = Worker(run, name="test-worker", clock=clock, is_leader=lambda: True,
+               ready=lambda: True, failures=NoFailures(), not_leader_requeue=0.5,
+               settle_seconds=0.02, pass_share=1 / 3, timer=timer)
+    assert w.wait_before_pass() == 0.02, "the first pass waits the settle time only"
+    w.turn()
+    assert w.last_pass_seconds == pytest.approx(0.1)
+    assert w.wait_before_pass() == pytest.approx(0.2), "twice the last pass: a third of the time"
+    timer.now += 0.15
+    assert w.wait_before_pass() == pytest.approx(0.05), "the time since the pass counts"
+    timer.now += 10.0
+    assert w.wait_before_pass() == 0.02, "after a quiet spell: the settle time"
+
+    def slow() -> float | None:
+        timer.now += 5.0  # a pass held up (a full collection, thousands of actions)
+        return None
+
+    w._run_pass = slow
+    w.turn()
+    assert w.wait_before_pass() == MAX_PASS_SPACING, "never held back longer than that"
+
+
+def test_passes_back_to_back_by_default_and_a_share_outside_0_to_1_is_refused() -> None:
+    clock, timer = VirtualClock(), VirtualClock()
+
+    def run() -> float | None:
+        timer.now += 0.1
+        return None
+
+    w = Worker(run, name="test-worker", clock=clock, is_leader=lambda: True,
+               ready=lambda: True, failures=NoFailures(), not_leader_requeue=0.5, timer=timer)
+    w.turn()
+    assert w.wait_before_pass() == 0.0
+    for share in (0.0, -1.0, 1.5):
+        with pytest.raises(ValueError, match="pass_share"):
+            Worker(run, name="test-worker", clock=clock, is_leader=lambda: True,
+                   ready=lambda: True, failures=NoFailures(), not_leader_requeue=0.5,
+                   pass_share=share)
