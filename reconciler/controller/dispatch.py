@@ -2,10 +2,8 @@
 
 Runs of per-node actions go to a pool, in order within each node and in parallel across nodes
 (a wave of 400 nodes is 400 x 3 requests); their intents are in the node index before they are
-sent. Nodes that get a pod deleted go first, and a start holds its thread only until its
-deletion landed: the deletion's record follows on a few threads of its own. A finished node's
-bookkeeping (uncordon, annotations) runs on a few more and yields, briefly, to pod deletions in
-flight.
+sent. Nodes that get a pod deleted go first. A finished node's bookkeeping (uncordon,
+annotations) runs on a few threads of its own and yields, briefly, to pod deletions in flight.
 Cluster-wide actions (the DaemonSet template, the policy's pause, the payload) wait for every
 request in flight first, as they did in a plan's order. Events go to a thread of their own:
 they are information and must not delay the rollout.
@@ -36,13 +34,6 @@ log = logging.getLogger(__name__)
 
 #: the longest a finished node's bookkeeping waits for pod deletions in flight
 BOOKKEEPING_WAIT = 1.0
-
-
-def split_start(group: Sequence[Action]) -> tuple[list[Action], list[Action]]:
-    """One node's actions as its start (up to its last pod deletion; empty when it deletes no
-    pod) and what follows (the deletion's record)."""
-    last = max((i for i, a in enumerate(group) if isinstance(a, DeleteDriverPod)), default=-1)
-    return list(group[:last + 1]), list(group[last + 1:])
 
 
 class DispatchStats(Protocol):
@@ -84,8 +75,6 @@ class Dispatcher:
         # while slots are being refilled
         self.bookkeeping = ThreadPoolExecutor(max_workers=8,
                                               thread_name_prefix="rollout-bookkeeping")
-        # the record that follows a pod deletion, sent as soon as the deletion landed
-        self.records = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rollout-record")
         self.events = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-events")
         self.in_flight: set[Future[None]] = set()
         self.starts_in_flight: set[Future[None]] = set()  # those that delete a pod
@@ -97,8 +86,7 @@ class Dispatcher:
         self.awaited: set[str] = set()
 
     def shutdown_requests(self) -> None:
-        self.pool.shutdown(wait=True)  # first: a start hands its record on
-        self.records.shutdown(wait=True)
+        self.pool.shutdown(wait=True)
         self.bookkeeping.shutdown(wait=True)
 
     def shutdown_events(self) -> None:
@@ -151,12 +139,7 @@ class Dispatcher:
                 self.awaited.add(node)
                 self.starts_idle.notify_all()
         handed_out = self.observer.requests_handed_out(node, starts=starts)
-        head, tail = split_start(group) if starts else ([], group)
-        chained: Future[None] | None = None
-        if starts and tail:
-            future = chained = Future()
-            future.set_running_or_notify_cancel()
-        elif starts:
+        if starts:
             future = self.pool.submit(self._after, earlier, self.executor.execute_node_actions,
                                       group, co)
         else:
@@ -169,42 +152,7 @@ class Dispatcher:
                 self.starts_in_flight.add(future)
         future.add_done_callback(
             lambda done: self.landed(node, intent, done, handed_out, starts=starts))
-        if chained is not None:
-            # submitted only now that it is in the sets above, where its deletion's landing
-            # takes it out of the starts in flight
-            try:
-                self.pool.submit(self._start_then_record, chained, earlier, head, tail, co)
-            except RuntimeError as exc:  # shut down meanwhile: it fails, and is forgotten, as
-                chained.set_exception(exc)  # a submitted one would
-                raise
         return future
-
-    def _start_then_record(self, whole: Future[None], earlier: Future[None] | None,
-                           head: list[Action], tail: list[Action], co: JSON) -> None:
-        """A start whose deletion is followed by its record, on a start's thread: ``whole`` is
-        the future of both (they fail, back off and are forgotten as one), but this thread is
-        free again once the deletion landed; the record goes on a thread of its own."""
-
-        def record_done(done: Future[None]) -> None:
-            error = done.exception()
-            if error is None:
-                whole.set_result(None)
-            else:
-                whole.set_exception(error)
-
-        try:
-            self._after(earlier, self.executor.execute_node_actions, head, co)
-        except Exception as exc:  # the whole fails with it, as one request would
-            whole.set_exception(exc)
-            return
-        with self._wake:
-            self._start_landed(whole)
-        try:
-            record = self.records.submit(self.executor.execute_node_actions, tail, co)
-        except RuntimeError as exc:  # shut down meanwhile
-            whole.set_exception(exc)
-            return
-        record.add_done_callback(record_done)
 
     def _start_landed(self, future: Future[None]) -> None:
         """A start's pod deletion is done (the caller holds the lock): bookkeeping waiting for

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from reconciler.controller.hooks import NoObserver, RolloutObserver
 from reconciler.controller.observe import (
+    deletion_requested_at,
     driver_pod_view,
     is_driver_pod,
     node_view,
@@ -40,12 +41,15 @@ class NodeIntent:
     annotations: Mapping[str, str | None]
     unschedulable: bool | None
     deleting: frozenset[str]
+    #: when the plan asked for those deletions (the deletion's time until the pod says it)
+    deletion_at: float = 0.0
 
     @classmethod
     def of(cls, actions: Sequence[Action]) -> NodeIntent:
         annotations: dict[str, str | None] = {}
         unschedulable: bool | None = None
         deleting: set[str] = set()
+        deletion_at = 0.0
         for action in actions:
             if isinstance(action, AnnotateNode):
                 annotations.update(action.annotations)
@@ -53,7 +57,8 @@ class NodeIntent:
                 unschedulable = isinstance(action, Cordon)
             elif isinstance(action, DeleteDriverPod):
                 deleting.add(action.pod)
-        return cls(annotations, unschedulable, frozenset(deleting))
+                deletion_at = max(deletion_at, action.at)
+        return cls(annotations, unschedulable, frozenset(deleting), deletion_at)
 
 
 def with_intents(node: JSON, pods: Mapping[str, DriverPod],
@@ -63,6 +68,7 @@ def with_intents(node: JSON, pods: Mapping[str, DriverPod],
     annotations = dict(meta.get("annotations") or {})
     spec = dict(node.get("spec") or {})
     deleting: set[str] = set()
+    deletion_at = 0.0
     for intent in intents:
         for key, value in intent.annotations.items():
             if value is None:
@@ -72,8 +78,12 @@ def with_intents(node: JSON, pods: Mapping[str, DriverPod],
         if intent.unschedulable is not None:
             spec["unschedulable"] = intent.unschedulable
         deleting |= intent.deleting
+        deletion_at = max(deletion_at, intent.deletion_at)
     meta["annotations"] = annotations
-    views = {name: dataclasses.replace(pod, deleting=True) if name in deleting else pod
+    views = {name: dataclasses.replace(
+                pod, deleting=True,
+                deletion_requested_at=pod.deletion_requested_at or deletion_at)
+             if name in deleting else pod
              for name, pod in pods.items()}
     return {**node, "metadata": meta, "spec": spec}, views
 
@@ -99,6 +109,9 @@ class NodeIndex:
         self.cluster_operator: JSON | None = None
         #: requests in flight: node -> what they will have written
         self.intents: dict[str, list[NodeIntent]] = {}
+        #: node -> when the deletion of its last driver pod that went away was asked for (a
+        #: move's start when the deletion's record is not written: see ``scan_nodes``)
+        self.pod_deleted_at: dict[str, float] = {}
 
     # -- what the watches (and the answers to our own writes) bring ----------------------------
 
@@ -107,6 +120,7 @@ class NodeIndex:
         if event == "DELETED":
             self.nodes.pop(name, None)
             self.views.pop(name, None)
+            self.pod_deleted_at.pop(name, None)
             return True
         if same_version(self.nodes.get(name), obj) or not newer(self.nodes.get(name), obj):
             return False
@@ -126,6 +140,13 @@ class NodeIndex:
             if kind == "driver":
                 old = self.driver_pods.get(node, {}).pop(str(obj["metadata"]["name"]), None)
                 was_ready = old is not None and old.ready
+                if event == "DELETED":
+                    asked = deletion_requested_at(obj.get("metadata") or {}) or (
+                        old.deletion_requested_at if old is not None else 0.0)
+                    if asked:
+                        self.pod_deleted_at[node] = asked
+                    else:  # an earlier removal's time would be wrong for this one
+                        self.pod_deleted_at.pop(node, None)
             else:
                 self.workloads.get(node, set()).discard(key)
         node = str((obj.get("spec") or {}).get("nodeName") or "")
@@ -202,7 +223,8 @@ class NodeIndex:
         intents = self.intents.get(name)
         if intents:
             node, pods = with_intents(node, pods, intents)
-        view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()))
+        view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()),
+                         self.pod_deleted_at.get(name, 0.0))
         if self.views.get(name) == view:
             return False
         self.views[name] = view

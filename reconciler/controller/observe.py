@@ -65,7 +65,21 @@ def driver_pod_view(pod: Mapping[str, Any]) -> DriverPod:
         restart_count=restarts,
         created_at=parse_timestamp(meta.get("creationTimestamp")),
         deleting=bool(meta.get("deletionTimestamp")),
+        deletion_requested_at=deletion_requested_at(meta),
     )
+
+
+def deletion_requested_at(meta: Mapping[str, Any]) -> float:
+    """When a pod's deletion was asked for: the API server sets ``deletionTimestamp`` to that
+    time plus the grace period (to the second); 0 when not deleting."""
+    deadline = parse_timestamp(meta.get("deletionTimestamp"))
+    if not deadline:
+        return 0.0
+    try:
+        grace = max(0, int(meta.get("deletionGracePeriodSeconds") or 0))
+    except (TypeError, ValueError):
+        grace = 0
+    return max(deadline - grace, 0.0)
 
 
 def pick_driver_pod(pods: Iterable[DriverPod]) -> DriverPod | None:
@@ -80,7 +94,7 @@ def pick_driver_pod(pods: Iterable[DriverPod]) -> DriverPod | None:
 
 
 def node_view(node: Mapping[str, Any], pod: DriverPod | None,
-              workloads: Iterable[str] = ()) -> RolloutNode:
+              workloads: Iterable[str] = (), pod_deleted_at: float = 0.0) -> RolloutNode:
     meta = node.get("metadata") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -96,6 +110,7 @@ def node_view(node: Mapping[str, Any], pod: DriverPod | None,
         annotations=dict(meta.get("annotations") or {}),
         pod=pod,
         workloads=tuple(sorted(workloads)),
+        pod_deleted_at=pod_deleted_at,
     )
 
 

@@ -301,11 +301,13 @@ def classify(node: NodeFacts, *, target: str, active: bool) -> str:
     if not node.ready:
         return "not-ready"
     if ready_target:
-        return "verifying" if active and recorded in (STATE_UPGRADING, STATE_FAILED) else (
-            "upgraded")
+        # cordoned ahead with a pod on the target: moved (its start writes no record)
+        moved = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+        return "verifying" if active and recorded in moved else "upgraded"
     if recorded == STATE_FAILED or (on_target and pod.waiting_reason in FAILURE_REASONS):
         return "failed"
-    if recorded == STATE_UPGRADING or (on_target and active):
+    if recorded == STATE_UPGRADING or (on_target and active) or (
+            recorded == STATE_CORDONED and pod.deleting):
         return "in-flight"
     if recorded == STATE_CORDONED:
         return "cordoned"

@@ -5,7 +5,7 @@ so a crash in between leaves a record, never an unrecorded deletion)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.planning import RecordEvent as RecordEvent
@@ -42,6 +42,8 @@ class DeleteDriverPod:
 
     node: str
     pod: str
+    #: the plan's time: the deletion's time until the server's answer says it
+    at: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,11 +53,13 @@ class PendingQuery:
 
 
 def verifying(node: RolloutNode, revision: str) -> bool:
-    """Moved to ``revision`` by the rollout and its new pod Ready there: its checks run."""
+    """Moved to ``revision`` by the rollout and its new pod Ready there: its checks run. A
+    node cordoned ahead for ``revision`` with a pod there was moved: only the rollout deletes
+    the old pod of a node it cordoned ahead, and writes no record after that deletion."""
     ann = node.annotations
     pod = node.pod
     return (
-        ann.get(ANN_STATE) == STATE_UPGRADING
+        ann.get(ANN_STATE) in (STATE_UPGRADING, STATE_CORDONED)
         and ann.get(ANN_TARGET) == revision
         and pod is not None
         and pod.revision == revision

@@ -73,6 +73,8 @@ class DriverPod:
     restart_count: int = 0
     created_at: float = 0.0  # seconds since the epoch
     deleting: bool = False  # deletionTimestamp set
+    #: when its deletion was asked for (deletionTimestamp less the grace period; 0: unknown)
+    deletion_requested_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,9 @@ class RolloutNode:
     pod: DriverPod | None = None
     #: ``namespace/name`` of pods on the node requesting a GPU resource (the offline precondition)
     workloads: tuple[str, ...] = ()
+    #: the node's last driver pod that went away: when its deletion was asked for (0: unknown,
+    #: e.g. it went before the controller started)
+    pod_deleted_at: float = 0.0
 
     @property
     def canary(self) -> bool:

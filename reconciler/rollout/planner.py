@@ -342,7 +342,7 @@ class _Planner:
         self.actions.append(AnnotateNode(node.name, update))
         if not node.unschedulable:
             self.actions.append(Cordon(node.name))
-        self.actions.append(DeleteDriverPod(node.name, node.pod.name))
+        self.actions.append(DeleteDriverPod(node.name, node.pod.name, at=self.now))
         self.requeue.append(self.now + self.settings.ready_timeout)
 
     @staticmethod
@@ -374,20 +374,21 @@ class _Planner:
             self.actions.append(Cordon(node.name))
 
     def _start_cordoned(self, node: RolloutNode, target: str) -> None:
-        """Start a node cordoned ahead: the deletion first, its record after. The record of the
-        cordon already names the node and the target, so a restart that finds the old pod
-        gone knows the deletion was ours (scan: ``unrecorded``)."""
+        """Start a node cordoned ahead: the deletion alone. The record of the cordon already
+        names the node and the target, so whoever finds the old pod deleting or gone knows the
+        deletion was ours, and the pods say when it was (scan: ``deletion_time``): no record
+        after it, one node write less per node in a wave's burst."""
         if not node.unschedulable:  # someone uncordoned it meanwhile: the full sequence
             self._move(node, target, 1)
             return
         assert node.pod is not None
-        self.actions.append(DeleteDriverPod(node.name, node.pod.name))
-        self._record_deletions([node])
+        self.actions.append(DeleteDriverPod(node.name, node.pod.name, at=self.now))
         self.requeue.append(self.now + self.settings.ready_timeout)
 
     def _record_deletions(self, nodes: list[RolloutNode]) -> None:
-        """The record of a deletion of a node cordoned ahead, right after it (or, when it never
-        landed, as soon as a plan finds it: readyTimeout then runs a little late)."""
+        """The record of a deletion of a node cordoned ahead whose time nothing tells (the
+        controller restarted after the old pod went): from now (readyTimeout runs late by the
+        time the controller was away)."""
         for node in nodes:
             self.actions.append(
                 AnnotateNode(
@@ -418,7 +419,7 @@ class _Planner:
             assert node.pod is not None
             if not node.unschedulable:
                 self.actions.append(Cordon(node.name))
-            self.actions.append(DeleteDriverPod(node.name, node.pod.name))
+            self.actions.append(DeleteDriverPod(node.name, node.pod.name, at=self.now))
 
     def _retry_due(self, node: RolloutNode, epoch_start: float) -> float:
         ann = node.annotations

@@ -52,13 +52,28 @@ class NodeScan:
     cordoned: list[RolloutNode] = field(default_factory=list)
     #: cordoned ahead for another revision (or during a rollback), old pod still there
     stale_cordoned: list[RolloutNode] = field(default_factory=list)
-    #: cordoned ahead and its old pod deleted, the deletion's record not written yet (the
-    #: controller stopped in between): in flight; the planner records it
+    #: cordoned ahead and its old pod deleted, and neither the pods nor the controller's
+    #: memory say when (it restarted meanwhile): in flight; the planner records it now
     unrecorded: list[RolloutNode] = field(default_factory=list)
     epoch_failures: int = 0
     ready_other: int = 0  # rollback: still Ready on the revision being rolled back
     deadlines: list[float] = field(default_factory=list)
 
+
+
+def deletion_time(node: RolloutNode, revision: str | None) -> float:
+    """When the old pod of a node cordoned ahead for ``revision`` was deleted, as its pods
+    say: the old pod's deletion request; once it is gone, the time the controller saw asked
+    for (``pod_deleted_at``), else the new pod's creation (a little later: readyTimeout runs
+    a little late). 0: nothing says (the controller restarted between the two)."""
+    pod = node.pod
+    if pod is not None and pod.deleting:
+        return pod.deletion_requested_at
+    if node.pod_deleted_at:
+        return node.pod_deleted_at
+    if pod is not None and pod.revision == revision:
+        return pod.created_at
+    return 0.0
 
 
 def scan_nodes(
@@ -87,6 +102,7 @@ def scan_nodes(
         recorded = ann.get(ANN_STATE)
         pod = node.pod
         waiting = unrecorded = False
+        started = 0.0  # a move's start its pods tell (no ``deleted-at`` written)
         if recorded == STATE_CORDONED:
             ahead_of = ann.get(ANN_TARGET)
             if pod is not None and not pod.deleting and pod.revision != ahead_of:
@@ -96,10 +112,11 @@ def scan_nodes(
                 else:
                     scan.stale_cordoned.append(node)
             else:
-                # only we delete the pod of a node cordoned ahead: a deletion whose record
-                # (written after it, off the refill's path) has not landed
+                # only we delete the pod of a node cordoned ahead, and its start is that
+                # deletion alone (no record: one write less per node in a wave's burst)
                 recorded = STATE_UPGRADING
-                unrecorded = True
+                started = deletion_time(node, ahead_of)
+                unrecorded = not started
         state = recorded if ann.get(ANN_TARGET) == target else None
         on_target = pod is not None and pod.revision == target and not pod.deleting
         ready_target = on_target and pod is not None and pod.ready
@@ -125,7 +142,7 @@ def scan_nodes(
             elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
                 scan.new_failures.append((node, str(pod.waiting_reason)))
             else:
-                deleted_at = parse_time_or(ann.get(ANN_DELETED_AT), now)
+                deleted_at = started or parse_time_or(ann.get(ANN_DELETED_AT), now)
                 if now + CLOCK_SLACK >= deleted_at + timeout:
                     scan.new_failures.append((node, "ReadyTimeout"))
                 else:

@@ -281,7 +281,8 @@ class Simulation:
             revision = self.ds.current_revision
             pod_name = f"metax-driver-{node.name}-{serial}"
             pod = DriverPod(pod_name, revision, created_at=self.config.start + self.t)
-            self.nodes[node.name] = dataclasses.replace(node, pod=pod)
+            self.nodes[node.name] = dataclasses.replace(
+                node, pod=pod, pod_deleted_at=self.config.start + self.t)
             self.events.append(
                 SimEvent(self.t, "NodeUpgradeStarted" if revision == self.new_revision
                          else "NodeRollbackStarted",

@@ -112,8 +112,8 @@ def test_bookkeeping_goes_at_once_when_no_deletion_is_in_flight(
 
 CORDON_AHEAD: list[Action] = [AnnotateNode("node-0003", {ANN_STATE: "cordoned"}),
                               Cordon("node-0003")]
-START: list[Action] = [DeleteDriverPod("node-0003", "driver-node-0003"),
-                       AnnotateNode("node-0003", {ANN_STATE: "upgrading"})]
+#: a node cordoned ahead starts by its pod deletion alone
+START: list[Action] = [DeleteDriverPod("node-0003", "driver-node-0003")]
 
 
 def test_a_start_runs_after_the_nodes_cordon_ahead_which_then_stops_yielding(
@@ -127,9 +127,7 @@ def test_a_start_runs_after_the_nodes_cordon_ahead_which_then_stops_yielding(
     start = controller.dispatcher.dispatch("node-0003", START, {}, starts=True)
     start.result(timeout=10)
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
-    # the deletion, then its record (see below)
-    assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, [START[0]],
-                                                          [START[1]]]
+    assert [actions for _, actions in executor.calls] == [CORDON_AHEAD, START]
 
 
 def test_a_start_does_not_run_when_the_nodes_cordon_ahead_failed(
@@ -146,51 +144,11 @@ def test_a_start_does_not_run_when_the_nodes_cordon_ahead_failed(
     assert executor.calls == []  # no pod deleted on a node whose cordon did not land
 
 
-class BlockingRecords(RecordingExecutor):
-    """Holds every request that deletes no pod until ``release`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-
-    def execute_node_actions(self, actions: list[Action], cluster_operator: Any) -> None:
-        if not any(isinstance(a, DeleteDriverPod) for a in actions):
-            assert self.release.wait(10)
-        super().execute_node_actions(actions, cluster_operator)
-
-
-def test_a_starts_record_does_not_hold_the_starts_thread(
+def test_a_failed_start_is_one_request_planned_again_after_its_back_off(
     controller: RolloutController,
 ) -> None:
-    # a node cordoned ahead starts: its deletion, then its record. The deletion alone holds a
-    # start's thread (bookkeeping waiting for deletions in flight may go once it landed); the
-    # record follows on a thread of its own, and the two land, or fail, as one
-    executor = BlockingRecords()
-    controller.dispatcher.executor = executor  # type: ignore[assignment]
-    try:
-        assert controller.dispatcher.execute(START, {})
-        whole = controller.dispatcher.node_requests["node-0003"]
-        deadline = time.monotonic() + 10
-        while controller.dispatcher.starts_in_flight and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not controller.dispatcher.starts_in_flight, "the start waited for its record"
-        assert [actions for _, actions in executor.calls] == [[START[0]]]
-        assert not whole.done()
-        assert controller.index.intents["node-0003"] == [NodeIntent.of(START)]
-        executor.release.set()
-        whole.result(timeout=10)
-        controller.dispatcher.drain()
-        assert [actions for _, actions in executor.calls] == [[START[0]], [START[1]]]
-        assert "node-0003" not in controller.index.intents
-    finally:
-        executor.release.set()
-
-
-def test_a_failed_start_and_its_record_are_one_request_to_plan_again(
-    controller: RolloutController,
-) -> None:
-    # the deletion fails: the record is not sent, and the node has one failed request whose
-    # back-off ends once (two of them, ending in turn, kept re-failing each other's successors)
+    # the deletion fails: its intent stays (the node counts as started) until the back-off
+    # ends, and the node is then planned from the server's objects
     executor = _failing(controller, "node-0003")
     assert controller.dispatcher.execute(START, {})
     whole = controller.dispatcher.node_requests["node-0003"]

@@ -9,6 +9,7 @@ from reconciler.controller.hooks import NoObserver
 from reconciler.controller.index import NodeIndex, NodeIntent
 from reconciler.names import ANN_ATTEMPT, ANN_STATE, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import AnnotateNode, Cordon, DeleteDriverPod, Uncordon
+from reconciler.timefmt import parse_time
 
 
 def node(name: str = "node-0001", version: str = "10", *,
@@ -155,3 +156,34 @@ def test_a_daemonset_status_write_changes_nothing_the_planner_reads() -> None:
                                                                    "resourceVersion": "8"}})
     assert index.cluster_operator is not None
     assert index.cluster_operator["metadata"]["resourceVersion"] == "9"
+
+
+def test_a_deletion_keeps_its_time_from_the_plan_to_the_pod_and_after_the_pod_went() -> None:
+    """What tells a cordoned node's start without a record (``scan.deletion_time``)."""
+    index = NodeIndex()
+    index.on_node("ADDED", node())
+    index.on_pod("ADDED", driver_pod())
+    intent = NodeIntent.of([DeleteDriverPod("node-0001", "metax-driver-a", at=1800.5)])
+    index.add_intent("node-0001", intent)
+    pod = index.views["node-0001"].pod
+    assert pod is not None and pod.deleting and pod.deletion_requested_at == 1800.5
+    # the server's answer: deletionTimestamp is the request's time plus the grace period
+    deleting = driver_pod(version="21")
+    deleting["metadata"].update(deletionTimestamp="2026-11-30T10:00:31Z",
+                                deletionGracePeriodSeconds=30)
+    index.on_pod("MODIFIED", deleting)
+    index.drop_intent("node-0001", intent)
+    pod = index.views["node-0001"].pod
+    asked = pod.deletion_requested_at if pod is not None else 0.0
+    assert pod is not None and pod.deleting
+    assert asked == parse_time("2026-11-30T10:00:01Z")
+    index.on_pod("DELETED", deleting)
+    view = index.views["node-0001"]
+    assert view.pod is None and view.pod_deleted_at == asked, "remembered once the pod is gone"
+    index.on_pod("ADDED", driver_pod("metax-driver-b", version="22", ready=False))
+    assert index.views["node-0001"].pod_deleted_at == asked
+    # a pod gone without a deletion time: no earlier removal's time is kept for it
+    index.on_pod("DELETED", driver_pod("metax-driver-b", version="23"))
+    assert index.views["node-0001"].pod_deleted_at == 0.0
+    index.on_node("DELETED", node())
+    assert "node-0001" not in index.pod_deleted_at

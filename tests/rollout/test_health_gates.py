@@ -23,6 +23,7 @@ from reconciler.names import (
     ANN_HEALTH_FAILURE,
     ANN_STATE,
     ANN_TARGET,
+    STATE_CORDONED,
     STATE_DONE,
     STATE_UPGRADING,
 )
@@ -121,6 +122,23 @@ def test_ready_node_stays_in_flight_and_uncounted_until_its_node_check_passes() 
     assert w.annotation("node-0001", ANN_STATE) == STATE_DONE
     assert w.inner["totalUpgradeReadyReplicas"] == 1
     assert deletions(passed) == ["node-0002"]  # the slot is free only now
+
+
+def test_a_node_started_from_its_cordon_ahead_is_checked_before_it_counts() -> None:
+    w = started(HealthWorld(3, policy(maxParallel=1)))
+    assert w.annotation("node-0002", ANN_STATE) == STATE_CORDONED
+    w.ready("node-0001")
+    w.plan(1)
+    refill = w.plan(11)  # node-0001 passed; node-0002 starts by its deletion alone
+    assert deletions(refill) == ["node-0002"]
+    assert w.annotation("node-0002", ANN_STATE) == STATE_CORDONED, "no record after it"
+    w.ready("node-0002")
+    first = w.plan(12)
+    assert first.in_flight == 1 and w.inner["totalUpgradeReadyReplicas"] == 1
+    assert HealthRecord.from_text(w.annotation("node-0002", ANN_HEALTH), 0).started == EPOCH + 12
+    w.plan(22)
+    assert w.annotation("node-0002", ANN_STATE) == STATE_DONE
+    assert w.inner["totalUpgradeReadyReplicas"] == 2
 
 
 def test_false_reading_before_within_waits_and_after_within_fails_the_node() -> None:

@@ -346,8 +346,10 @@ def test_node_joining_takes_the_template_and_counts_without_a_slot() -> None:
 
 
 def cordoned(w: World) -> list[str]:
+    """Cordoned ahead and waiting: the old pod still there (a started one's is gone)."""
     return [n.name for n in w.nodes.values()
-            if n.annotations.get(ANN_STATE) == STATE_CORDONED and n.unschedulable]
+            if n.annotations.get(ANN_STATE) == STATE_CORDONED and n.unschedulable
+            and n.pod is not None and n.pod.revision != n.annotations.get(ANN_TARGET)]
 
 
 def test_nodes_next_in_line_are_cordoned_ahead_and_refilled_by_the_deletion_alone() -> None:
@@ -363,10 +365,9 @@ def test_nodes_next_in_line_are_cordoned_ahead_and_refilled_by_the_deletion_alon
     w.ready("node-0001")
     refill = w.plan(60)
     ours = [a for a in refill.actions if getattr(a, "node", None) == "node-0003"]
-    # the deletion first; its record after it; no cordon (it is ours already)
-    assert ours == [DeleteDriverPod("node-0003", "drv-node-0003-0"),
-                    AnnotateNode("node-0003", {ANN_STATE: "upgrading",
-                                               ANN_DELETED_AT: format_time(EPOCH + 60)})]
+    # the deletion alone: no cordon (it is ours already), no record (its pods tell when)
+    assert ours == [DeleteDriverPod("node-0003", "drv-node-0003-0")]
+    assert ours[0].at == EPOCH + 60
     assert cordoned(w) == ["node-0004", "node-0005"]
     for t in (120, 180, 240):
         w.ready_all_in_flight()
@@ -408,7 +409,7 @@ def test_a_step_that_continues_at_once_has_the_next_steps_first_wave_cordoned() 
     start = w.plan(120)
     assert w.inner["currentStepIndex"] == 2
     assert [type(a) for a in start.actions if getattr(a, "node", None) == "node-0005"] == [
-        DeleteDriverPod, AnnotateNode]
+        DeleteDriverPod]
     assert cordoned(w) == ["node-0007", "node-0008"]
 
 
@@ -439,13 +440,54 @@ def test_busy_and_not_ready_nodes_are_not_cordoned_ahead() -> None:
     assert not w.nodes["node-0003"].unschedulable
 
 
-def test_controller_stopped_between_the_deletion_and_its_record() -> None:
+def test_a_cordoned_nodes_start_writes_no_record_and_ready_timeout_runs_from_its_deletion(
+) -> None:
+    w = World(3, policy(maxParallel=1, maxFailureThreshold=5),
+              settings=PlannerSettings(ready_timeout=600))
+    w.settle(0)
+    w.ready("node-0001")
+    w.plan(60)  # node-0002 starts: its deletion alone
+    # the old pod deleting (its deletionTimestamp says when it was asked for): in flight
+    w.set("node-0002", pod=DriverPod("drv-node-0002-0", OLD_REV, deleting=True,
+                                     deletion_requested_at=EPOCH + 60), pod_deleted_at=0.0)
+    again = w.plan(61)
+    assert again.in_flight == 1 and deletions(again) == []
+    assert w.annotation("node-0002", ANN_STATE) == STATE_CORDONED, "no record written"
+    assert ANN_DELETED_AT not in w.nodes["node-0002"].annotations
+    # gone, the new pod not there yet: the time the controller saw the deletion asked for
+    w.set("node-0002", pod=None, pod_deleted_at=EPOCH + 60)
+    assert w.plan(659).in_flight == 1
+    w.set("node-0002", pod=DriverPod("drv-node-0002-1", NEW_REV, created_at=EPOCH + 65),
+          pod_deleted_at=EPOCH + 60)
+    w.plan(660)  # readyTimeout from the deletion, not from the new pod's creation
+    assert w.annotation("node-0002", ANN_STATE) == "failed"
+    assert w.inner["currentFailureRetry"] == 1
+
+
+def test_after_a_restart_the_new_pods_creation_tells_a_cordoned_nodes_start() -> None:
+    w = World(3, policy(maxParallel=1, maxFailureThreshold=5),
+              settings=PlannerSettings(ready_timeout=600))
+    w.settle(0)
+    w.ready("node-0001")
+    w.plan(60)
+    # a new controller: its index never saw the old pod go; the new pod says when, a little
+    # late (readyTimeout runs late by the old pod's termination)
+    w.set("node-0002", pod=DriverPod("drv-node-0002-1", NEW_REV, created_at=EPOCH + 70),
+          pod_deleted_at=0.0)
+    assert w.plan(669).in_flight == 1
+    assert ANN_DELETED_AT not in w.nodes["node-0002"].annotations
+    w.plan(670)
+    assert w.annotation("node-0002", ANN_STATE) == "failed"
+
+
+def test_controller_restarted_after_the_old_pod_went_records_the_deletion_from_then() -> None:
     w = World(4, policy(maxParallel=1))
     w.settle(0)
     w.ready("node-0001")
-    refill = w.plan(60, apply=False, write_status=False)
-    delete = next(a for a in refill.actions if isinstance(a, DeleteDriverPod))
-    w.apply([delete])  # killed right after the deletion: the record never landed
+    w.plan(60)
+    # a new controller finds the old pod gone and no new one yet: nothing says when the
+    # deletion was asked for
+    w.set("node-0002", pod=None, pod_deleted_at=0.0)
     assert w.annotation("node-0002", ANN_STATE) == STATE_CORDONED
     again = w.plan(61)
     # the node counts in flight (maxParallel 1: nothing else starts), is not deleted again,
@@ -455,6 +497,7 @@ def test_controller_stopped_between_the_deletion_and_its_record() -> None:
     assert w.annotation("node-0002", ANN_STATE) == "upgrading"
     assert w.annotation("node-0002", ANN_DELETED_AT) == format_time(EPOCH + 61)
     assert w.deleted == [("node-0001", NEW_REV), ("node-0002", NEW_REV)]
+    w.set("node-0002", pod=DriverPod("drv-node-0002-1", NEW_REV, created_at=EPOCH + 62))
     w.ready("node-0002")
     w.plan(120)
     assert w.annotation("node-0002", ANN_STATE) == "done"

@@ -159,7 +159,9 @@ class World:
                 self.serial += 1
                 self.deleted.append((action.node, self.ds.current_revision))
                 pod = DriverPod(f"drv-{node.name}-{self.serial}", self.ds.current_revision)
-                self.nodes[action.node] = dataclasses.replace(node, pod=pod)
+                # the controller's index keeps when the old pod's deletion was asked for
+                self.nodes[action.node] = dataclasses.replace(node, pod=pod,
+                                                              pod_deleted_at=action.at)
             elif isinstance(action, SetDaemonSetImage):
                 rev = revision_of(action.image)
                 self.ds = DaemonSetView(rev, action.image, {**self.ds.revision_images,
