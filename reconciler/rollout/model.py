@@ -161,11 +161,6 @@ class PlannerSettings:
     #: the current step, while the nodes before them upgrade: a freed slot is then refilled by
     #: the pod deletion alone, and no new GPU job lands on a node about to go offline
     cordon_ahead: bool = True
-    #: a wave of more starts than this is a burst: while its starts are on their way (this
-    #: pass's, and those whose new pod is not there yet), new cordons ahead go out only as
-    #: its new pods come, so that the API server answers the burst's deletions first (at
-    #: 10,000 nodes a step began with 2,000 deletions and 2,000 cordons ahead at once)
-    burst_starts: int = 100
 
     def backoff(self, attempt: int) -> float:
         """Back-off after the ``attempt``-th failed attempt (1-based)."""

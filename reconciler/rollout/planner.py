@@ -762,10 +762,6 @@ class _Planner:
         ahead = 0
         if self.settings.cordon_ahead:
             ahead = min(need - count, parallel) if need > count else next_wave
-            starting = scan.starting + count
-            if starting > self.settings.burst_starts:  # see PlannerSettings.burst_starts
-                room = max(parallel, next_wave) - starting
-                ahead = min(ahead, max(room, len(scan.cordoned) - count))  # those kept stay
         fresh = 0
         if (count or ahead) and not self._window_open():
             count = ahead = 0  # nodes cordoned ahead go back to work until the window opens

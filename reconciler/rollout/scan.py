@@ -37,8 +37,6 @@ class NodeScan:
     ready: int = 0  # Ready on the target revision
     unavailable: int = 0
     in_flight: int = 0
-    #: of those, the ones whose new pod is not there yet (old pod deleting or gone)
-    starting: int = 0
     completed: list[RolloutNode] = field(default_factory=list)
     new_failures: list[tuple[RolloutNode, str]] = field(default_factory=list)
     failed: list[RolloutNode] = field(default_factory=list)  # failed moves to the target
@@ -194,8 +192,6 @@ def scan_nodes(
             scan.ready_other += 1
         if in_flight:
             scan.in_flight += 1
-            if not on_target:
-                scan.starting += 1
         else:
             by_us = (
                 recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)

@@ -378,31 +378,6 @@ def test_nodes_next_in_line_are_cordoned_ahead_and_refilled_by_the_deletion_alon
     assert sorted(w.deleted) == [(n, NEW_REV) for n in w.nodes]
 
 
-def test_in_a_burst_new_cordons_ahead_go_out_only_as_the_waves_new_pods_come() -> None:
-    # burst_starts 0: every wave is a burst (the default: more than 100 starts)
-    w = World(6, policy(maxParallel=2), settings=PlannerSettings(burst_starts=0))
-    start = w.settle(0)
-    assert deletions(start) == ["node-0001", "node-0002"]
-    assert cordoned(w) == [], "the wave's deletions first"
-    for name in ("node-0001", "node-0002"):  # old pods still terminating
-        w.set(name, pod=DriverPod(f"drv-{name}-0", OLD_REV, deleting=True,
-                                  deletion_requested_at=EPOCH), pod_deleted_at=0.0)
-    w.plan(1)
-    assert cordoned(w) == []
-    w.set("node-0001", pod=DriverPod("drv-node-0001-1", NEW_REV, created_at=EPOCH + 2))
-    w.plan(2)
-    assert cordoned(w) == ["node-0003"], "one new pod there: one cordon"
-    w.set("node-0002", pod=DriverPod("drv-node-0002-1", NEW_REV, created_at=EPOCH + 3))
-    w.plan(3)
-    assert cordoned(w) == ["node-0003", "node-0004"]
-    w.ready("node-0001")
-    w.plan(60)  # node-0003 starts: node-0004 stays cordoned, none new until its pod comes
-    assert cordoned(w) == ["node-0004"]
-    assert w.deleted[-1] == ("node-0003", NEW_REV)
-    w.plan(61)  # (the World replaced node-0003's pod at once)
-    assert cordoned(w) == ["node-0004", "node-0005"]
-
-
 def test_cordon_ahead_never_reaches_past_the_current_step() -> None:
     w = World(6, policy(upgradeSteps=steps((2, None), ("100%", 0)), maxParallel=1))
     assert deletions(w.settle(0)) == ["node-0001"]
