@@ -3,80 +3,59 @@ nodes run in parallel) and a timer thread that hands due work to them."""
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import logging
+import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
+_STOP = object()
 
 
 class KeyedWorkers:
     """``submit(key, task)`` runs tasks with the same key one after another, in submission
-    order, on one of ``count`` threads; different keys run concurrently. Any idle thread takes
-    the next key with work (keys take turns, one task each), so one node's work never waits
-    behind another node's as real kubelets, one per node, do not: with a queue per thread, a
-    wave of 2,000 pods at 10,000 nodes left some threads idle while others still had dozens of
-    nodes' tasks queued, each waiting on the API server."""
+    order, on one of ``count`` threads; different keys run concurrently."""
 
     def __init__(self, count: int, *, name: str = "worker") -> None:
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._idle = threading.Condition(self._lock)
-        #: key -> its tasks not started yet
-        self._tasks: dict[str, collections.deque[Task]] = {}
-        #: keys with tasks waiting and none running, in the order they became ready
-        self._ready: collections.deque[str] = collections.deque()
-        self._pending = 0
-        self._stopped = False
-        self.errors: list[str] = []
+        self._queues: list[queue.SimpleQueue[object]] = [queue.SimpleQueue() for _ in range(count)]
         self._threads = [
-            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
-            for i in range(count)
+            threading.Thread(target=self._run, args=(q,), name=f"{name}-{i}", daemon=True)
+            for i, q in enumerate(self._queues)
         ]
+        self._pending = 0
+        self._idle = threading.Condition()
+        self.errors: list[str] = []
+        self._stopped = False
         for thread in self._threads:
             thread.start()
 
     def submit(self, key: str, task: Task) -> None:
-        with self._lock:
-            if self._stopped:
-                return
+        if self._stopped:
+            return
+        with self._idle:
             self._pending += 1
-            tasks = self._tasks.get(key)
-            if tasks is None:  # neither waiting nor running: ready now
-                self._tasks[key] = collections.deque((task,))
-                self._ready.append(key)
-                self._work.notify()
-            else:
-                tasks.append(task)
+        self._queues[zlib.crc32(key.encode()) % len(self._queues)].put(task)
 
-    def _run(self) -> None:
+    def _run(self, tasks: queue.SimpleQueue[object]) -> None:
         while True:
-            with self._lock:
-                while not self._ready and not self._stopped:
-                    self._work.wait()
-                if not self._ready:
-                    return  # stopped, and what was submitted before has run
-                key = self._ready.popleft()
-                task = self._tasks[key].popleft()
+            task = tasks.get()
+            if task is _STOP:
+                return
             try:
+                assert callable(task)
                 task()
             except Exception as exc:
                 log.exception("simulated fleet task failed")
                 self.errors.append(f"{type(exc).__name__}: {exc}")
             finally:
-                with self._lock:
+                with self._idle:
                     self._pending -= 1
-                    if self._tasks[key]:
-                        self._ready.append(key)  # its next task, after the others' turn
-                        self._work.notify()
-                    else:
-                        del self._tasks[key]
                     if self._pending == 0:
                         self._idle.notify_all()
 
@@ -85,10 +64,9 @@ class KeyedWorkers:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Refuses new tasks; the threads end once what was submitted before has run."""
-        with self._lock:
-            self._stopped = True
-            self._work.notify_all()
+        self._stopped = True
+        for q in self._queues:
+            q.put(_STOP)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))

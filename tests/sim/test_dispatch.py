@@ -62,32 +62,3 @@ def test_a_failing_task_is_recorded_and_the_key_goes_on() -> None:
         workers.stop()
     assert workers.errors == ["RuntimeError: boom"]
     assert after == ["a"]
-
-
-def test_no_key_waits_behind_another_keys_work_while_a_thread_is_free() -> None:
-    # one node's task blocks a thread (a call the API server is slow to answer); every other
-    # node's work runs on the other thread meanwhile, whichever node it is
-    workers = KeyedWorkers(2)
-    gate = threading.Event()
-    done: list[str] = []
-    all_done = threading.Event()
-    keys = [f"node-{i:04d}" for i in range(20)]
-
-    def note(key: str) -> None:
-        done.append(key)
-        if len(done) == len(keys):
-            all_done.set()
-
-    try:
-        workers.submit("node-9999", gate.wait)
-        workers.submit("node-9999", lambda: done.append("node-9999"))
-        for key in keys:
-            workers.submit(key, lambda key=key: note(key))
-        assert all_done.wait(10), f"stuck behind the blocked node: {sorted(set(keys) - set(done))}"
-        assert "node-9999" not in done, "the blocked node's next task waits for its first"
-        gate.set()
-        assert workers.wait_idle(10)
-    finally:
-        gate.set()
-        workers.stop()
-    assert done[-1] == "node-9999"
