@@ -75,10 +75,9 @@ def deletion_requested_at(meta: Mapping[str, Any]) -> float:
     deadline = parse_timestamp(meta.get("deletionTimestamp"))
     if not deadline:
         return 0.0
-    try:
-        grace = max(0, int(meta.get("deletionGracePeriodSeconds") or 0))
-    except (TypeError, ValueError):
-        grace = 0
+    grace = meta.get("deletionGracePeriodSeconds")
+    if not isinstance(grace, int) or isinstance(grace, bool) or grace < 0:
+        grace = 0  # the API server writes a count of seconds; anything else takes nothing off
     return max(deadline - grace, 0.0)
 
 

@@ -187,3 +187,18 @@ def test_a_deletion_keeps_its_time_from_the_plan_to_the_pod_and_after_the_pod_we
     assert index.views["node-0001"].pod_deleted_at == 0.0
     index.on_node("DELETED", node())
     assert "node-0001" not in index.pod_deleted_at
+
+
+def test_a_deletion_time_from_hostile_pod_metadata_is_a_time_or_unknown() -> None:
+    from reconciler.controller.observe import deletion_requested_at
+
+    at = "2026-11-30T10:00:31Z"
+    assert deletion_requested_at({}) == 0.0, "not deleting"
+    assert deletion_requested_at({"deletionTimestamp": at}) == parse_time(at)
+    for grace in ("soon", 1.5e400, [30], None):  # not a count: no grace taken off
+        assert deletion_requested_at({"deletionTimestamp": at,
+                                      "deletionGracePeriodSeconds": grace}) == parse_time(at)
+    # past int64, or before the epoch: unknown (the planner records the deletion then)
+    assert deletion_requested_at({"deletionTimestamp": at,
+                                  "deletionGracePeriodSeconds": 2 ** 70}) == 0.0
+    assert deletion_requested_at({"deletionTimestamp": "not a time"}) == 0.0
