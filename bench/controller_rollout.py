@@ -62,6 +62,7 @@ from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.children import die_with_parent
 from reconciler.sim.control_plane import cpu_seconds, peak_rss_mib, rss_mib
 
 POLICY = {  # the 100-node scenario's shape, without manual gates (nobody to release them)
@@ -404,7 +405,8 @@ def percentile(values: list[float], q: float) -> float:
 
 class DevCluster:
     """``reconciler dev-cluster up`` with N nodes and a fixed install time, in a process group
-    of its own: ``with DevCluster(nodes, install) as cluster: cluster.kubeconfig``."""
+    of its own that goes down with the benchmark, even one killed outright:
+    ``with DevCluster(nodes, install) as cluster: cluster.kubeconfig``."""
 
     def __init__(self, nodes: int, install: float, *, timeout: float = 900.0,
                  lease_seconds: float = 0.0) -> None:
@@ -427,7 +429,7 @@ class DevCluster:
              "--timeout", str(self.timeout), "--lease-seconds", str(self.lease_seconds)],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
-            start_new_session=True, text=True,
+            start_new_session=True, text=True, preexec_fn=die_with_parent,
         )
         assert self.process.stdout is not None
         self.kubeconfig = self.process.stdout.readline().strip()

@@ -53,6 +53,7 @@ from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.children import die_with_parent
 
 NEXT = "2.34.0.1"
 ANNOUNCED = re.compile(r"prometheus (?P<url>http://\S+) .* every (?P<interval>[\d.]+) s")
@@ -163,7 +164,7 @@ def main() -> int:
          str(args.nodes), "--install-seconds", str(args.install_seconds), "--dir",
          str(state / "dev"), "--timeout", "900", "--prometheus"],
         stdout=subprocess.PIPE, stderr=open(err_path, "wb"),  # noqa: SIM115
-        start_new_session=True, text=True,
+        start_new_session=True, text=True, preexec_fn=die_with_parent,
     )
     try:
         assert cluster.stdout is not None

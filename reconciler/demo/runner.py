@@ -6,7 +6,6 @@ audit trail at the end. Everything it starts is stopped on the way out, Ctrl-C i
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
 import secrets
@@ -35,6 +34,7 @@ from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
 from reconciler.policy.payload import Payload
+from reconciler.sim.children import die_with_parent
 
 CLUSTER = "lab-10"
 POLICY_FILE = f"clusters/{CLUSTER}/cluster-operator.yaml"
@@ -71,12 +71,6 @@ class DemoOptions:
     examples: Path | None = None
     #: serve ``reconciler dashboard`` of the demo's cluster at this HOST:PORT (None: do not)
     dashboard: str | None = None
-
-
-def _die_with_parent() -> None:
-    # The daemon must not outlive a demo that is killed outright.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -411,7 +405,7 @@ class Demo:
                 [sys.executable, "-m", "reconciler.cli.main", *command],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, env={**env, "PYTHONUNBUFFERED": "1"},
-                preexec_fn=_die_with_parent
+                preexec_fn=die_with_parent
                 if threading.current_thread() is threading.main_thread() else None,
             )
 

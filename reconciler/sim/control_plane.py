@@ -15,7 +15,6 @@ not come up) and are removed otherwise.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from typing import IO, Self
 
 from reconciler.kube.api import Conflict, KubeApi, KubeError, resource_path
 from reconciler.kube.kubeconfig import write_kubeconfig
+from reconciler.sim.children import die_with_parent
 from reconciler.sim.pki import Pki, make_pki
 
 KUBE_VERSION = "1.37.2"  # the default release; kube_version() says which one runs
@@ -218,12 +218,6 @@ def memory_report(pids: Mapping[str, int]) -> str:
                      for name, pid in pids.items())
 
 
-def _die_with_parent() -> None:
-    # Children of a crashed test run must not outlive it: ask the kernel to SIGTERM them.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class _Process:
     name: str
@@ -400,18 +394,18 @@ class ControlPlane:
         process.log = open(process.log_path, "ab")  # noqa: SIM115 - closed in _terminate_all
         main_thread = threading.current_thread() is threading.main_thread()
         with self._lock:
-            self._spawn(process, die_with_parent=main_thread)
+            self._spawn(process, tied=main_thread)
             self._processes.append(process)
         if supervised:
             process.supervisor = threading.Thread(
                 target=self._supervise, args=(process,), name=f"supervise {name}", daemon=True)
             process.supervisor.start()
 
-    def _spawn(self, process: _Process, *, die_with_parent: bool) -> None:
+    def _spawn(self, process: _Process, *, tied: bool) -> None:
         process.popen = subprocess.Popen(
             process.args, stdin=subprocess.DEVNULL, stdout=process.log, stderr=subprocess.STDOUT,
             env={"GOGC": GO_GC_PERCENT, **os.environ},
-            start_new_session=True, preexec_fn=_die_with_parent if die_with_parent else None,
+            start_new_session=True, preexec_fn=die_with_parent if tied else None,
         )
         self._pgids.add(process.popen.pid)
 
@@ -434,7 +428,7 @@ class ControlPlane:
                 process.log.write(f"\n[control plane] {process.name} exited with {code}; "
                                   f"restart {process.restarts}\n".encode())
                 process.log.flush()
-                self._spawn(process, die_with_parent=True)
+                self._spawn(process, tied=True)
 
     # -- readiness --------------------------------------------------------------------------
 

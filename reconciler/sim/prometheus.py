@@ -11,7 +11,6 @@ log can be read.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -28,15 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Self
 
+from reconciler.sim.children import die_with_parent
 from reconciler.sim.control_plane import free_ports
 
 DEFAULT_BINARY = "/usr/bin/prometheus"
-
-
-def _die_with_parent() -> None:
-    # A crashed test run or dev cluster must not leave its Prometheus behind (PR_SET_PDEATHSIG).
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 class PrometheusError(RuntimeError):
@@ -161,7 +155,7 @@ class PrometheusServer:
              f"--web.listen-address=127.0.0.1:{port}"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             cwd=self.workdir, start_new_session=True,
-            preexec_fn=_die_with_parent if main_thread else None,
+            preexec_fn=die_with_parent if main_thread else None,
         )
 
     def _wait_ready(self, started: float) -> bool:
