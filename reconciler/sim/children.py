@@ -15,4 +15,3 @@ def die_with_parent() -> None:
     from a thread that lives as long as the child should (the main thread, a supervisor)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
