@@ -235,7 +235,11 @@ def test_driver_pod_goes_pending_running_ready_on_the_current_revision(
         fleet = fleet_factory(nodes=2, install_seconds=1.5, pull_seconds=0.3)
         wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=30, what="2 Ready drivers",
                  observe=fleet.driver_pods)
-    name = fleet.driver_pods()["node-0001"].name
+        name = fleet.driver_pods()["node-0001"].name
+        # the fleet counts a pod Ready as it sends the status; the recorder sees it a moment later
+        wait_for(lambda: any(pod["metadata"]["name"] == name and container_state(pod)[1]
+                             for _, pod in list(events)),
+                 timeout=10, what="the Ready status recorded")
     states = []
     for _, pod in events:
         if pod["metadata"]["name"] == name:
