@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The floor the dev cluster itself puts under any rollout controller (issue 21): on one dev
+cluster of N nodes and no controller at all, the first wave of each step of the 2,000-node
+benchmark's policy (steps 5%, 30%, 60%, 100%, maxParallel 50%) is deleted at once, from as many
+threads as the controller starts nodes from, and timed until every one of those nodes runs its
+new driver pod (the install time starts there).
+
+Why that is a floor: a step of two waves ends no earlier than its first wave's last new pod
+Running (D after the step starts), plus that pod's install, plus the replacement that its slot
+frees, plus that one's install; the minimum counts the two installs alone. So every step adds
+at least D over the minimum, whatever the controller does, and
+
+    floor = 1 + sum over steps of D / theoretical minimum
+
+is a lower bound of ``bench/scale.py``'s wall time / minimum at that size and install time.
+The bound leaves out everything after the first wave (each refill's own pipeline, the
+controller's CPU beside the cluster's), so the real figure is above it. Each wave's pods turn
+Ready only after the install time, as in the rollout, so their Ready writes do not land inside
+the burst; the next step's wave waits until they have, plus ``--settle-seconds``.
+
+Prints per step: the wave, how long its deletions took to go out, p50 and last new pod Running,
+and each dev-cluster process's CPU seconds during the wave; then the floor beside the goal.
+
+Usage: bench/wave_floor.py [--nodes 10000] [--install-seconds 120] [--threads 32]
+                           [--settle-seconds 15] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from controller_rollout import POLICY, DevCluster, cluster_processes, theoretical_minimum
+
+from reconciler.controller.observe import driver_pod_view, is_driver_pod
+from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.watch import ListWatch
+from reconciler.names import OPERATOR_NAMESPACE
+from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.sim.control_plane import cpu_seconds
+
+WALL_GOAL = 1.10  # bench/scale.py's goal for wall time / theoretical minimum
+CONTROLLER_THREADS = 32  # the rollout controller's threads that start nodes (dispatch.py)
+
+
+def first_waves(nodes: int, spec: dict[str, Any] = POLICY) -> list[int]:
+    """Per step that adds nodes, the size of its first wave: the nodes it starts at once."""
+    policy = UpgradePolicy.from_spec(spec)
+    waves, previous = [], 0
+    for target in policy.step_targets(nodes):
+        batch = max(target - previous, 0)
+        if batch:
+            waves.append(min(policy.batch_max_parallel(batch), batch))
+        previous = max(previous, target)
+    return waves
+
+
+def floor_over_minimum(last_running: list[float], minimum: float) -> float:
+    """The lower bound of wall time / minimum: each step's first wave's last pod Running."""
+    return 1.0 + sum(last_running) / minimum
+
+
+class NewPods:
+    """Per watched node, when a driver pod other than its old one was first seen Running."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self._lock = threading.Lock()
+        self.current: dict[str, tuple[str, bool]] = {}  # node -> (pod, Running and not deleting)
+        self.ready: dict[str, bool] = {}  # node -> its driver pod is Ready
+        self._old: dict[str, str] = {}
+        self.running_at: dict[str, float] = {}
+        self.watch = ListWatch(api, resource_path("v1", "pods"), on_event=self._on_pod,
+                               name="wave floor pods")
+
+    def _on_pod(self, event: str, obj: dict[str, Any]) -> None:
+        if not is_driver_pod(obj):
+            return
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if not node:
+            return
+        view = driver_pod_view(obj)
+        running = (obj.get("status") or {}).get("phase") == "Running" and not view.deleting
+        with self._lock:
+            if event == "DELETED":
+                if self.current.get(node, ("",))[0] == view.name:
+                    del self.current[node]
+                    self.ready.pop(node, None)
+                return
+            self.current[node] = (view.name, running)
+            self.ready[node] = view.ready and not view.deleting
+            if running and node in self._old and view.name != self._old[node]:
+                self.running_at.setdefault(node, time.time())
+
+    def expect(self, nodes: list[str]) -> dict[str, str]:
+        """Watches ``nodes`` for new pods; returns their current (old) pods."""
+        with self._lock:
+            self._old = {node: self.current[node][0] for node in nodes}
+            self.running_at = {}
+            return dict(self._old)
+
+    def running(self) -> list[float]:
+        with self._lock:
+            return list(self.running_at.values())
+
+    def all_ready(self) -> int:
+        with self._lock:
+            return sum(self.ready.values())
+
+    def running_nodes(self) -> list[str]:
+        with self._lock:
+            return sorted(node for node, (_, running) in self.current.items() if running)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def wait_ready(pods: NewPods, nodes: int, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while pods.all_ready() < nodes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {pods.all_ready()} of {nodes} driver pods Ready")
+        time.sleep(0.5)
+
+
+def one_wave(api: KubeApi, pods: NewPods, nodes: list[str], threads: int,
+             processes: dict[str, int], limit: float) -> dict[str, Any]:
+    old = pods.expect(nodes)
+    cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+    started = time.time()
+
+    def delete(node: str) -> None:
+        api.delete(resource_path("v1", "pods", old[node], namespace=OPERATOR_NAMESPACE))
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(delete, nodes))
+    sent = time.time() - started
+    while len(pods.running()) < len(nodes):
+        if time.time() - started > limit:
+            raise RuntimeError(f"{len(pods.running())} of {len(nodes)} new pods Running "
+                               f"after {limit:.0f} s")
+        time.sleep(0.1)
+    running = sorted(when - started for when in pods.running())
+    return {
+        "first_wave": len(nodes),
+        "deletions_sent_seconds": round(sent, 2),
+        "running_p50_seconds": round(running[len(running) // 2], 2),
+        "last_running_seconds": round(running[-1], 2),
+        "cluster_cpu_seconds": {name: round(cpu_seconds(pid) - cpu_before[name], 1)
+                                for name, pid in processes.items()},
+    }
+
+
+def measure(nodes: int, install: float, threads: int, settle: float) -> dict[str, Any]:
+    waves = first_waves(nodes)
+    minimum = theoretical_minimum(nodes, install)
+    with DevCluster(nodes, install, timeout=1800) as cluster:
+        api = KubeApi.from_kubeconfig(cluster.kubeconfig, pool_size=threads + 4)
+        pods = NewPods(api)
+        pods.watch.start()
+        pods.watch.wait_synced(300)
+        processes = cluster_processes(cluster.pid)
+        wait_ready(pods, nodes, 600)
+        order = pods.running_nodes()
+        steps, used = [], 0
+        for index, size in enumerate(waves, start=1):
+            time.sleep(settle)
+            say(f"step {index}: a wave of {size} of {nodes} nodes ...")
+            row = one_wave(api, pods, order[used:used + size], threads, processes,
+                           limit=max(600.0, install * 2))
+            used += size
+            say(f"  deletions out in {row['deletions_sent_seconds']} s, new pods Running: "
+                f"p50 {row['running_p50_seconds']} s, last {row['last_running_seconds']} s")
+            steps.append({"step": index, **row})
+            wait_ready(pods, nodes, install + 600)
+        api.close()
+    floor = floor_over_minimum([step["last_running_seconds"] for step in steps], minimum)
+    return {"nodes": nodes, "install_seconds": install, "threads": threads,
+            "theoretical_minimum_seconds": minimum, "steps": steps,
+            "floor_wall_over_minimum": round(floor, 3), "wall_goal": WALL_GOAL,
+            "goal_within_floor": floor <= WALL_GOAL}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"{result['nodes']} nodes, {result['install_seconds']:g} s install, no controller: "
+             f"each step's first wave deleted at once from {result['threads']} threads"]
+    for step in result["steps"]:
+        cpu = ", ".join(f"{name} {seconds}" for name, seconds
+                        in sorted(step["cluster_cpu_seconds"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"  step {step['step']}: {step['first_wave']} pods: deletions out in "
+                     f"{step['deletions_sent_seconds']} s; new pods Running p50 "
+                     f"{step['running_p50_seconds']} s, last {step['last_running_seconds']} s; "
+                     f"CPU s: {cpu}")
+    verdict = ("a rollout can meet" if result["goal_within_floor"]
+               else "no rollout controller can meet")
+    lines.append(f"floor of wall time / minimum ({result['theoretical_minimum_seconds']:g} s): "
+                 f"{result['floor_wall_over_minimum']:.3f}; goal {result['wall_goal']:.2f}: "
+                 f"{verdict} it on this machine")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=10000)
+    parser.add_argument("--install-seconds", type=float, default=120.0)
+    parser.add_argument("--threads", type=int, default=CONTROLLER_THREADS)
+    parser.add_argument("--settle-seconds", type=float, default=15.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.nodes < 20 or args.install_seconds <= 0 or args.threads < 1:
+        parser.error("--nodes at least 20, --install-seconds above 0, --threads at least 1")
+    result = measure(args.nodes, args.install_seconds, args.threads, args.settle_seconds)
+    print(json.dumps(result) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
