@@ -5,10 +5,11 @@ benchmark's policy (steps 5%, 30%, 60%, 100%, maxParallel 50%) is deleted at onc
 threads as the controller starts nodes from, and timed until every one of those nodes runs its
 new driver pod (the install time starts there).
 
-Why that is a floor: a step of two waves ends no earlier than its first wave's last new pod
-Running (D after the step starts), plus that pod's install, plus the replacement that its slot
-frees, plus that one's install; the minimum counts the two installs alone. So every step adds
-at least D over the minimum, whatever the controller does, and
+Why that is a floor: a step of k waves ends no earlier than its first wave's last new pod
+Running (D after the step starts) plus k installs (that pod's own, then for each later wave a
+replacement that can start only once every pod of the wave before is Ready); the minimum counts
+the k installs alone. So every step adds at least D over the minimum, whatever the controller
+does (it only adds CPU to the 2 cores the wave waits on), and
 
     floor = 1 + sum over steps of D / theoretical minimum
 
@@ -18,7 +19,9 @@ controller's CPU beside the cluster's), so the real figure is above it. Each wav
 Ready only after the install time, as in the rollout, so their Ready writes do not land inside
 the burst; the next step's wave waits until they have, plus ``--settle-seconds``.
 
-Prints per step: the wave, how long its deletions took to go out, p50 and last new pod Running,
+Prints per step: the wave, how long its deletions took to go out (and each one's latency, p50
+and p99: what a refill's deletion waits while the cluster works through a wave), p50 and last
+new pod Running,
 and each dev-cluster process's CPU seconds during the wave; then the floor beside the goal.
 
 Usage: bench/wave_floor.py [--nodes 10000] [--install-seconds 120] [--threads 32]
@@ -39,7 +42,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_rollout import POLICY, DevCluster, cluster_processes, theoretical_minimum
+from controller_rollout import (
+    POLICY,
+    DevCluster,
+    cluster_processes,
+    p50_p99_ms,
+    theoretical_minimum,
+)
 
 from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, resource_path
@@ -138,11 +147,13 @@ def one_wave(api: KubeApi, pods: NewPods, nodes: list[str], threads: int,
     cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
     started = time.time()
 
-    def delete(node: str) -> None:
+    def delete(node: str) -> float:
+        sent = time.perf_counter()
         api.delete(resource_path("v1", "pods", old[node], namespace=OPERATOR_NAMESPACE))
+        return time.perf_counter() - sent
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        list(pool.map(delete, nodes))
+        latencies = list(pool.map(delete, nodes))
     sent = time.time() - started
     while len(pods.running()) < len(nodes):
         if time.time() - started > limit:
@@ -153,6 +164,7 @@ def one_wave(api: KubeApi, pods: NewPods, nodes: list[str], threads: int,
     return {
         "first_wave": len(nodes),
         "deletions_sent_seconds": round(sent, 2),
+        "deletion_p50_p99_ms": p50_p99_ms(latencies),
         "running_p50_seconds": round(running[len(running) // 2], 2),
         "last_running_seconds": round(running[-1], 2),
         "cluster_cpu_seconds": {name: round(cpu_seconds(pid) - cpu_before[name], 1)
@@ -196,8 +208,10 @@ def report(result: dict[str, Any]) -> str:
     for step in result["steps"]:
         cpu = ", ".join(f"{name} {seconds}" for name, seconds
                         in sorted(step["cluster_cpu_seconds"].items(), key=lambda kv: -kv[1]))
+        p50, p99 = step["deletion_p50_p99_ms"]
         lines.append(f"  step {step['step']}: {step['first_wave']} pods: deletions out in "
-                     f"{step['deletions_sent_seconds']} s; new pods Running p50 "
+                     f"{step['deletions_sent_seconds']} s (each {p50} / {p99} ms p50 / p99); "
+                     f"new pods Running p50 "
                      f"{step['running_p50_seconds']} s, last {step['last_running_seconds']} s; "
                      f"CPU s: {cpu}")
     verdict = ("a rollout can meet" if result["goal_within_floor"]
