@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import math
 import sys
 import threading
 import time
@@ -56,7 +57,7 @@ from controller_rollout import (
 )
 
 from reconciler.controller.observe import driver_pod_view, is_driver_pod
-from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import OPERATOR_NAMESPACE
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -153,7 +154,7 @@ def wait_ready(pods: NewPods, nodes: int, limit: float) -> None:
 
 
 class Probe:
-    """A refill's deletion, played alone: once a second while a wave is worked through, the
+    """A refill's deletion, played alone: every ``interval`` s while a wave is worked through, the
     driver pod of one more node (outside every wave) deleted on a thread of its own, and the
     request timed. It is the API server's part of a refill's Ready -> next deletion under the
     cluster's own load (a controller adds its own on top)."""
@@ -162,6 +163,7 @@ class Probe:
         self.api, self.pods, self.interval = api, pods, interval
         self.spare = list(reversed(nodes))
         self.latencies: list[float] = []
+        self.failed = 0  # deletions the API server refused or dropped (not timed)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -186,7 +188,11 @@ class Probe:
             if pod is None:
                 continue
             sent = time.perf_counter()
-            self.api.delete(resource_path("v1", "pods", pod, namespace=OPERATOR_NAMESPACE))
+            try:
+                self.api.delete(resource_path("v1", "pods", pod, namespace=OPERATOR_NAMESPACE))
+            except KubeError:
+                self.failed += 1  # counted and reported; the probe goes on
+                continue
             self.latencies.append(time.perf_counter() - sent)
 
 
@@ -255,6 +261,7 @@ def measure(nodes: int, install: float, threads: int, settle: float,
             "floor_wall_over_minimum": round(floor, 3), "wall_goal": WALL_GOAL,
             "goal_within_floor": floor <= WALL_GOAL,
             "probe_seconds": probe_seconds, "probe_deletions": len(probe.latencies),
+            "probe_deletions_failed": probe.failed,
             "probe_deletion_p50_p99_ms": p50_p99_ms(probe.latencies),
             "ready_to_deletion_p99_goal_ms": P99_GOAL_MS}
 
@@ -276,7 +283,8 @@ def report(result: dict[str, Any]) -> str:
     if result["probe_deletions"]:
         p50, p99 = result["probe_deletion_p50_p99_ms"]
         lines.append(f"a lone deletion every {result['probe_seconds']:g} s while the waves were "
-                     f"worked through ({result['probe_deletions']} of them): {p50} / {p99} ms "
+                     f"worked through ({result['probe_deletions']} of them, "
+                     f"{result['probe_deletions_failed']} failed): {p50} / {p99} ms "
                      f"p50 / p99 "
                      f"(goal for the whole Ready -> next deletion: p99 under "
                      f"{result['ready_to_deletion_p99_goal_ms']} ms)")
@@ -296,8 +304,11 @@ def main() -> int:
                         help="a lone deletion this often during each wave (0: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.nodes < 20 or args.install_seconds <= 0 or args.threads < 1:
-        parser.error("--nodes at least 20, --install-seconds above 0, --threads at least 1")
+    seconds = (args.install_seconds, args.settle_seconds, args.probe_seconds)
+    if (args.nodes < 20 or args.threads < 1 or not all(map(math.isfinite, seconds))
+            or args.install_seconds <= 0 or args.settle_seconds < 0 or args.probe_seconds < 0):
+        parser.error("--nodes at least 20, --threads at least 1, --install-seconds above 0, "
+                     "--settle-seconds and --probe-seconds finite and not negative")
     result = measure(args.nodes, args.install_seconds, args.threads, args.settle_seconds,
                      args.probe_seconds)
     print(json.dumps(result) if args.json else report(result))

@@ -4,6 +4,7 @@ the floor of wall time / minimum those waves' last new pods Running put under an
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -44,3 +45,13 @@ def test_the_floor_adds_each_steps_last_running_to_the_minimum() -> None:
     assert floor.floor_over_minimum([6.0, 28.0, 34.0, 44.0], 960.0) == pytest.approx(
         1 + 112 / 960)
     assert floor.floor_over_minimum([], 960.0) == 1.0
+
+
+@pytest.mark.parametrize("argument", [["--probe-seconds", "inf"], ["--settle-seconds", "-1"],
+                                      ["--install-seconds", "nan"], ["--nodes", "5"]])
+def test_an_argument_out_of_range_is_refused_before_any_cluster_starts(
+        argument: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "wave_floor.py"), *argument],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "finite and not negative" in done.stderr
