@@ -81,7 +81,8 @@ def _variant(source: Path, name: str, *edits: tuple[str, str]) -> str:
     return name
 
 
-SEED_ROLLBACK = _variant(SEED_10, "seed-10-rollback.yaml", ("fallback: pause", "fallback: rollback"))
+SEED_ROLLBACK = _variant(SEED_10, "seed-10-rollback.yaml",
+                         ("fallback: pause", "fallback: rollback"))
 SEED_STRICT = _variant(SEED_10, "seed-10-strict.yaml",
                        ("maxFailureThreshold: 3", "maxFailureThreshold: 1"))
 PROD_ROLLBACK = _variant(PROD, "prod-100-rollback.yaml", ("fallback: pause", "fallback: rollback"),
