@@ -189,3 +189,34 @@ def test_each_module_pins_every_staging_module_to_its_release() -> None:
         etcd = (go_mod.parent / "etcd" / "go.mod").read_text()
         assert re.search(r"^tool go\.etcd\.io/etcd/server/v3$", etcd, re.M)
         assert re.search(r"^\tgo\.etcd\.io/etcd/server/v3 v3\.([5-9]|\d\d)\.", etcd, re.M)
+
+
+def _progress_script(command: str) -> str:
+    """The script's own progress functions, sourced from it, around ``command``."""
+    text = INSTALL.read_text()
+    functions = "".join(
+        re.search(rf"^{name}\(\) {{\n.*?^}}\n", text, re.S | re.M).group(0)  # type: ignore[union-attr]
+        for name in ("with_progress", "wait_up_to"))
+    return ("set -euo pipefail\nlog() { printf '[install-kubernetes] %s\\n' \"$*\" >&2; }\n"
+            f"{functions}{command}\n")
+
+
+def test_a_long_build_prints_a_progress_line_each_interval_and_keeps_its_exit_code() -> None:
+    result = _run("bash", "-c", _progress_script(
+        "work() { sleep 2.6; return 3; }\nwith_progress 600 work || echo \"exit $?\""),
+        env={"PROGRESS_SECONDS": "1"})
+    assert result.stdout == "exit 3\n"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, lines
+    assert all(re.fullmatch(r"\[install-kubernetes\] still building: \d+ s of about 600 s", line)
+               for line in lines), lines
+
+
+def test_a_quick_build_prints_no_progress_line() -> None:
+    result = _run("bash", "-c", _progress_script("with_progress 600 true && echo done"))
+    assert (result.stdout, result.stderr) == ("done\n", "")
+
+
+def test_install_takes_demo_or_nothing() -> None:
+    result = _run(str(REPO / "scripts" / "install"), "--everything")
+    assert result.returncode == 2 and "usage: scripts/install [--demo]" in result.stderr
