@@ -58,6 +58,9 @@ class CommitShell:
         self.wall = wall
         self.monotonic = monotonic
         self.set_live = set_live
+        #: operator mode's holds for the status snapshot (``{kind, until, detail}``; builtin
+        #: mode's are in ``upgradeStatus.holds``): set by who knows them (the window watch)
+        self.holds: Callable[[], list[dict[str, str]]] = list
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
                recheck: bool = False) -> None:
@@ -181,7 +184,8 @@ class CommitShell:
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
                                   firmware=firmware_section(firmware),
-                                  promotion=self._promotion_section())
+                                  promotion=self._promotion_section(),
+                                  holds=self.holds())
         self.repo.status.offer(snapshot)
 
     def promote(self, view: CommitView) -> None:

@@ -79,6 +79,15 @@ class WindowPauseWatch:
             log.info("%s: %s", self.cluster, change.subject)
         return look.again
 
+    def holds(self) -> list[dict[str, str]]:
+        """The window's hold for the status snapshot (operator mode records its holds there):
+        one while the calendar is closed, none while it is open or there is none."""
+        calendar = self.windows()
+        now = self.clock()
+        if calendar is None or calendar.is_open(now):
+            return []
+        return [calendar.verdict(now).hold()]
+
     def _git_pause(self) -> tuple[bool | None, bool]:
         """``pause`` of the cluster's policy at the watched head (None: no policy), and whether
         the newest commit that changed that file is the window's own pause."""

@@ -195,6 +195,7 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
         out.append(Wait(
             kind="busy",
             title=f"busy nodes: {len(nodes.busy)} wait for their GPU pods to finish",
+            detail="a node that runs GPU pods waits (it is not failed)",
             nodes=tuple(nodes.busy),
             items=tuple(f"{n}: {', '.join(p)}" for n, p in nodes.busy.items()),
             action="let these pods finish (or move them off the nodes); the nodes then upgrade",
@@ -205,6 +206,7 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
         out.append(Wait(
             kind="unavailable",
             title=f"unavailable nodes: {len(nodes.unavailable)} (maxUnavailable counts them)",
+            detail="fresh starts wait while more nodes than maxUnavailable are unavailable",
             nodes=tuple(nodes.unavailable),
             items=tuple(f"{n}: {why}" for n, why in nodes.unavailable.items()),
             action="bring the nodes back (Ready, uncordoned) or remove them from the cluster",
@@ -275,6 +277,7 @@ def _paused(r: _Rollout, nodes: NodeStates, git: GitContext | None, object_name:
         kind="pause",
         title=f"the pause after step {r.step}: {format_wait(left)} left" if left > 0
         else "the pause ended; the next step starts now",
+        detail=f"the step's pauseDuration runs until {format_clock(r.recheck)}",
         until=format_time(r.recheck)[:19] + "Z",
         action="nothing: the next step starts by itself",
         text=f"the pause timer: {format_wait(left)} left (until {format_clock(r.recheck)})"
