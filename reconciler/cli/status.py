@@ -47,7 +47,7 @@ def status(cluster: str | None, source: str, output_format: str, repo: str, bran
     if source == "cluster":
         if not kubeconfig:
             raise click.UsageError("--from cluster needs --kubeconfig (or $KUBECONFIG)")
-        reports = [_from_cluster(kubeconfig, cluster_operator, cluster, now)]
+        reports = [_from_cluster(kubeconfig, cluster_operator, cluster, branch, now)]
     else:
         reports = _from_git(repo, cluster, branch, state_dir, now)
     if output_format == "json":
@@ -83,7 +83,8 @@ def _from_git(repo: str, cluster: str | None, branch: str, state_dir: str | None
             for _, snap in sorted(found.snapshots.items())]
 
 
-def _from_cluster(kubeconfig: str, name: str, cluster: str | None, now: float) -> StatusReport:
+def _from_cluster(kubeconfig: str, name: str, cluster: str | None, branch: str,
+                  now: float) -> StatusReport:
     from reconciler.kube.api import KubeApi, KubeError, NotFound
 
     try:
@@ -99,7 +100,9 @@ def _from_cluster(kubeconfig: str, name: str, cluster: str | None, now: float) -
         click.echo(f"error: cannot read the cluster at {api.host}: {exc}", err=True)
         sys.exit(1)
     snapshot["cluster"] = cluster or name
-    return report(snapshot, now=now, nodes=nodes)
+    # an object the sync role applied (it names its commit) is released in Git, not patched
+    git = GitContext(branch=branch) if snapshot.get("sourceCommit") else None
+    return report(snapshot, now=now, nodes=nodes, git=git)
 
 
 def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], NodeStates]:
