@@ -191,27 +191,19 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
     out += _promotion(_mapping(snapshot.get("promotion")))
     out += _draining(nodes, [h for h in holds if h.get("kind") == "draining"])
     if nodes.busy:
-        named = ", ".join(f"{n} ({', '.join(p)})" for n, p in sorted(nodes.busy.items()))
-        out.append(Wait(
-            kind="busy",
+        out.append(_per_node(
+            "busy", {n: ", ".join(p) for n, p in nodes.busy.items()},
             title=f"busy nodes: {len(nodes.busy)} wait for their GPU pods to finish",
             detail="a node that runs GPU pods waits (it is not failed)",
-            nodes=tuple(nodes.busy),
-            items=tuple(f"{n}: {', '.join(p)}" for n, p in nodes.busy.items()),
             action="let these pods finish (or move them off the nodes); the nodes then upgrade",
-            text=f"busy nodes (GPU pods must finish first): {named}",
-        ))
+            lead="busy nodes (GPU pods must finish first)"))
     if r.active and nodes.unavailable:
-        named = ", ".join(f"{n} ({why})" for n, why in sorted(nodes.unavailable.items()))
-        out.append(Wait(
-            kind="unavailable",
+        out.append(_per_node(
+            "unavailable", nodes.unavailable,
             title=f"unavailable nodes: {len(nodes.unavailable)} (maxUnavailable counts them)",
             detail="fresh starts wait while more nodes than maxUnavailable are unavailable",
-            nodes=tuple(nodes.unavailable),
-            items=tuple(f"{n}: {why}" for n, why in nodes.unavailable.items()),
             action="bring the nodes back (Ready, uncordoned) or remove them from the cluster",
-            text=f"unavailable nodes: {named}",
-        ))
+            lead="unavailable nodes"))
     firmware = _mapping(snapshot.get("firmware"))
     if firmware.get("phase") == "AwaitingReboot":
         waiting = tuple(r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot")
@@ -221,6 +213,15 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
                         "reboot the nodes the firmware upgrade names",
                         nodes=waiting, text=f"a person: reboot {named} (firmware upgrade)"))
     return out
+
+
+def _per_node(kind: str, reasons: Mapping[str, str], *, title: str, detail: str, action: str,
+              lead: str) -> Wait:
+    """An entry about nodes, each with why (``reasons``: node -> why)."""
+    named = ", ".join(f"{n} ({why})" for n, why in sorted(reasons.items()))
+    return Wait(kind=kind, title=title, detail=detail, action=action, nodes=tuple(reasons),
+                items=tuple(f"{n}: {why}" for n, why in reasons.items()),
+                text=f"{lead}: {named}")
 
 
 def _rejection(rejection: Mapping[str, Any]) -> Wait:
