@@ -51,11 +51,8 @@ from reconciler.views.waits import HOLDING_KINDS, GitContext, Wait, waits
 #: the names the dashboard's callers import from here (the read model lives in reconciler.views)
 __all__ = ["NODE_STATES", "STATE_INDEX", "ClusterFacts", "DashboardView", "EventFacts",
            "GitContext", "NodeFacts", "NodeRow", "PodFacts", "Prediction", "StepView",
-           "Wait", "Waiting", "build_view", "classify", "event_step", "measured_install_seconds",
+           "Wait", "build_view", "classify", "event_step", "measured_install_seconds",
            "node_rows", "step_times"]
-
-#: the page's name for an entry of what the rollout waits for
-Waiting = Wait
 
 _STEP_RE = re.compile(r"\bstep (\d+)")
 
@@ -334,9 +331,6 @@ def _pause_text(pause_ms: int | None) -> str:
     if pause_ms == 0:
         return "none"
     return format_wait(pause_ms / 1000)
-
-
-# ----------------------------------------------------------------------------- waiting
 
 
 # ----------------------------------------------------------------------------- the view

@@ -32,7 +32,8 @@ HOLDING_KINDS: Final = frozenset({"fallback", "policy-pause", "rejection", "wind
                                   "promotion"})
 #: the kinds a recorded hold may have (``upgradeStatus.holds``)
 HOLD_KINDS: Final = frozenset({"window", "health", "draining"})
-_FAILED_HEALTH = "Failed"
+#: a health check's verdicts that hold the rollout (``reconciler.health.checks.HealthState``)
+_WAITING_HEALTH, _FAILED_HEALTH = "Waiting", "Failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,8 @@ def recorded_holds(snapshot: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     out: list[Mapping[str, Any]] = []
     for source in (upgrade.get("holds"), snapshot.get("holds")):
         if isinstance(source, list):
-            out += [h for h in source if isinstance(h, Mapping) and h not in out]
+            out += [h for h in source if isinstance(h, Mapping)
+                    and h.get("kind") in HOLD_KINDS and h not in out]
     return out
 
 
@@ -206,7 +208,8 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
             lead="unavailable nodes"))
     firmware = _mapping(snapshot.get("firmware"))
     if firmware.get("phase") == "AwaitingReboot":
-        waiting = tuple(r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot")
+        waiting = tuple(row.node for row in firmware_rows(firmware)
+                        if row.stage == "awaiting-reboot")
         named = ", ".join(waiting) or "the nodes"
         out.append(Wait(kind="firmware", title="a person: reboot the nodes (firmware upgrade)",
                         action=f"reboot {named}" if waiting else
@@ -291,7 +294,7 @@ def _health(health: Mapping[str, Any], holds: Sequence[Mapping[str, Any]]) -> li
     when; a recorded health hold (no answer, a section that does not validate)."""
     out = []
     for row in health_rows(health):
-        if row["state"] not in ("Waiting", _FAILED_HEALTH):
+        if row["state"] not in (_WAITING_HEALTH, _FAILED_HEALTH):
             continue
         where = f" on {row['node']}" if row["node"] else ""
         failed = row["state"] == _FAILED_HEALTH

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from reconciler.fleet.window_pause import window_holds
 from reconciler.gitops.status_policy import build_snapshot, snapshot_key
 from reconciler.rollout.status import UpgradeStatus, empty_status
 from reconciler.sync.status_view import report
@@ -53,9 +54,12 @@ def test_holds_round_trip_and_are_left_out_when_empty() -> None:
 
 def test_operator_mode_records_holds_in_the_snapshot_and_a_closing_window_is_a_new_state() -> (
         None):
+    calendar = started_world().windows
+    assert window_holds(calendar, EPOCH + HOUR) == [] and window_holds(None, EPOCH) == []
+    assert window_holds(calendar, EPOCH + 10) == [CLOSED]
     co = {"spec": {"driver": {}}, "status": {"upgradeStatus": {"phase": "Progressing"}}}
     open_ = build_snapshot(co, source_commit=None)
-    closed = build_snapshot(co, source_commit=None, holds=[CLOSED])
+    closed = build_snapshot(co, source_commit=None, holds=window_holds(calendar, EPOCH + 10))
     assert "holds" not in open_ and closed["holds"] == [CLOSED]
     assert "holds" not in closed["upgradeStatus"]  # the vendor's status stays as it is
     assert snapshot_key(open_) != snapshot_key(closed)
