@@ -89,6 +89,8 @@ class Phase(StrEnum):
 
 #: phases in which a rollout is active (``upgrading: true``)
 ACTIVE_PHASES: Final = frozenset({Phase.PROGRESSING, Phase.TERMINATING, Phase.DISABLING})
+#: the active phases that move nodes back to the previous revision (SPEC 4.5)
+ROLLBACK_PHASES: Final = frozenset({Phase.TERMINATING, Phase.DISABLING})
 #: phases with no rollout running
 TERMINAL_PHASES: Final = frozenset({Phase.IDLING, Phase.DISABLED})
 

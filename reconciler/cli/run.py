@@ -440,6 +440,7 @@ def _start_window_pauses(s: _Settings, sync: Any, is_leader: Callable[[], bool],
 
     watch = WindowPauseWatch(sync.repo, cluster=s.options["cluster"], branch=s.options["branch"],
                              windows=_windows(s.options, sync), is_leader=is_leader).start()
+    sync.shell.holds = watch.holds  # the status snapshot says when the next window opens
     shutdown.on_shutdown("operator-mode maintenance windows", watch.stop)
 
 

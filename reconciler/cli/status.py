@@ -2,15 +2,16 @@
 
 ``--from git`` reads ``status/<cluster>.yaml`` at the head of the status branch (``--repo``);
 ``--from cluster`` reads the live ``ClusterOperator`` (``--kubeconfig``), and adds the busy and
-unavailable nodes. Exit status: 0, 1 when the status cannot be read (the message says why),
-2 on a usage error.
+unavailable nodes. What the rollout waits for is the read model's (``reconciler.views``, the
+dashboard's too): ``--format json`` carries each entry typed under ``waits`` (kind, title,
+detail, action) and as a sentence under ``waitingFor``. Exit status: 0, 1 when the status
+cannot be read (the message says why), 2 on a usage error.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -18,6 +19,8 @@ import click
 from reconciler import clock
 from reconciler.files import printable
 from reconciler.sync.status_view import StatusReport, firmware_lines, report
+from reconciler.views.nodes import NodeStates
+from reconciler.views.waits import GitContext
 
 
 @click.command("status")
@@ -44,7 +47,7 @@ def status(cluster: str | None, source: str, output_format: str, repo: str, bran
     if source == "cluster":
         if not kubeconfig:
             raise click.UsageError("--from cluster needs --kubeconfig (or $KUBECONFIG)")
-        reports = [_from_cluster(kubeconfig, cluster_operator, cluster, now)]
+        reports = [_from_cluster(kubeconfig, cluster_operator, cluster, branch, now)]
     else:
         reports = _from_git(repo, cluster, branch, state_dir, now)
     if output_format == "json":
@@ -62,9 +65,11 @@ def _from_git(repo: str, cluster: str | None, branch: str, state_dir: str | None
     from reconciler.gitops.status_reader import read_status_snapshots, status_from_git
 
     try:
+        # the policy lives in Git: a person merges (the file is not looked up here)
+        git = GitContext(branch=branch)
         if cluster is not None:
             return [report(status_from_git(repo, cluster, branch=branch, state_dir=state_dir),
-                           now=now)]
+                           now=now, git=git)]
         found = read_status_snapshots(repo, branch=branch, state_dir=state_dir)
     except GitOpsError as exc:
         click.echo(printable(f"error: {exc}"), err=True)
@@ -74,11 +79,12 @@ def _from_git(repo: str, cluster: str | None, branch: str, state_dir: str | None
                    err=True)
         sys.exit(1)
     where = {"branch": found.branch, "commit": found.commit}
-    return [report({**snap, "git": where}, now=now)
+    return [report({**snap, "git": where}, now=now, git=git)
             for _, snap in sorted(found.snapshots.items())]
 
 
-def _from_cluster(kubeconfig: str, name: str, cluster: str | None, now: float) -> StatusReport:
+def _from_cluster(kubeconfig: str, name: str, cluster: str | None, branch: str,
+                  now: float) -> StatusReport:
     from reconciler.kube.api import KubeApi, KubeError, NotFound
 
     try:
@@ -94,17 +100,20 @@ def _from_cluster(kubeconfig: str, name: str, cluster: str | None, now: float) -
         click.echo(f"error: cannot read the cluster at {api.host}: {exc}", err=True)
         sys.exit(1)
     snapshot["cluster"] = cluster or name
-    return report(snapshot, now=now, nodes=nodes)
+    # an object the sync role applied (it names its commit) is released in Git, not patched
+    git = GitContext(branch=branch) if snapshot.get("sourceCommit") else None
+    return report(snapshot, now=now, nodes=nodes, git=git)
 
 
-def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The live object in a snapshot's shape, and the busy and unavailable GPU nodes."""
-    from reconciler.controller.observe import is_driver_pod, requests_gpu
+def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], NodeStates]:
+    """The live object in a snapshot's shape, and the GPU nodes' states (busy, unavailable,
+    failed: ``reconciler.views.nodes``, as the dashboard classifies them)."""
+    from reconciler.dashboard.source import facts_from_objects
     from reconciler.kube.api import resource_path
     from reconciler.kube.objects import cluster_operator_path
     from reconciler.names import GPU_NODE_LABEL
-    from reconciler.policy.payload import Payload
     from reconciler.sync.desired import SOURCE_COMMIT_ANNOTATION
+    from reconciler.views.nodes import classify_all
 
     co = api.get(cluster_operator_path(name))
     status = co.get("status") or {}
@@ -120,39 +129,8 @@ def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], dict[str, Any
     nodes = api.list(resource_path("v1", "nodes"),
                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"})["items"]
     pods = api.list(resource_path("v1", "pods"))["items"]
-    try:
-        image = Payload.from_spec(driver.get("payload") or {}).image
-    except (ValueError, TypeError, KeyError):
-        image = None
-    upgraded: set[str] = set()
-    workloads: dict[str, list[str]] = {}
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            continue
-        if is_driver_pod(pod):
-            containers = (pod.get("spec") or {}).get("containers") or [{}]
-            if image is not None and containers[0].get("image") == image:
-                upgraded.add(node)
-        elif requests_gpu(pod):
-            meta = pod.get("metadata") or {}
-            workloads.setdefault(node, []).append(f"{meta.get('namespace')}/{meta.get('name')}")
-    active = (snapshot["upgradeStatus"].get("phase") in ("Progressing", "Terminating",
-                                                          "Disabling"))
-    busy: dict[str, list[str]] = {}
-    unavailable: dict[str, str] = {}
-    for node in nodes:
-        node_name = node["metadata"]["name"]
-        if active and node_name not in upgraded and node_name in workloads:
-            busy[node_name] = sorted(workloads[node_name])
-        conditions = (node.get("status") or {}).get("conditions") or ()
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in conditions if isinstance(c, Mapping))
-        if not ready:
-            unavailable[node_name] = "NotReady"
-        elif (node.get("spec") or {}).get("unschedulable"):
-            unavailable[node_name] = "cordoned"
-    return snapshot, {"busy": busy, "unavailable": unavailable}
+    facts = facts_from_objects(name, co, nodes, pods, None, [], [])
+    return snapshot, classify_all(facts.nodes, upgrade=snapshot["upgradeStatus"])
 
 
 def _render(item: StatusReport) -> None:
@@ -189,10 +167,12 @@ def _render(item: StatusReport) -> None:
             steps.add_row(*map(_t, (row.step, row.target, row.nodes, row.pause, row.state)),
                           style=style)
         console.print(steps)
-    if item.waiting_for:
+    if item.waits:
         console.print("[bold]waiting for[/bold]")
-        for line in item.waiting_for:
-            console.print(_t(f"  - {line}"))
+        for wait in item.waits:
+            console.print(_t(f"  - {wait.text}"))
+            if wait.action and wait.action not in wait.text:
+                console.print(_t(f"    action: {wait.action}"), style="dim")
     else:
         console.print("[bold]waiting for[/bold] nothing")
     failing = [c for c in item.conditions if c.get("status") == "True"

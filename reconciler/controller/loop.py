@@ -38,7 +38,7 @@ from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
-from reconciler.names import FIRMWARE_IDLE_PHASES, GPU_NODE_LABEL
+from reconciler.names import ACTIVE_PHASES, FIRMWARE_IDLE_PHASES, GPU_NODE_LABEL
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import RecordEvent
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
@@ -264,9 +264,8 @@ class RolloutController(WatchDrivenWorker):
         self._report_windows_error(snap.windows, co)
         firmware_phase = str(((co.get("status") or {}).get("firmwareUpgrade") or {}).get("phase")
                              or "")
-        if firmware_phase not in FIRMWARE_IDLE_PHASES and snap.status.get("phase") not in (
-            "Progressing", "Terminating", "Disabling"
-        ):
+        if (firmware_phase not in FIRMWARE_IDLE_PHASES
+                and snap.status.get("phase") not in ACTIVE_PHASES):
             # SPEC 5: a driver rollout never starts while a firmware upgrade runs; the firmware
             # status changing wakes us again
             return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.dashboard.model import GitContext
+from reconciler.views.waits import GitContext
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,8 @@ class GitAudit:
         self._lock = threading.Lock()
         self.entries: list[dict[str, Any]] = []
         self.context = GitContext(branch=branch)
+        #: the cluster's status snapshot at the status branch's head (None: none yet)
+        self.snapshot: Mapping[str, Any] | None = None
         self.error: str | None = None
         self._heads: tuple[str | None, str | None] = (None, None)
 
@@ -167,6 +169,7 @@ class GitAudit:
 
     def refresh(self) -> bool:
         """Read the trail again if a branch moved; True when something changed."""
+        from reconciler.gitops.edits import parse_status
         from reconciler.gitops.errors import GitOpsError
         from reconciler.gitops.mirror import read_blob
         from reconciler.gitops.reader import parse_config
@@ -188,8 +191,10 @@ class GitAudit:
                 cluster_dir = config.cluster_dir(self.cluster)
                 status_file = config.status_file(self.cluster)
                 entries = self._history(head, "policy", cluster_dir)
+                snapshot = None
                 if status_head is not None:
                     entries += self._history(status_head, "status", status_file)
+                    snapshot = parse_status(read_blob(self._repo, status_head, status_file))
                 if status_head == head:  # one branch: its own order, newest first
                     rank = {c.hexsha: i for i, c in enumerate(self._repo.iter_commits(
                         head, paths=[cluster_dir, status_file], first_parent=True,
@@ -204,6 +209,7 @@ class GitAudit:
                     pause_line=pause_line(files.get(policy_path)) if policy_path else None,
                     branch=self.branch)
                 self.entries = entries
+                self.snapshot = snapshot
                 self._heads = (head, status_head)
                 self.error = None
                 return True

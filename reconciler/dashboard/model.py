@@ -3,15 +3,13 @@
 DaemonSet's revisions, the ClusterOperator's Events), the Git audit trail and ``now``.
 
 No Kubernetes, Git, clock or sockets here: the adapters (``source``, ``gitaudit``) collect the
-inputs, ``build_view`` derives everything, the server only serves its JSON. The summary fields
-come from ``reconciler.sync.status_view.report`` (what ``reconciler status`` shows), so the page
-and the command never disagree.
-
-"Waiting for" is a list of typed entries (``Waiting``): the gate, the pause timer,
-``pause: true``, the failure fallback, busy and unavailable nodes, a rejected commit, the
-firmware reboot. Health checks, maintenance windows and promotion holds add entries of their
-own kinds (``health``, ``window``, ``promotion``) the same way once they exist: the page renders
-any kind it is given.
+inputs, ``build_view`` derives everything, the server only serves its JSON. The node states and
+what the rollout waits for come from the read model ``reconciler.views`` (what ``reconciler
+status`` shows too), so the page and the command never disagree: "waiting for" is the list of
+typed entries (``Wait``) of every kind (``reconciler.views.waits.KINDS``: gate, pause timer,
+``pause: true``, failure fallback, health checks, maintenance window, promotion gate, busy and
+unavailable nodes, a rejected commit, the firmware reboot); the page renders any kind it is
+given.
 """
 
 from __future__ import annotations
@@ -24,72 +22,39 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.names import (
+    ACTIVE_PHASES,
     ANN_ATTEMPT,
     ANN_DELETED_AT,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
-    ANN_STATE,
     ANN_TARGET,
-    ANN_WAS_UNSCHEDULABLE,
-    STATE_CORDONED,
-    STATE_FAILED,
-    STATE_UPGRADING,
+    ROLLBACK_PHASES,
 )
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
-from reconciler.rollout.model import FAILURE_REASONS
 from reconciler.sync.status_view import StatusReport, report
 from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
-
-#: node states, in the order of the legend; the page gets each node's index into this tuple
-NODE_STATES: tuple[str, ...] = (
-    "old",  # on the old version, not touched yet
-    "cordoned",  # cordoned ahead: next to start
-    "in-flight",  # old pod deleted, new one not Ready yet
-    "verifying",  # new pod Ready, the controller has not recorded the node done yet
-    "failed",  # the new pod failed (image pull, crash loop, readyTimeout)
-    "upgraded",  # Ready on the version the rollout moves to
-    "busy",  # a GPU workload pod holds the node: it waits (not failed)
-    "not-ready",  # the node is NotReady
-    "left-alone",  # no driver pod (not a rollout node), or cordoned by someone else
+from reconciler.views.nodes import (
+    NODE_STATES,
+    STATE_INDEX,
+    NodeFacts,
+    PodFacts,
+    classify,
+    node_states,
+    pod_reason,
+    target_revision,
 )
-STATE_INDEX = {name: index for index, name in enumerate(NODE_STATES)}
-ACTIVE_PHASES = ("Progressing", "Terminating", "Disabling")
-#: kinds of "waiting for" that stop the rollout until a person acts (a gate does not: the
-#: prediction counts it and says so); health, window and promotion holds will join them
-HOLDING_KINDS = frozenset({"fallback", "policy-pause", "rejection"})
-_UNAVAILABLE_WHY = {"not-ready": "NotReady", "left-alone": "cordoned by someone else"}
+from reconciler.views.waits import HOLDING_KINDS, GitContext, Wait, waits
+
+#: the names the dashboard's callers import from here (the read model lives in reconciler.views)
+__all__ = ["NODE_STATES", "STATE_INDEX", "ClusterFacts", "DashboardView", "EventFacts",
+           "GitContext", "NodeFacts", "NodeRow", "PodFacts", "Prediction", "StepView",
+           "Wait", "build_view", "classify", "event_step", "measured_install_seconds",
+           "node_rows", "step_times"]
+
 _STEP_RE = re.compile(r"\bstep (\d+)")
-
-
-@dataclass(frozen=True, slots=True)
-class PodFacts:
-    """The driver pod speaking for a node."""
-
-    name: str
-    revision: str
-    ready: bool = False
-    waiting_reason: str | None = None
-    restart_count: int = 0
-    created_at: float = 0.0
-    ready_since: float | None = None  # the Ready condition's lastTransitionTime, when Ready
-    deleting: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class NodeFacts:
-    """One GPU node as the dashboard sees it."""
-
-    name: str
-    ready: bool = True
-    ready_since: float | None = None  # the node's Ready condition's lastTransitionTime
-    unschedulable: bool = False
-    canary: bool = False
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    pod: PodFacts | None = None
-    workloads: tuple[str, ...] = ()  # "namespace/name" of pods requesting a GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,23 +79,6 @@ class ClusterFacts:
     events: Sequence[EventFacts] = ()
     #: an error reading the cluster (the view still shows what it has)
     error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """One thing the rollout waits for, with the exact action a person takes."""
-
-    kind: str  # gate, pause, policy-pause, fallback, busy, unavailable, rejection, firmware,
-    # upgrading; later health, window, promotion
-    title: str
-    detail: str = ""
-    #: what a person does: a Git change (``change``), a command, or pods to finish
-    action: str = ""
-    #: the file and the edit for a Git change: {path, line, before, after}
-    change: Mapping[str, Any] | None = None
-    until: str | None = None  # RFC 3339, for a timer
-    nodes: tuple[str, ...] = ()
-    items: tuple[str, ...] = ()  # e.g. the pods to finish, the findings
 
 
 @dataclass(slots=True)
@@ -201,7 +149,7 @@ class DashboardView:
     found: bool
     header: dict[str, Any]
     steps: list[StepView]
-    waiting: list[Waiting]
+    waiting: list[Wait]
     nodes: list[NodeRow]
     audit: list[dict[str, Any]] | None  # None without --repo
     error: str | None = None
@@ -241,7 +189,7 @@ class DashboardView:
             "error": self.error,
             "header": self.header,
             "steps": [s.to_json() for s in self.steps],
-            "waiting": [_waiting_json(w) for w in self.waiting],
+            "waiting": [w.to_json() for w in self.waiting],
             "fleet": fleet,
             "audit": self.audit,
             "conditions": self.conditions,
@@ -252,14 +200,6 @@ class DashboardView:
             if row.name == name:
                 return row
         return None
-
-
-def _waiting_json(item: Waiting) -> dict[str, Any]:
-    data = asdict(item)
-    data["nodes"] = list(item.nodes)
-    data["items"] = list(item.items)
-    data["change"] = dict(item.change) if item.change else None
-    return data
 
 
 def _rfc3339(t: float | None) -> str | None:
@@ -276,48 +216,7 @@ def _version_of(image: str) -> str:
     return image.rpartition(":")[2] if ":" in image.rpartition("/")[2] else ""
 
 
-@dataclass(frozen=True, slots=True)
-class GitContext:
-    """What the Git side knows for the actions: where the cluster's policy lives."""
-
-    policy_file: str | None = None  # path of the file holding upgradePolicy
-    pause_line: int | None = None  # 1-based line of ``pause:`` in it, if present
-    branch: str = "main"
-
-
 # ----------------------------------------------------------------------------- nodes
-
-
-def classify(node: NodeFacts, *, target: str, active: bool) -> str:
-    """One node's state against the revision the rollout moves to (``target``)."""
-    ann = node.annotations
-    pod = node.pod
-    ours = ann.get(ANN_TARGET) == target
-    recorded = ann.get(ANN_STATE) if ours else None
-    on_target = pod is not None and pod.revision == target and not pod.deleting
-    ready_target = on_target and pod is not None and pod.ready
-    if pod is None:
-        return "not-ready" if not node.ready else "left-alone"
-    if not node.ready:
-        return "not-ready"
-    if ready_target:
-        # cordoned ahead with a pod on the target: moved (its start writes no record)
-        moved = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
-        return "verifying" if active and recorded in moved else "upgraded"
-    if recorded == STATE_FAILED or (on_target and pod.waiting_reason in FAILURE_REASONS):
-        return "failed"
-    if recorded == STATE_UPGRADING or (on_target and active) or (
-            recorded == STATE_CORDONED and pod.deleting):
-        return "in-flight"
-    if recorded == STATE_CORDONED:
-        return "cordoned"
-    by_us = ann.get(ANN_WAS_UNSCHEDULABLE) == "false" and ann.get(ANN_STATE) in (
-        STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
-    if node.unschedulable and not by_us:
-        return "left-alone"
-    if active and node.workloads:
-        return "busy"
-    return "old"
 
 
 def _since(node: NodeFacts, state: str) -> float | None:
@@ -387,8 +286,7 @@ def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequen
             since=_since(node, state),
             version=_version_of(facts.revision_images.get(pod.revision, "")) if pod else "",
             pod=pod.name if pod else "",
-            pod_reason=(pod.waiting_reason or ("Ready" if pod.ready else "not Ready"))
-            if pod else "no driver pod",
+            pod_reason=pod_reason(pod),
             failure_reason=str(ann.get(ANN_FAILURE_REASON) or "") if state == "failed" else "",
             failures=count,
             attempt=st.int_or(ann.get(ANN_ATTEMPT), 0) if ann.get(ANN_TARGET) == target else 0,
@@ -435,132 +333,16 @@ def _pause_text(pause_ms: int | None) -> str:
     return format_wait(pause_ms / 1000)
 
 
-# ----------------------------------------------------------------------------- waiting
-
-
-def _git_change(git: GitContext | None, object_name: str, *, value: str = "false") -> tuple[
-        str, Mapping[str, Any] | None]:
-    if git is None or git.policy_file is None:
-        patch = ('{"spec":{"driver":{"upgradePolicy":{"pause":' + value + '}}}}')
-        return (f"kubectl patch clusteroperator {object_name} --type merge -p '{patch}'", None)
-    where = f"{git.policy_file}:{git.pause_line}" if git.pause_line else git.policy_file
-    return (
-        f"merge a change of {where} to `pause: {value}` into {git.branch}",
-        {"path": git.policy_file, "line": git.pause_line, "before": "pause: true",
-         "after": f"pause: {value}", "field": "spec.driver.upgradePolicy.pause"},
-    )
-
-
-def waiting_for(rep: StatusReport, upgrade: Mapping[str, Any], raw_policy: Mapping[str, Any],
-                rows: Sequence[NodeRow], *, now: float, object_name: str,
-                git: GitContext | None) -> list[Waiting]:
-    """What the rollout waits for, typed, each with the action a person takes."""
-    out: list[Waiting] = []
-    inner = _mapping(upgrade.get("status"))
-    conditions = {c["type"]: c for c in rep.conditions if c.get("status") == "True"}
-    active = rep.phase in ACTIVE_PHASES
-    if rep.rejection:
-        findings = [f for f in rep.rejection.get("findings") or () if isinstance(f, Mapping)]
-        items = tuple(
-            f"{f.get('file', '')}:{f.get('line', '')}: {f.get('message', '')}" for f in findings)
-        first = findings[0] if findings else {}
-        out.append(Waiting(
-            kind="rejection",
-            title=f"a fixed commit: {str(rep.rejection.get('commit', ''))[:12]} was rejected",
-            detail=str(first.get("message", "")),
-            action=f"fix {first.get('file', 'the policy file')}"
-                   + (f" line {first.get('line')}" if first.get("line") else "")
-                   + " and merge the fix",
-            items=items,
-        ))
-    if active and rep.step_state == "StepPaused":
-        action, change = _git_change(git, object_name)
-        if "BatchFailed" in conditions:
-            failed = tuple(r.name for r in rows if r.state == "failed")
-            out.append(Waiting(
-                kind="fallback",
-                title=f"a person: the batch failed ({rep.failures} of "
-                      f"{rep.max_failures} failures)",
-                detail=conditions["BatchFailed"].get("message", ""),
-                action=f"fix the cause, then {action} (or set `enableRollout: false` to roll "
-                       "back)",
-                change=change,
-                nodes=failed,
-                items=tuple(f"{r.name}: {r.failure_reason or r.pod_reason}" for r in rows
-                            if r.state == "failed"),
-            ))
-        elif "ManualGate" in conditions:
-            out.append(Waiting(
-                kind="gate",
-                title=f"a person: step {rep.step} is done (manual gate)",
-                detail="the next batch starts when the gate is released",
-                action=action, change=change,
-            ))
-        elif raw_policy.get("pause") is True:
-            out.append(Waiting(
-                kind="policy-pause",
-                title="a person: the policy says `pause: true`",
-                action=action, change=change,
-            ))
-        else:
-            recheck = parse_time(inner.get("recheckTime"))
-            if recheck is not None:
-                left = recheck - now
-                out.append(Waiting(
-                    kind="pause",
-                    title=f"the pause after step {rep.step}: {format_wait(left)} left"
-                          if left > 0 else "the pause ended; the next step starts now",
-                    until=_rfc3339(recheck),
-                    action="nothing: the next step starts by itself",
-                ))
-    elif active and raw_policy.get("pause") is True:
-        action, change = _git_change(git, object_name)
-        out.append(Waiting(kind="policy-pause", title="a person: the policy says `pause: true`",
-                           detail="nodes in flight finish; nothing new starts",
-                           action=action, change=change))
-    if active and rep.step_state in ("StepUpgrade", "StepUpgradeInit"):
-        in_flight = tuple(r.name for r in rows if r.state in ("in-flight", "verifying"))
-        out.append(Waiting(
-            kind="upgrading",
-            title=f"nodes upgrading: {rep.nodes_ready}/{rep.nodes_total} on the new driver",
-            detail=f"{len(in_flight)} in flight",
-            nodes=in_flight,
-            action="nothing: the controller goes on",
-        ))
-    busy = [r for r in rows if r.state == "busy"]
-    if busy:
-        out.append(Waiting(
-            kind="busy",
-            title=f"busy nodes: {len(busy)} wait for their GPU pods to finish",
-            nodes=tuple(r.name for r in busy),
-            items=tuple(f"{r.name}: {', '.join(r.busy_pods)}" for r in busy),
-            action="let these pods finish (or move them off the nodes); the nodes then upgrade",
-        ))
-    # rollout nodes only: a GPU node without a driver pod is not one (SPEC 4.3)
-    unavailable = [r for r in rows if r.state == "not-ready"
-                   or (r.state == "left-alone" and r.pod)]
-    if active and unavailable:
-        out.append(Waiting(
-            kind="unavailable",
-            title=f"unavailable nodes: {len(unavailable)} (maxUnavailable counts them)",
-            nodes=tuple(r.name for r in unavailable),
-            items=tuple(f"{r.name}: {_UNAVAILABLE_WHY[r.state]}" for r in unavailable),
-            action="bring the nodes back (Ready, uncordoned) or remove them from the cluster",
-        ))
-    firmware = rep.firmware or {}
-    if firmware.get("phase") == "AwaitingReboot":
-        out.append(Waiting(kind="firmware", title="a person: reboot the nodes (firmware upgrade)",
-                           action="reboot the nodes the firmware upgrade names"))
-    return out
-
-
 # ----------------------------------------------------------------------------- the view
 
 
 def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-operator",
                prediction: Prediction | None = None, git: GitContext | None = None,
-               audit: list[dict[str, Any]] | None = None) -> DashboardView:
-    """The whole page's content. Pure: the same facts and ``now`` give the same view."""
+               audit: list[dict[str, Any]] | None = None,
+               recorded: Mapping[str, Any] | None = None) -> DashboardView:
+    """The whole page's content. Pure: the same facts and ``now`` give the same view.
+    ``recorded``: the cluster's status snapshot in Git (with ``--repo``), for what only Git
+    knows: a rejected commit, the promotion gate, operator mode's holds."""
     co = _mapping(facts.cluster_operator)
     status = _mapping(co.get("status"))
     upgrade = _mapping(status.get("upgradeStatus"))
@@ -574,6 +356,9 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     }
     if status.get("firmwareUpgrade"):
         snapshot["firmware"] = status["firmwareUpgrade"]
+    for key in ("rejection", "promotion", "holds"):
+        if _mapping(recorded).get(key):
+            snapshot[key] = _mapping(recorded)[key]
     rep = report(snapshot, now=now)
     try:
         policy = UpgradePolicy.from_spec(raw_policy)
@@ -581,13 +366,8 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
         policy = UpgradePolicy()
     phase = rep.phase
     active = phase in ACTIVE_PHASES
-    rolling_back = phase in ("Terminating", "Disabling")
-    last_rev = str(inner.get("lastPodSpecRevision") or "")
-    new_rev = str(inner.get("upgradingPodSpecRevision") or "")
-    target = last_rev if rolling_back else (new_rev if active else (
-        facts.current_revision or new_rev or last_rev))
-    if active and not target:
-        target = facts.current_revision
+    rolling_back = phase in ROLLBACK_PHASES
+    target = target_revision(upgrade, facts.current_revision)
     old_version = str(_mapping(_mapping(upgrade.get("lastCoDriverSpec")).get("payload")).get(
         "version") or "")
     new_version = str(_mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload")).get(
@@ -603,8 +383,8 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     rows = node_rows(facts, target=target, active=active, targets=targets, epoch=epoch)
     steps = _steps(rep, policy, targets, rows, facts.events, prediction, now=now)
     index = _int(inner.get("currentStepIndex"))
-    waiting = waiting_for(rep, upgrade, raw_policy, rows, now=now, object_name=object_name,
-                          git=git) if facts.cluster_operator is not None else []
+    waiting = waits(snapshot, now=now, nodes=node_states(rows), git=git,
+                    object_name=object_name) if facts.cluster_operator is not None else []
     header: dict[str, Any] = {
         "phase": phase,
         "upgrading": rep.upgrading,

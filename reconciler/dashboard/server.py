@@ -22,7 +22,6 @@ from urllib.parse import parse_qs, urlsplit
 from reconciler.clock import monotonic, wall
 from reconciler.dashboard.audit import GitAudit
 from reconciler.dashboard.model import (
-    ACTIVE_PHASES,
     ClusterFacts,
     DashboardView,
     Prediction,
@@ -31,6 +30,7 @@ from reconciler.dashboard.model import (
 )
 from reconciler.dashboard.predict import install_estimate, predict, prediction_key
 from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler
+from reconciler.views.nodes import target_revision
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +129,15 @@ class DashboardApp:
         facts = self._facts()
         now = self._clock()
         co = facts.cluster_operator or {}
-        inner = (((co.get("status") or {}).get("upgradeStatus") or {}).get("status") or {})
-        phase = ((co.get("status") or {}).get("upgradeStatus") or {}).get("phase")
-        target = str(inner.get("upgradingPodSpecRevision") or "") if phase in ACTIVE_PHASES \
-            else facts.current_revision
+        upgrade = (co.get("status") or {}).get("upgradeStatus") or {}
+        target = target_revision(upgrade, facts.current_revision)
         prediction = self._predict(facts, target)
         audit = self.audit
         view = build_view(
             facts, now=now, object_name=self.object_name, prediction=prediction,
             git=audit.context if audit is not None else None,
             audit=list(audit.entries) if audit is not None else None,
+            recorded=audit.snapshot if audit is not None else None,
         )
         if audit is not None and audit.error:
             view.error = "; ".join(filter(None, [view.error, f"Git: {audit.error}"]))

@@ -17,12 +17,13 @@ from reconciler.controller.observe import (
     parse_timestamp,
     requests_gpu,
 )
-from reconciler.dashboard.model import ClusterFacts, EventFacts, NodeFacts, PodFacts
+from reconciler.dashboard.model import ClusterFacts, EventFacts
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
 from reconciler.names import CANARY_LABEL, DRIVER_DAEMONSET, GPU_NODE_LABEL, OPERATOR_NAMESPACE
+from reconciler.views.nodes import NodeFacts, PodFacts
 
 
 def _condition_since(obj: Mapping[str, Any], kind: str) -> tuple[bool, float | None]:

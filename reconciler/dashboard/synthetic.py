@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from reconciler.dashboard.model import ClusterFacts, EventFacts, NodeFacts, PodFacts
+from reconciler.dashboard.model import ClusterFacts, EventFacts
 from reconciler.names import (
     ANN_DELETED_AT,
     ANN_FAILED_AT,
@@ -19,6 +19,7 @@ from reconciler.names import (
     STATE_UPGRADING,
 )
 from reconciler.rollout import status as st
+from reconciler.views.nodes import NodeFacts, PodFacts
 
 OLD_REV, NEW_REV = "rev-old", "rev-new"
 OLD_IMAGE = "registry.local/driver-image:2.32.0.5-amd64"

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from reconciler.policy.payload import normalize_version
 from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.views.waits import GitContext, Wait, waits
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Snapshot:
     nodes: tuple[NodeView, ...]
     git_log: tuple[str, ...]
     now: float = field(default_factory=time.time)
+    #: what the rollout waits for (the read model's entries, as ``reconciler status`` and the
+    #: dashboard show them)
+    waits: tuple[Wait, ...] = ()
 
     @property
     def steps(self) -> int:
@@ -86,22 +90,25 @@ def snapshot_from(cluster_operator: Mapping[str, Any] | None, nodes: Sequence[No
         policy = UpgradePolicy()
     upgrade = (co.get("status") or {}).get("upgradeStatus") or {}
     inner = upgrade.get("status") or {}
-    conditions = upgrade.get("condition") or []
-    gate = any(c.get("type") == "ManualGate" and c.get("status") == "True" for c in conditions)
     pause = raw_policy.get("pause")
+    now = time.time() if now is None else now
+    # the demo's policy lives in its remote's main branch: a person merges
+    waiting = tuple(waits({"upgradeStatus": upgrade, "spec": {"driver": driver}}, now=now,
+                          git=GitContext()))
     return Snapshot(
         phase=upgrade.get("phase"),
         step=int(inner.get("currentStepIndex") or 0),
         state=inner.get("currentStepState"),
         message=str(upgrade.get("message") or inner.get("message") or ""),
         recheck_time=inner.get("recheckTime"),
-        gate=gate and inner.get("currentStepState") == "StepPaused",
+        gate=any(w.kind == "gate" for w in waiting),
         spec_version=(driver.get("payload") or {}).get("version"),
         spec_pause=pause if isinstance(pause, bool) else None,
         policy=policy,
         nodes=tuple(nodes),
         git_log=tuple(git_log),
-        now=time.time() if now is None else now,
+        now=now,
+        waits=waiting,
     )
 
 
@@ -130,6 +137,8 @@ def render(snapshot: Snapshot, *, new: str, old: str, narration: Sequence[str],
     head.append(f"\n{snapshot.on(new)}/{total} nodes on {new}, {snapshot.on(old)} on {old}")
     if snapshot.message:
         head.append(f"\n{snapshot.message}", style="dim")
+    for wait in snapshot.waits:
+        head.append(f"\nwaiting for {wait.title}: {wait.action}", style="yellow")
 
     batches = Table(title="batches (spec.driver.upgradePolicy.upgradeSteps)", expand=False)
     for column in ("step", "nodes (cumulative)", "after it", "state"):
@@ -155,7 +164,8 @@ def render(snapshot: Snapshot, *, new: str, old: str, narration: Sequence[str],
         grid.add_row(*cells[row:row + columns])
 
     story = Text("\n".join(narration[-4:]))
-    used = 7 + 6 + len(targets) + 4 + 2 + (len(cells) + columns - 1) // columns + 2 + 2
+    used = (7 + len(snapshot.waits) + 6 + len(targets) + 4 + 2
+            + (len(cells) + columns - 1) // columns + 2 + 2)
     log = Text("\n".join(snapshot.git_log[:max(2, min(8, height - used))]) or "(empty)")
     return Group(
         Panel(head, title="reconciler demo", subtitle=note),

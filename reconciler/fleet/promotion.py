@@ -13,13 +13,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.names import ACTIVE_PHASES, ROLLBACK_PHASES
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import normalize_version
 from reconciler.policy.rules import RuleContext
 from reconciler.policy.validation import PolicyRule
 from reconciler.timefmt import format_duration, format_time, parse_time_or_none
-
-ACTIVE_PHASES = frozenset({"Progressing", "Terminating", "Disabling"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,7 @@ def promotion_gate(upstream: str, snapshot: Mapping[str, Any] | None, version: s
     if phase in ACTIVE_PHASES:
         applied = _mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload")).get(
             "version") or runs.get("version")
-        what = "rolling back" if phase in ("Terminating", "Disabling") else "rolling out"
+        what = "rolling back" if phase in ROLLBACK_PHASES else "rolling out"
         return GateVerdict(False, f"upstream {upstream} is {what} {applied or 'a driver'} "
                                   f"({phase}); {version} passes only after it completed there")
     if not record:

@@ -63,3 +63,12 @@ def window_edge(calendar: WindowCalendar | None, now: float, *, paused_in_git: b
         return WindowLook(WindowEdge(False, f"a maintenance window is open {closes}", period),
                           again)
     return WindowLook(None, again)
+
+
+def window_holds(calendar: WindowCalendar | None, now: float) -> list[dict[str, str]]:
+    """Operator mode's record of the window for the status snapshot (``holds``): one hold while
+    the calendar is closed (why, and when the next window opens), none while it is open or
+    there is no calendar."""
+    if calendar is None or calendar.is_open(now):
+        return []
+    return [calendar.verdict(now).hold()]

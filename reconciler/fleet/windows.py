@@ -122,6 +122,14 @@ class Verdict:
                 else "no window opens within 5 years")
         return f"{self.reason}: no new node starts; {when}"
 
+    def hold(self) -> dict[str, str]:
+        """A closed calendar as a recorded hold (``upgradeStatus.holds``, the status snapshot's
+        ``holds``): why, and when the next window opens (absent: none within the horizon)."""
+        held = {"kind": "window", "detail": self.reason}
+        if self.until is not None:
+            held["until"] = format_time(self.until)
+        return held
+
 
 @dataclass(frozen=True, slots=True)
 class WindowCalendar:

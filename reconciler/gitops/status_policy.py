@@ -18,7 +18,7 @@ number passed in. The rules:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +42,10 @@ class SnapshotKey:
     #: Completed) is still a new state, and a downstream's promotion gate reads it (SPEC 10).
     #: The spec's version alone (a merge the controller has not acted on) makes no commit.
     applied_version: str | None = None
+    #: a closed maintenance window's next opening ("": none within the horizon; None: no window
+    #: holds): a window closing or opening is a new state, and the snapshot says when the next
+    #: one opens (SPEC 10)
+    window_until: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -81,7 +85,18 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
             "upstreamRolledBack")).get("version")),
         applied_version=_str_or_none(_mapping(_mapping(upgrade.get("lastAppliedSpec")).get(
             "payload")).get("version")),
+        window_until=_window_until(snapshot),
     )
+
+
+def _window_until(snapshot: Mapping[str, Any]) -> str | None:
+    """The recorded window hold's ``until`` (builtin mode's ``upgradeStatus.holds``, operator
+    mode's ``holds``)."""
+    for holds in (_mapping(snapshot.get("upgradeStatus")).get("holds"), snapshot.get("holds")):
+        for hold in holds if isinstance(holds, list) else ():
+            if _mapping(hold).get("kind") == "window":
+                return str(_mapping(hold).get("until") or "")
+    return None
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -240,9 +255,12 @@ def build_snapshot(
     rejection: Mapping[str, Any] | None = None,
     firmware: Mapping[str, Any] | None = None,
     promotion: Mapping[str, Any] | None = None,
+    holds: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A status snapshot (``schemas/status-snapshot.schema.json``, without ``cluster`` and
-    ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object."""
+    ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object.
+    ``holds``: operator mode's holds (``{kind, until, detail}``; the vendor's status has no room
+    for them), left out when there are none."""
     status = _mapping(cluster_operator.get("status"))
     driver = _mapping(_mapping(cluster_operator.get("spec")).get("driver"))
     snapshot: dict[str, Any] = {
@@ -257,6 +275,8 @@ def build_snapshot(
         snapshot["firmware"] = dict(firmware)
     if promotion is not None:
         snapshot["promotion"] = dict(promotion)
+    if holds:
+        snapshot["holds"] = [dict(h) for h in holds]
     return snapshot
 
 

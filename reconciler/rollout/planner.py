@@ -133,6 +133,8 @@ class _Planner:
         self.health_passed: list[str] = []
         #: ``upgradeStatus.health`` as this pass leaves it
         self.health_status: dict[str, Any] = dict(self.s.health)
+        #: ``upgradeStatus.holds`` as this pass leaves it: what holds fresh starts back, as data
+        self.holds: list[dict[str, Any]] = []
 
     # ----------------------------------------------------------------------------- entry
 
@@ -147,6 +149,9 @@ class _Planner:
         self.s = self.s.evolve(upgrading=self.s.phase in ACTIVE_PHASES)
         if self.health_status != dict(self.s.health):
             self.s = self.s.evolve(health=self.health_status)
+        holds = tuple(h for i, h in enumerate(self.holds) if h not in self.holds[:i])
+        if holds != self.s.holds:
+            self.s = self.s.evolve(holds=holds)
         status = self.s.to_json()
         # ``source`` is the status as read, every SPEC field present
         changed = st.without_update_time(status) != st.without_update_time(self.s.source)
@@ -726,6 +731,7 @@ class _Planner:
             if len(self.health_hold) > limit:
                 held += f"; and {len(self.health_hold) - limit} more"
             self._set(step_message=held)
+            self.holds.append({"kind": "health", "detail": held})
             self.keep_cordoned = frozenset(n.name for n in scan.cordoned)
             self.in_flight = scan.in_flight
             return
@@ -791,6 +797,7 @@ class _Planner:
             return True  # (is_open is cheap; only a closed calendar looks ahead)
         verdict = calendar.verdict(self.now)
         self._set(step_message=verdict.describe())
+        self.holds.append(verdict.hold())
         if verdict.until is not None:
             self.requeue.append(verdict.until)
         return False

@@ -180,6 +180,10 @@ def _mapping(raw: object) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 
 
+def _list(raw: object) -> list[Any]:
+    return raw if isinstance(raw, list) else []
+
+
 @dataclass(frozen=True, slots=True)
 class Condition:
     """One entry of ``status.upgradeStatus.condition``."""
@@ -277,6 +281,9 @@ class UpgradeStatus:
     #: the last completed rollback rolled back, so the completion record (SPEC 10) names it
     #: from a structured field, not from the ``RolledBack`` condition's message
     rolled_back_spec: Mapping[str, Any] = field(default_factory=dict)
+    #: ``holds`` (not a SPEC 4.1 field; absent when empty): what holds fresh node starts back,
+    #: as data (``{kind, until, detail}``), for the read model (``reconciler.views``)
+    holds: tuple[Mapping[str, Any], ...] = ()
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -307,6 +314,7 @@ class UpgradeStatus:
             recheck_time=_text(inner["recheckTime"]),
             health=_mapping(source.get("health")),
             rolled_back_spec=_mapping(source.get("rolledBackSpec")),
+            holds=tuple(h for h in _list(source.get("holds")) if isinstance(h, Mapping)),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
@@ -326,6 +334,11 @@ class UpgradeStatus:
             if value != getattr(read, attr):
                 inner[key] = _json_value(value)
         result["condition"] = [c.to_json() for c in self.conditions]
+        if self.holds != read.holds:
+            if self.holds:
+                result["holds"] = [dict(h) for h in self.holds]
+            else:
+                result.pop("holds", None)  # a new key, left out when empty
         return result
 
     def evolve(self, **changes: Any) -> Self:

@@ -17,6 +17,7 @@ from reconciler.gitops.edits import EditOutcome, FieldEdit, edit_policy_text
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.status_policy import build_snapshot
 from reconciler.kube.api import JSON, KubeApi
+from reconciler.names import ACTIVE_PHASES
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.findings import Finding
 from reconciler.sync.baseline import Baseline
@@ -58,6 +59,9 @@ class CommitShell:
         self.wall = wall
         self.monotonic = monotonic
         self.set_live = set_live
+        #: operator mode's holds for the status snapshot (``{kind, until, detail}``; builtin
+        #: mode's are in ``upgradeStatus.holds``): set by who knows them (the window watch)
+        self.holds: Callable[[], list[dict[str, str]]] = list
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
                recheck: bool = False) -> None:
@@ -178,10 +182,14 @@ class CommitShell:
         """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
         status = live.get("status")
         firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
+        upgrade = status.get("upgradeStatus") if isinstance(status, Mapping) else None
+        # a hold holds a rollout: none is recorded while none runs (no commits for that alone)
+        active = isinstance(upgrade, Mapping) and upgrade.get("phase") in ACTIVE_PHASES
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
                                   firmware=firmware_section(firmware),
-                                  promotion=self._promotion_section())
+                                  promotion=self._promotion_section(),
+                                  holds=self.holds() if active else [])
         self.repo.status.offer(snapshot)
 
     def promote(self, view: CommitView) -> None:

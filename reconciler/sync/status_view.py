@@ -2,8 +2,9 @@
 same built from the live object) and ``now``.
 
 The report answers: which phase and step, how far each batch is, what failed, and what the
-rollout waits for and why (a person at a gate, a pause timer and its time left, ``pause: true``,
-busy nodes, unavailable nodes), plus the firmware flow's per-node stages.
+rollout waits for and why, plus the firmware flow's per-node stages. What it waits for comes
+from the read model (``reconciler.views.waits``, the dashboard's too): ``waits`` are the typed
+entries, ``waiting_for`` their sentences.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from typing import Any
 
 from reconciler.firmware.status_view import firmware_rows, firmware_summary
 from reconciler.policy.upgrade_policy import UpgradePolicy
-from reconciler.timefmt import format_clock, format_wait
+from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
+from reconciler.views.nodes import NodeStates
+from reconciler.views.waits import GitContext, Wait, health_rows, waits
+
+__all__ = ["StatusReport", "StepRow", "firmware_lines", "health_rows", "parse_time", "report"]
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -46,7 +51,11 @@ class StatusReport:
     failures: int
     max_failures: int
     message: str
+    #: what the rollout waits for, in a person's words (each entry of ``waits`` in a sentence)
     waiting_for: list[str] = field(default_factory=list)
+    #: what the rollout waits for, typed (``reconciler.views.waits``): kind, title, detail,
+    #: action, ...
+    waits: list[Wait] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
     conditions: list[dict[str, str]] = field(default_factory=list)
     rejection: dict[str, Any] | None = None
@@ -64,6 +73,7 @@ class StatusReport:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        data["waits"] = [w.to_json() for w in self.waits]
         return {_camel(k): v for k, v in data.items()}
 
 
@@ -82,9 +92,14 @@ def _pause_label(step: Mapping[str, Any]) -> str:
 
 
 def report(snapshot: Mapping[str, Any], *, now: float,
-           nodes: Mapping[str, Any] | None = None) -> StatusReport:
-    """The report for one cluster. ``nodes`` (from the cluster only): ``busy`` (node -> pods
-    that hold a GPU) and ``unavailable`` (node -> why)."""
+           nodes: NodeStates | Mapping[str, Any] | None = None,
+           git: GitContext | None = None) -> StatusReport:
+    """The report for one cluster. ``nodes`` (from the cluster only): the node states, or a
+    mapping of ``busy`` (node -> pods that hold a GPU) and ``unavailable`` (node -> why).
+    ``git``: where the policy lives, for the actions (None: no Git; the object is patched)."""
+    states = nodes if isinstance(nodes, NodeStates) else NodeStates(
+        busy={k: tuple(v) for k, v in _mapping(_mapping(nodes).get("busy")).items()},
+        unavailable={k: str(v) for k, v in _mapping(_mapping(nodes).get("unavailable")).items()})
     upgrade = _mapping(snapshot.get("upgradeStatus"))
     inner = _mapping(upgrade.get("status"))
     driver = _mapping(_mapping(snapshot.get("spec")).get("driver"))
@@ -144,100 +159,14 @@ def report(snapshot: Mapping[str, Any], *, now: float,
         held=dict(_mapping(_mapping(snapshot.get("promotion")).get("held"))) or None,
         upstream_rolled_back=dict(_mapping(_mapping(snapshot.get("promotion")).get(
             "upstreamRolledBack"))) or None,
-        busy_nodes={k: list(v) for k, v in _mapping(_mapping(nodes).get("busy")).items()},
-        unavailable_nodes=dict(_mapping(_mapping(nodes).get("unavailable"))),
+        busy_nodes={k: list(v) for k, v in states.busy.items()},
+        unavailable_nodes=dict(states.unavailable),
         source=dict(_mapping(snapshot.get("git"))),
     )
     result.health_checks = health_rows(_mapping(upgrade.get("health")))
-    result.waiting_for = waiting_for(result, upgrade, raw_policy, now=now)
+    result.waits = waits(snapshot, now=now, nodes=states, git=git)
+    result.waiting_for = [w.text for w in result.waits]
     return result
-
-
-def waiting_for(report: StatusReport, upgrade: Mapping[str, Any],
-                policy: Mapping[str, Any], *, now: float) -> list[str]:
-    """What the rollout waits for, and why, in a person's words."""
-    out: list[str] = []
-    inner = _mapping(upgrade.get("status"))
-    conditions = {c["type"]: c for c in report.conditions if c.get("status") == "True"}
-    if report.rejection:
-        first = (report.rejection.get("findings") or [{}])[0]
-        where = f"{first.get('file', '')}:{first.get('line', '')}".strip(":")
-        out.append(f"a fixed commit: {str(report.rejection.get('commit', ''))[:12]} was "
-                   f"rejected ({where}: {first.get('message', '')})")
-    active = report.phase in ("Progressing", "Terminating", "Disabling")
-    if active and report.step_state == "StepPaused":
-        if "BatchFailed" in conditions:
-            out.append("a person: the batch failed ("
-                       f"{conditions['BatchFailed'].get('message', '')}); fix the cause, then "
-                       "merge `pause: false` (or `enableRollout: false` to roll back)")
-        elif "ManualGate" in conditions:
-            out.append(f"a person: step {report.step} is done; merge `pause: false` to "
-                       "release the next batch (manual gate)")
-        elif policy.get("pause") is True:
-            out.append("a person: the policy says `pause: true`; merge `pause: false` to go on")
-        else:
-            recheck = parse_time(inner.get("recheckTime"))
-            if recheck is not None:
-                left = recheck - now
-                until = format_clock(recheck)
-                out.append(f"the pause timer: {format_wait(left)} left (until {until})"
-                           if left > 0 else "the pause timer ended; the next step starts now")
-    if active and report.step_state in ("StepUpgrade", "StepUpgradeInit"):
-        out.append(f"nodes upgrading: {report.nodes_ready}/{report.nodes_total} on the new "
-                   "driver")
-    if report.busy_nodes:
-        named = ", ".join(f"{n} ({', '.join(p)})" for n, p in sorted(report.busy_nodes.items()))
-        out.append(f"busy nodes (GPU pods must finish first): {named}")
-    if report.unavailable_nodes:
-        named = ", ".join(f"{n} ({why})" for n, why in sorted(report.unavailable_nodes.items()))
-        out.append(f"unavailable nodes: {named}")
-    message = report.message
-    window = _window_wait(message, now) if active else None
-    if window:
-        out.append(window)
-    elif active and message and not any(message in line for line in out) and (
-            "busy" in message or "unavailable" in message or "waiting" in message):
-        out.append(message)
-    rolled = _mapping(report.upstream_rolled_back)
-    if rolled:
-        out.append(f"a person: {rolled.get('message')}; decide whether to roll back here too")
-    if report.held:
-        out.append(f"the promotion gate: {report.held.get('version')} waits for "
-                   f"{report.held.get('upstream')} ({report.held.get('reason')})")
-    firmware = report.firmware or {}
-    if firmware.get("phase") == "AwaitingReboot":
-        waiting = [r.node for r in firmware_rows(firmware) if r.stage == "awaiting-reboot"]
-        out.append(f"a person: reboot {', '.join(waiting) or 'the nodes'} (firmware upgrade)")
-    return out
-
-
-def health_rows(health: Mapping[str, Any]) -> list[dict[str, str]]:
-    """``upgradeStatus.health.checks`` as rows, by check name."""
-    rows = []
-    for name, entry in sorted(_mapping(health.get("checks")).items()):
-        entry = _mapping(entry)
-        rows.append({"check": str(name), "node": str(entry.get("node") or ""),
-                     "state": str(entry.get("state") or ""),
-                     "value": str(entry.get("value") or ""),
-                     "since": str(entry.get("since") or "")})
-    return rows
-
-
-#: the planner's step message while a maintenance window holds fresh starts (SPEC 10)
-_WINDOW_NEXT = "the next window opens at "
-
-
-def _window_wait(message: str, now: float) -> str | None:
-    """``a maintenance window: ...`` with the time left, from the planner's step message."""
-    if "no new node starts" not in message or "window" not in message:
-        return None
-    why = message.split(": no new node starts", 1)[0]
-    at = message.rsplit(_WINDOW_NEXT, 1)[1] if _WINDOW_NEXT in message else None
-    opens = parse_time(at) if at else None
-    if opens is None:
-        return f"a maintenance window ({why}); {message.rsplit('; ', 1)[-1]}"
-    return (f"a maintenance window ({why}): fresh node starts wait until {at} "
-            f"({format_wait(opens - now)} from now)")
 
 
 def firmware_lines(firmware: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, str]]]:

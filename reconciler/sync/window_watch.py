@@ -15,7 +15,7 @@ from collections.abc import Callable
 from reconciler.clock import Clock, wall
 from reconciler.controller.worker_core import RetryLater, Worker
 from reconciler.fieldpath import resolve
-from reconciler.fleet.window_pause import WindowEdge, window_edge
+from reconciler.fleet.window_pause import WindowEdge, window_edge, window_holds
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.gitops.commits import WINDOW_TRAILER
 from reconciler.gitops.edits import PAUSE_FIELD
@@ -78,6 +78,10 @@ class WindowPauseWatch:
             self.repo.policy_publisher.kick()
             log.info("%s: %s", self.cluster, change.subject)
         return look.again
+
+    def holds(self) -> list[dict[str, str]]:
+        """The window's hold for the status snapshot (operator mode records its holds there)."""
+        return window_holds(self.windows(), self.clock())
 
     def _git_pause(self) -> tuple[bool | None, bool]:
         """``pause`` of the cluster's policy at the watched head (None: no policy), and whether

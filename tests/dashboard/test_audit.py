@@ -60,3 +60,34 @@ def test_a_missing_branch_is_reported_not_raised(tmp_path: Path) -> None:
     assert not audit.refresh()
     assert audit.error == "no branch 'release'"
     assert audit.entries == []
+
+
+def test_the_page_reads_what_only_git_knows_from_the_status_snapshot(tmp_path: Path) -> None:
+    """With --repo the page lists the promotion gate's hold and a rejected commit, which only
+    the status snapshot in Git records (the read model's ``promotion`` and ``rejection``)."""
+    from reconciler.dashboard.model import ClusterFacts, build_view
+
+    repo = policy_repo(tmp_path, "lab")
+    (repo / "status").mkdir()
+    (repo / "status" / "lab.yaml").write_text(REJECTED.format(source="a" * 40, rejected="b" * 40)
+                                              + HELD)
+    own = "gpu-gitops-reconciler <r@localhost>"
+    git(repo, "add", "-A", author=own)
+    git(repo, "commit", "-q", "-m", "status(lab): held\n\nReconciler-Commit: true", author=own)
+    audit = GitAudit(str(repo), cluster="lab")
+    assert audit.refresh() and audit.snapshot is not None
+    co = {"metadata": {"name": "cluster-operator"}, "spec": {"driver": {}},
+          "status": {"upgradeStatus": {"phase": "Idling"}}}
+    view = build_view(ClusterFacts("lab", co), now=0.0, git=audit.context,
+                      recorded=audit.snapshot)
+    assert [w.kind for w in view.waiting] == ["rejection", "promotion"]
+    assert view.waiting[1].title == "the promotion gate: 2.34.0.1 waits for lab-0"
+    assert view.waiting[1].until == "2026-12-01T08:00:00Z"
+    # without Git's snapshot the object alone says nothing of either
+    assert build_view(ClusterFacts("lab", co), now=0.0).waiting == []
+
+
+HELD = """\
+promotion:
+  held: {version: 2.34.0.1, upstream: lab-0, reason: soak 24h, earliest: '2026-12-01T08:00:00Z'}
+"""
