@@ -1,0 +1,269 @@
+"""``reconciler validate`` for code-review tools: SARIF 2.1.0 (GitHub code scanning) and the
+GitLab Code Quality report. Both carry the same findings as the text and json formats.
+
+A review tool keeps an alert open across pushes by its fingerprint, so a fingerprint is built
+from what the finding is (rule, file, JSON pointer, message), never from its line: a line added
+above it must not turn one alert into a fixed one and a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+from urllib.parse import quote
+
+from reconciler import __version__
+from reconciler.files import unsafe
+from reconciler.policy.findings import Finding, Severity
+
+#: The project's home; the docs the rules link to are under it. A placeholder, like the image
+#: in deploy/deployment.yaml, until the project is published.
+PROJECT_URL = "https://github.com/example/gpu-gitops-reconciler"
+_DOCS = f"{PROJECT_URL}/blob/main/docs"
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+#: The key of our fingerprint in ``partialFingerprints`` (versioned: a new recipe gets /v2).
+FINGERPRINT_KEY = "reconcilerFinding/v1"
+
+SARIF_LEVELS: dict[Severity, str] = {"error": "error", "warning": "warning"}
+#: An error makes the sync refuse the commit, so nothing of it reaches the cluster; a warning
+#: is applied as written.
+GITLAB_SEVERITIES: dict[Severity, str] = {"error": "critical", "warning": "minor"}
+
+
+# -- rules ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RuleHelp:
+    short: str
+    page: str  # docs page and anchor
+
+
+_CATALOGUE = "validation.md#message-catalogue"
+_FILES = "validation.md#files-on-disk"
+_HEALTH = "health.md#what-validation-reports"
+_FLEET = "configuration.md#a-fleet-of-clusters-clustersname-windows-promotion"
+_FIRMWARE = "firmware.md#preflight-refusals"
+
+RULES: dict[str, RuleHelp] = {rule: RuleHelp(short, page) for rule, short, page in (
+    # parse
+    ("file-too-large", "The file is larger than a policy file may be (1 MiB)", _FILES),
+    ("not-utf8", "The file is not UTF-8 text", _CATALOGUE),
+    ("yaml-version", "Policy files are YAML 1.2; a %YAML 1.1 directive is refused", _CATALOGUE),
+    ("yaml-syntax", "The file is not valid YAML", _CATALOGUE),
+    ("too-deep", "Collections are nested too deep", _CATALOGUE),
+    ("empty-document", "The file holds no YAML document", _CATALOGUE),
+    ("multiple-documents", "A policy file holds exactly one YAML document", _CATALOGUE),
+    ("duplicate-key", "A YAML mapping repeats a key", _CATALOGUE),
+    ("custom-tag", "A YAML tag other than plain YAML 1.2 types", _CATALOGUE),
+    ("key-type", "A mapping key that is not a string", _CATALOGUE),
+    ("merge-key", "YAML merge keys (<<) are not allowed", _CATALOGUE),
+    ("recursive-alias", "A YAML alias refers to its own collection", _CATALOGUE),
+    ("alias-bomb", "YAML aliases expand the document beyond the limit", _CATALOGUE),
+    ("tag-value", "A value does not fit its explicit YAML tag", _CATALOGUE),
+    ("non-finite-number", "A number that is not finite (.inf, .nan)", _CATALOGUE),
+    ("integer-range", "An integer outside the signed 64-bit range Kubernetes stores",
+     _CATALOGUE),
+    # schema
+    ("schema-type", "A value of the wrong type", _CATALOGUE),
+    ("schema-enum", "A value that is not one of the allowed values", _CATALOGUE),
+    ("schema-minimum", "A number below its minimum", _CATALOGUE),
+    ("schema-maximum", "A number above its maximum", _CATALOGUE),
+    ("schema-pattern", "A string that does not have the required form", _CATALOGUE),
+    ("schema-min-items", "A list with too few items", _CATALOGUE),
+    ("schema-min-length", "A string that is too short", _CATALOGUE),
+    ("schema-max-properties", "A mapping with too many keys", _CATALOGUE),
+    ("percent-format", "Not a node count or a percentage like '50%'", _CATALOGUE),
+    ("required-field", "A required field is missing", _CATALOGUE),
+    ("unknown-field", "A field the ClusterOperator schema does not know", _CATALOGUE),
+    ("unknown-field-preserved", "An unknown field that is kept and applied as written",
+     _CATALOGUE),
+    # semantic
+    ("percent-range", "A percentage outside 1% to 100%", _CATALOGUE),
+    ("steps-required", "enableRollout is true but there are no upgradeSteps", _CATALOGUE),
+    ("steps-increasing", "Step targets do not strictly increase", _CATALOGUE),
+    ("last-step-100", "The last step does not reach 100% of the nodes", _CATALOGUE),
+    ("server-populated-field", "A field the API server sets, never applied", _CATALOGUE),
+    ("helm-ownership-metadata", "Helm's ownership metadata in a policy, never applied",
+     _CATALOGUE),
+    ("cluster-scoped-namespace", "A namespace on the cluster-scoped ClusterOperator",
+     _CATALOGUE),
+    # transition
+    ("transition-locked-field", "A field that cannot change while the rollout runs", _CATALOGUE),
+    ("firmware-locked-field", "A firmware field that cannot change while a firmware upgrade runs",
+     _CATALOGUE),
+    ("firmware-rollout-conflict", "A driver change while a firmware upgrade runs", _CATALOGUE),
+    ("promotion-gate", "The promotion gate does not allow this version yet", _CATALOGUE),
+    # repository
+    ("duplicate-object", "A second ClusterOperator in one cluster folder", _CATALOGUE),
+    ("unreadable-file", "The file cannot be read", _FILES),
+    ("symlink", "A symbolic link, not followed", _FILES),
+    ("not-regular-file", "Not a regular file (a FIFO, device or socket)", _FILES),
+    ("no-policy", "A cluster folder without a policy file", _CATALOGUE),
+    # reconciler.yaml: health, windows, promotion
+    ("health-expect", "A health check's expect is not an operator and a number", _HEALTH),
+    ("health-duration", "A health duration of 0 where one is needed, or over 168h", _HEALTH),
+    ("health-duplicate-check", "A health check name used twice in one section", _HEALTH),
+    ("health-placeholder", "An unknown or misplaced placeholder in a health query", _HEALTH),
+    ("health-promql", "A health query that is not a usable PromQL query", _HEALTH),
+    ("health-prometheus-url", "Not a usable Prometheus URL", _HEALTH),
+    ("windows-schedule", "A maintenance window's cron expression is invalid", _FLEET),
+    ("windows-timezone", "An unknown time zone", _FLEET),
+    ("windows-duration", "A window duration of 0 or over 168h", _FLEET),
+    ("windows-time", "A deny range's from/until is not a time", _FLEET),
+    ("windows-deny-order", "A deny range's until is not after its from", _FLEET),
+    ("promotion-unknown-cluster", "promotion.after names no cluster", _FLEET),
+    ("promotion-cycle", "promotion.after chains form a cycle", _FLEET),
+    ("promotion-soak", "A promotion soak over 720h", _FLEET),
+)}
+
+#: Rules named by a family and a part (``schema-<keyword>``, ``firmware-preflight-<rule>``).
+_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("firmware-preflight-", "The firmware preflight refuses a node ({part})", _FIRMWARE),
+    ("schema-", "The value does not satisfy the JSON Schema ({part})", _CATALOGUE),
+    ("health-", "The health section is invalid ({part})", _HEALTH),
+    ("windows-", "A maintenance window is invalid ({part})", _FLEET),
+    ("promotion-", "The promotion section is invalid ({part})", _FLEET),
+)
+
+
+def rule_help(rule: str) -> RuleHelp:
+    """The short description and docs page of ``rule``; a rule this table does not know yet
+    still gets one (its family's, or the message catalogue)."""
+    if rule in RULES:
+        return RULES[rule]
+    for prefix, short, page in _FAMILIES:
+        if rule.startswith(prefix) and len(rule) > len(prefix):
+            return RuleHelp(short.format(part=rule[len(prefix):]), page)
+    return RuleHelp(f"Policy check {rule}", _CATALOGUE)
+
+
+def help_uri(rule: str) -> str:
+    return f"{_DOCS}/{rule_help(rule).page}"
+
+
+# -- paths and fingerprints ----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class RepositoryPaths:
+    """Turns a finding's file as shown (relative to the current folder, or ``REF:path`` for a
+    file read at the ``--against`` ref) into a path relative to the repository root with
+    forward slashes, which is what code-review tools match against the diff."""
+
+    root: Path
+    cwd: Path
+    ref: str | None = None
+
+    def relative(self, shown: str) -> str:
+        if self.ref is not None and shown.startswith(f"{self.ref}:"):
+            shown = shown[len(self.ref) + 1:]
+        absolute = Path(os.path.normpath(self.cwd / shown))
+        try:
+            return absolute.relative_to(self.root).as_posix()
+        except ValueError:
+            return PurePath(shown).as_posix()  # outside the repository: as given
+
+
+def fingerprints(findings: Sequence[Finding], path: Callable[[str], str]) -> list[str]:
+    """One fingerprint per finding, in order: SHA-256 of rule, repository path, JSON pointer and
+    message. Findings alike in all four get their occurrence number too, so every fingerprint
+    in one report is unique (GitLab keeps one issue per fingerprint)."""
+    seen: Counter[tuple[str, str, str, str]] = Counter()
+    out: list[str] = []
+    for f in findings:
+        key = (f.rule, path(f.file), f.pointer, f.message)
+        occurrence = seen[key]
+        seen[key] += 1
+        parts = [*key, str(occurrence)] if occurrence else list(key)
+        # NUL cannot occur in a rule, a path or a pointer: the parts cannot run into each other
+        digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass"))
+        out.append(digest.hexdigest())
+    return out
+
+
+def printable_json(text: str) -> str:
+    """JSON text with every character a terminal or CI log must not get raw as a ``\\u``
+    escape: json escapes C0 controls only; C1 (CSI), line separators, bidi overrides and lone
+    surrogates too (outside strings the text is ASCII, so this changes no structure)."""
+    if text.isascii() and "\x7f" not in text:  # json already escaped C0 controls
+        return text
+    return "".join(json.dumps(c)[1:-1] if c != "\n" and unsafe(c) else c for c in text)
+
+
+def _json(document: Any) -> str:
+    return printable_json(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def _uri(path: str) -> str:
+    """A relative URI reference for ``path`` (spaces, '%', '#' and non-ASCII percent-encoded;
+    a name that is not UTF-8 keeps its bytes)."""
+    return quote(path, safe="/", errors="surrogateescape")
+
+
+# -- the formats ---------------------------------------------------------------------------------
+
+def sarif_log(findings: Iterable[Finding], path: Callable[[str], str]) -> dict[str, Any]:
+    """A SARIF 2.1.0 log with one run: the rules used (sorted) and one result per finding."""
+    findings = list(findings)
+    rule_ids = sorted({f.rule for f in findings})
+    index = {rule: i for i, rule in enumerate(rule_ids)}
+    results = [{
+        "ruleId": f.rule,
+        "ruleIndex": index[f.rule],
+        "level": SARIF_LEVELS[f.severity],
+        "message": {"text": f.message},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": _uri(path(f.file)), "uriBaseId": "%SRCROOT%"},
+            "region": {"startLine": f.line, "startColumn": f.column},
+        }}],
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint},
+        **({"properties": {"pointer": f.pointer}} if f.pointer else {}),
+    } for f, fingerprint in zip(findings, fingerprints(findings, path), strict=True)]
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "reconciler validate",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": f"{_DOCS}/validation.md",
+                "rules": [{
+                    "id": rule,
+                    "name": rule,
+                    "shortDescription": {"text": rule_help(rule).short},
+                    "helpUri": help_uri(rule),
+                } for rule in rule_ids],
+            }},
+            # columns count characters, as the text format prints them
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+        }],
+    }
+
+
+def format_sarif(findings: Iterable[Finding], path: Callable[[str], str]) -> str:
+    return _json(sarif_log(findings, path))
+
+
+def gitlab_report(findings: Iterable[Finding], path: Callable[[str], str]
+                  ) -> list[dict[str, Any]]:
+    """A GitLab Code Quality report: one issue per finding."""
+    findings = list(findings)
+    return [{
+        "description": f.message,
+        "check_name": f.rule,
+        "fingerprint": fingerprint,
+        "severity": GITLAB_SEVERITIES[f.severity],
+        "location": {"path": path(f.file), "lines": {"begin": f.line}},
+    } for f, fingerprint in zip(findings, fingerprints(findings, path), strict=True)]
+
+
+def format_gitlab(findings: Iterable[Finding], path: Callable[[str], str]) -> str:
+    return _json(gitlab_report(findings, path))
