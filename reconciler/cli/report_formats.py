@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -167,7 +167,7 @@ class RepositoryPaths:
         try:
             return absolute.relative_to(self.root).as_posix()
         except ValueError:
-            return PurePath(shown).as_posix()  # outside the repository: as given
+            return absolute.as_posix()  # outside the repository: where it is
 
 
 def fingerprints(findings: Sequence[Finding], path: Callable[[str], str]) -> list[str]:
@@ -200,10 +200,14 @@ def _json(document: Any) -> str:
     return printable_json(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
-def _uri(path: str) -> str:
-    """A relative URI reference for ``path`` (spaces, '%', '#' and non-ASCII percent-encoded;
-    a name that is not UTF-8 keeps its bytes)."""
-    return quote(path, safe="/", errors="surrogateescape")
+def _artifact(path: str) -> dict[str, str]:
+    """An artifactLocation: a URI reference relative to the repository root (spaces, '%', '#'
+    and non-ASCII percent-encoded; a name that is not UTF-8 keeps its bytes), or a file URI
+    for a file outside the repository."""
+    uri = quote(path, safe="/", errors="surrogateescape")
+    if path.startswith("/"):
+        return {"uri": f"file://{uri}"}
+    return {"uri": uri, "uriBaseId": "%SRCROOT%"}
 
 
 # -- the formats ---------------------------------------------------------------------------------
@@ -219,7 +223,7 @@ def sarif_log(findings: Iterable[Finding], path: Callable[[str], str]) -> dict[s
         "level": SARIF_LEVELS[f.severity],
         "message": {"text": f.message},
         "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": _uri(path(f.file)), "uriBaseId": "%SRCROOT%"},
+            "artifactLocation": _artifact(path(f.file)),
             "region": {"startLine": f.line, "startColumn": f.column},
         }}],
         "partialFingerprints": {FINGERPRINT_KEY: fingerprint},

@@ -287,6 +287,11 @@ def test_repository_paths() -> None:
     assert places.relative("origin/main:lab-10/a.yaml") == "clusters/lab-10/a.yaml"
     assert places.relative("../reconciler.yaml") == "reconciler.yaml"
     assert places.relative("/elsewhere/b.yaml") == "/elsewhere/b.yaml"
+    assert places.relative("../../x y.yaml") == "/r/x y.yaml"
+    (result,) = results(sarif_log([Finding("../../x y.yaml", 1, 1, "", "r", "error", "m")],
+                                  places.relative))
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"] == {
+        "uri": "file:///r/x%20y.yaml"}
 
 
 def _slugs(page: Path) -> set[str]:
