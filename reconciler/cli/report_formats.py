@@ -51,77 +51,72 @@ _HEALTH = "health.md#what-validation-reports"
 _FLEET = "configuration.md#a-fleet-of-clusters-clustersname-windows-promotion"
 _FIRMWARE = "firmware.md#preflight-refusals"
 
-RULES: dict[str, RuleHelp] = {rule: RuleHelp(short, page) for rule, short, page in (
-    # parse
-    ("file-too-large", "The file is larger than a policy file may be (1 MiB)", _FILES),
-    ("not-utf8", "The file is not UTF-8 text", _CATALOGUE),
-    ("yaml-version", "Policy files are YAML 1.2; a %YAML 1.1 directive is refused", _CATALOGUE),
-    ("yaml-syntax", "The file is not valid YAML", _CATALOGUE),
-    ("too-deep", "Collections are nested too deep", _CATALOGUE),
-    ("empty-document", "The file holds no YAML document", _CATALOGUE),
-    ("multiple-documents", "A policy file holds exactly one YAML document", _CATALOGUE),
-    ("duplicate-key", "A YAML mapping repeats a key", _CATALOGUE),
-    ("custom-tag", "A YAML tag other than plain YAML 1.2 types", _CATALOGUE),
-    ("key-type", "A mapping key that is not a string", _CATALOGUE),
-    ("merge-key", "YAML merge keys (<<) are not allowed", _CATALOGUE),
-    ("recursive-alias", "A YAML alias refers to its own collection", _CATALOGUE),
-    ("alias-bomb", "YAML aliases expand the document beyond the limit", _CATALOGUE),
-    ("tag-value", "A value does not fit its explicit YAML tag", _CATALOGUE),
-    ("non-finite-number", "A number that is not finite (.inf, .nan)", _CATALOGUE),
-    ("integer-range", "An integer outside the signed 64-bit range Kubernetes stores",
-     _CATALOGUE),
-    # schema
-    ("schema-type", "A value of the wrong type", _CATALOGUE),
-    ("schema-enum", "A value that is not one of the allowed values", _CATALOGUE),
-    ("schema-minimum", "A number below its minimum", _CATALOGUE),
-    ("schema-maximum", "A number above its maximum", _CATALOGUE),
-    ("schema-pattern", "A string that does not have the required form", _CATALOGUE),
-    ("schema-min-items", "A list with too few items", _CATALOGUE),
-    ("schema-min-length", "A string that is too short", _CATALOGUE),
-    ("schema-max-properties", "A mapping with too many keys", _CATALOGUE),
-    ("percent-format", "Not a node count or a percentage like '50%'", _CATALOGUE),
-    ("required-field", "A required field is missing", _CATALOGUE),
-    ("unknown-field", "A field the ClusterOperator schema does not know", _CATALOGUE),
-    ("unknown-field-preserved", "An unknown field that is kept and applied as written",
-     _CATALOGUE),
-    # semantic
-    ("percent-range", "A percentage outside 1% to 100%", _CATALOGUE),
-    ("steps-required", "enableRollout is true but there are no upgradeSteps", _CATALOGUE),
-    ("steps-increasing", "Step targets do not strictly increase", _CATALOGUE),
-    ("last-step-100", "The last step does not reach 100% of the nodes", _CATALOGUE),
-    ("server-populated-field", "A field the API server sets, never applied", _CATALOGUE),
-    ("helm-ownership-metadata", "Helm's ownership metadata in a policy, never applied",
-     _CATALOGUE),
-    ("cluster-scoped-namespace", "A namespace on the cluster-scoped ClusterOperator",
-     _CATALOGUE),
-    # transition
-    ("transition-locked-field", "A field that cannot change while the rollout runs", _CATALOGUE),
-    ("firmware-locked-field", "A firmware field that cannot change while a firmware upgrade runs",
-     _CATALOGUE),
-    ("firmware-rollout-conflict", "A driver change while a firmware upgrade runs", _CATALOGUE),
-    ("promotion-gate", "The promotion gate does not allow this version yet", _CATALOGUE),
-    # repository
-    ("duplicate-object", "A second ClusterOperator in one cluster folder", _CATALOGUE),
-    ("unreadable-file", "The file cannot be read", _FILES),
-    ("symlink", "A symbolic link, not followed", _FILES),
-    ("not-regular-file", "Not a regular file (a FIFO, device or socket)", _FILES),
-    ("no-policy", "A cluster folder without a policy file", _CATALOGUE),
-    # reconciler.yaml: health, windows, promotion
-    ("health-expect", "A health check's expect is not an operator and a number", _HEALTH),
-    ("health-duration", "A health duration of 0 where one is needed, or over 168h", _HEALTH),
-    ("health-duplicate-check", "A health check name used twice in one section", _HEALTH),
-    ("health-placeholder", "An unknown or misplaced placeholder in a health query", _HEALTH),
-    ("health-promql", "A health query that is not a usable PromQL query", _HEALTH),
-    ("health-prometheus-url", "Not a usable Prometheus URL", _HEALTH),
-    ("windows-schedule", "A maintenance window's cron expression is invalid", _FLEET),
-    ("windows-timezone", "An unknown time zone", _FLEET),
-    ("windows-duration", "A window duration of 0 or over 168h", _FLEET),
-    ("windows-time", "A deny range's from/until is not a time", _FLEET),
-    ("windows-deny-order", "A deny range's until is not after its from", _FLEET),
-    ("promotion-unknown-cluster", "promotion.after names no cluster", _FLEET),
-    ("promotion-cycle", "promotion.after chains form a cycle", _FLEET),
-    ("promotion-soak", "A promotion soak over 720h", _FLEET),
-)}
+#: rule, docs page (a key of _PAGES), short description: one rule a line
+_TABLE = """
+file-too-large             files     The file is larger than a policy file may be (1 MiB)
+not-utf8                   catalogue The file is not UTF-8 text
+yaml-version               catalogue Policy files are YAML 1.2; a %YAML 1.1 directive is refused
+yaml-syntax                catalogue The file is not valid YAML
+too-deep                   catalogue Collections are nested too deep
+empty-document             catalogue The file holds no YAML document
+multiple-documents         catalogue A policy file holds exactly one YAML document
+duplicate-key              catalogue A YAML mapping repeats a key
+custom-tag                 catalogue A YAML tag other than plain YAML 1.2 types
+key-type                   catalogue A mapping key that is not a string
+merge-key                  catalogue YAML merge keys (<<) are not allowed
+recursive-alias            catalogue A YAML alias refers to its own collection
+alias-bomb                 catalogue YAML aliases expand the document beyond the limit
+tag-value                  catalogue A value does not fit its explicit YAML tag
+non-finite-number          catalogue A number that is not finite (.inf, .nan)
+integer-range              catalogue An integer outside the signed 64-bit range Kubernetes stores
+schema-type                catalogue A value of the wrong type
+schema-enum                catalogue A value that is not one of the allowed values
+schema-minimum             catalogue A number below its minimum
+schema-maximum             catalogue A number above its maximum
+schema-pattern             catalogue A string that does not have the required form
+schema-min-items           catalogue A list with too few items
+schema-min-length          catalogue A string that is too short
+schema-max-properties      catalogue A mapping with too many keys
+percent-format             catalogue Not a node count or a percentage like '50%'
+required-field             catalogue A required field is missing
+unknown-field              catalogue A field the ClusterOperator schema does not know
+unknown-field-preserved    catalogue An unknown field that is kept and applied as written
+percent-range              catalogue A percentage outside 1% to 100%
+steps-required             catalogue enableRollout is true but there are no upgradeSteps
+steps-increasing           catalogue Step targets do not strictly increase
+last-step-100              catalogue The last step does not reach 100% of the nodes
+server-populated-field     catalogue A field the API server sets, never applied
+helm-ownership-metadata    catalogue Helm's ownership metadata in a policy, never applied
+cluster-scoped-namespace   catalogue A namespace on the cluster-scoped ClusterOperator
+transition-locked-field    catalogue A field that cannot change while the rollout runs
+firmware-locked-field      catalogue A firmware field that cannot change during a firmware upgrade
+firmware-rollout-conflict  catalogue A driver change while a firmware upgrade runs
+promotion-gate             catalogue The promotion gate does not allow this version yet
+duplicate-object           catalogue A second ClusterOperator in one cluster folder
+unreadable-file            files     The file cannot be read
+symlink                    files     A symbolic link, not followed
+not-regular-file           files     Not a regular file (a FIFO, device or socket)
+no-policy                  catalogue A cluster folder without a policy file
+health-expect              health    A health check's expect is not an operator and a number
+health-duration            health    A health duration of 0 where one is needed, or over 168h
+health-duplicate-check     health    A health check name used twice in one section
+health-placeholder         health    An unknown or misplaced placeholder in a health query
+health-promql              health    A health query that is not a usable PromQL query
+health-prometheus-url      health    Not a usable Prometheus URL
+windows-schedule           fleet     A maintenance window's cron expression is invalid
+windows-timezone           fleet     An unknown time zone
+windows-duration           fleet     A window duration of 0 or over 168h
+windows-time               fleet     A deny range's from/until is not a time
+windows-deny-order         fleet     A deny range's until is not after its from
+promotion-unknown-cluster  fleet     promotion.after names no cluster
+promotion-cycle            fleet     promotion.after chains form a cycle
+promotion-soak             fleet     A promotion soak over 720h
+"""
+_PAGES = {"catalogue": _CATALOGUE, "files": _FILES, "health": _HEALTH, "fleet": _FLEET}
+RULES: dict[str, RuleHelp] = {
+    rule: RuleHelp(short, _PAGES[page])
+    for rule, page, short in (line.split(maxsplit=2) for line in _TABLE.strip().splitlines())
+}
 
 #: Rules named by a family and a part (``schema-<keyword>``, ``firmware-preflight-<rule>``).
 _FAMILIES: tuple[tuple[str, str, str], ...] = (
