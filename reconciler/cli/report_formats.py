@@ -2,8 +2,9 @@
 GitLab Code Quality report. Both carry the same findings as the text and json formats.
 
 A review tool keeps an alert open across pushes by its fingerprint, so a fingerprint is built
-from what the finding is (rule, file, JSON pointer, message), never from its line: a line added
-above it must not turn one alert into a fixed one and a new one.
+from where the finding is in the document's terms (rule, file, JSON pointer), never from its
+line or anything that changes between runs: a line added above it must not turn one alert into
+a fixed one and a new one.
 """
 
 from __future__ import annotations
@@ -166,19 +167,20 @@ class RepositoryPaths:
 
 
 def fingerprints(findings: Sequence[Finding], path: Callable[[str], str]) -> list[str]:
-    """One fingerprint per finding, in order: SHA-256 of rule, repository path, JSON pointer and
-    message. Findings alike in all four get their occurrence number too, so every fingerprint
-    in one report is unique (GitLab keeps one issue per fingerprint)."""
-    seen: Counter[tuple[str, str, str, str]] = Counter()
+    """One fingerprint per finding, in order: SHA-256 of rule, repository path and JSON pointer
+    (the field). Not the message: some name the time (the promotion gate's "completed 3h ago"),
+    and a value fixed into another wrong one is still the alert at that field. Findings alike
+    in all three get their occurrence number (in source order) too, so every fingerprint in
+    one report is unique (GitLab keeps one issue per fingerprint)."""
+    seen: Counter[tuple[str, str, str]] = Counter()
     out: list[str] = []
     for f in findings:
-        key = (f.rule, path(f.file), f.pointer, f.message)
+        key = (f.rule, path(f.file), f.pointer)
         occurrence = seen[key]
         seen[key] += 1
-        parts = [*key, str(occurrence)] if occurrence else list(key)
-        # NUL cannot occur in a rule, a path or a pointer: the parts cannot run into each other
-        digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass"))
-        out.append(digest.hexdigest())
+        # a JSON list: no part can run into the next; ASCII, so any surrogate is escaped
+        text = json.dumps([*key, occurrence] if occurrence else list(key))
+        out.append(hashlib.sha256(text.encode("ascii")).hexdigest())
     return out
 
 
