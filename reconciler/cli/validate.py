@@ -17,7 +17,13 @@ from typing import Any
 
 import click
 
-from reconciler.files import FileRefused, link_refusal, printable, read_bounded, unsafe
+from reconciler.cli.report_formats import (
+    RepositoryPaths,
+    format_gitlab,
+    format_sarif,
+    printable_json,
+)
+from reconciler.files import FileRefused, link_refusal, printable, read_bounded
 from reconciler.firmware.preflight import firmware_preflight_rule
 from reconciler.fleet.promotion import promotion_rule
 from reconciler.policy.document import Location, parse_document
@@ -473,15 +479,7 @@ def format_text(findings: Iterable[Finding]) -> str:
 
 def format_json(findings: Iterable[Finding]) -> str:
     text = json.dumps([f.as_dict() for f in findings], indent=2, ensure_ascii=False) + "\n"
-    # json escapes C0 controls only; C1 (CSI), line separators and bidi overrides get \u
-    # escapes too (outside strings the output is ASCII, so this changes no structure)
     return printable_json(text)
-
-
-def printable_json(text: str) -> str:
-    if text.isascii() and "\x7f" not in text:  # json already escaped C0 controls
-        return text
-    return "".join(json.dumps(c)[1:-1] if c != "\n" and unsafe(c) else c for c in text)
 
 
 def _escape_data(text: str) -> str:
@@ -518,6 +516,8 @@ class ExistingPath(click.ParamType):  # type: ignore[type-arg]  # generic from c
 
 
 FORMATTERS = {"text": format_text, "json": format_json, "github": format_github}
+#: Reports for code-review tools: their paths are relative to the repository root.
+REPORTS = {"sarif": format_sarif, "gitlab": format_gitlab}
 
 
 @click.command("validate")
@@ -526,8 +526,10 @@ FORMATTERS = {"text": format_text, "json": format_json, "github": format_github}
               help="Check transition rules: previous spec from this ref, rollout phase from the "
                    "cluster's status snapshot; and the promotion gate: the upstream's status "
                    "snapshot at this ref.")
-@click.option("--format", "output_format", type=click.Choice(list(FORMATTERS)), default="text",
-              show_default=True, help="text (like a compiler), json, or github annotations.")
+@click.option("--format", "output_format", type=click.Choice([*FORMATTERS, *REPORTS]),
+              default="text", show_default=True,
+              help="text (like a compiler), json, github annotations, sarif (SARIF 2.1.0 for "
+                   "code scanning) or gitlab (a Code Quality report).")
 def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -> None:
     """Validate policy files the way the operator's admission webhook would.
 
@@ -550,7 +552,11 @@ def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -
     findings.extend(duplicate_objects(jobs, results))
     findings.extend(walk_findings)
     findings = sort_findings(findings)
-    sys.stdout.write(FORMATTERS[output_format](findings))
+    if output_format in REPORTS:
+        places = RepositoryPaths(repo.root, _lexical(Path.cwd()), against)
+        sys.stdout.write(REPORTS[output_format](findings, places.relative))
+    else:
+        sys.stdout.write(FORMATTERS[output_format](findings))
     errors = sum(f.is_error for f in findings)
     warnings = len(findings) - errors
     if output_format == "text":

@@ -30,6 +30,9 @@ ROLLOUT_CONDITIONS: Final = ("Progressing", "ManualGate", "BatchFailed", "Rolled
 # so a dashboard shows explicit zeros.
 NODE_STATES: Final = ("upgraded", "in_flight", "pending", "failed", "unavailable", "waiting_busy")
 
+# What a rollout can wait for a person at: a gate (ManualGate) or a fallback pause (BatchFailed).
+AWAITING_PERSON: Final = ("gate", "fallback")
+
 # Git operations that count their failures; rollback reasons (reconciler.rollout.status).
 GIT_OPERATIONS: Final = ("fetch", "push", "read")
 ROLLBACK_REASONS: Final = ("FailureThresholdReached", "RolloutDisabled")
@@ -107,6 +110,16 @@ class Metrics:
             f"{PREFIX}_rollout_steps",
             "Number of steps in the active rollout's upgradeSteps.",
             ["cluster"],
+            registry=r,
+        )
+        # a start time rather than a duration: the wait's age is time() - value in Prometheus,
+        # right across scrapes, restarts and leader changes without any state here
+        self.rollout_awaiting_person = Gauge(
+            f"{PREFIX}_rollout_awaiting_person_timestamp_seconds",
+            "Unix time the rollout began to wait for a person, by what it waits at (gate: "
+            "ManualGate, fallback: BatchFailed; the condition's lastTransitionTime); 0 while "
+            "it does not wait there.",
+            ["cluster", "wait"],
             registry=r,
         )
         self.nodes = Gauge(
@@ -212,6 +225,12 @@ class Metrics:
             self.rollout_condition.labels(cluster=cluster, type=ctype).set(
                 1 if ctype in true_types else 0
             )
+
+    def set_awaiting_person(self, cluster: str, since: dict[str, float]) -> None:
+        """The start of each wait in ``since`` (``gate``, ``fallback``); 0 for the others."""
+        for wait in sorted(set(AWAITING_PERSON) | set(since)):
+            self.rollout_awaiting_person.labels(cluster=cluster, wait=wait).set(
+                since.get(wait, 0))
 
     def set_sync_rejected(self, cluster: str, rejected: bool) -> None:
         self.sync_rejected.labels(cluster=cluster).set(1 if rejected else 0)

@@ -3,13 +3,36 @@ step, node counts, failures, rollbacks), for a process that may not run the cont
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from reconciler.fieldpath import items, section
 from reconciler.gitops.publisher import PendingChange
+from reconciler.names import ConditionType
 from reconciler.ops.metrics import NODE_STATES, Metrics
 from reconciler.sync.fields import PAUSE, VERSION_FIELD
+from reconciler.timefmt import parse_time_or_none
+
+#: The conditions that are True while a rollout waits for a person, by the wait they name.
+#: A gate a person confirmed is False (reason Confirmed, or ConfirmedPendingNodes while nodes
+#: that joined meanwhile get Ready): that wait is for nodes, not for a person.
+AWAITING_PERSON_CONDITIONS: dict[str, str] = {
+    ConditionType.MANUAL_GATE: "gate",
+    ConditionType.BATCH_FAILED: "fallback",
+}
+
+
+def awaiting_person(conditions: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Since when the rollout waits for a person, by wait (``gate``, ``fallback``): the
+    lastTransitionTime of each such condition that is True. A True condition whose time cannot
+    be read counts from the epoch, so the alert on it fires rather than stays silent."""
+    since: dict[str, float] = {}
+    for condition in conditions:
+        wait = AWAITING_PERSON_CONDITIONS.get(str(condition.get("type")))
+        if wait is not None and condition.get("status") == "True":
+            began = parse_time_or_none(condition.get("lastTransitionTime"))
+            since[wait] = 1.0 if began is None or began <= 0 else began
+    return since
 
 
 class RolloutMetrics:
@@ -32,6 +55,7 @@ class RolloutMetrics:
             metrics.set_rollout_phase(cluster, str(upgrade["phase"]))
         metrics.set_rollout_conditions(cluster, {
             str(c.get("type")) for c in conditions if c.get("status") == "True"})
+        metrics.set_awaiting_person(cluster, awaiting_person(conditions))
         steps = items(live, ("spec", "driver", "upgradePolicy", "upgradeSteps"))
         index = inner.get("currentStepIndex")
         state = inner.get("currentStepState")

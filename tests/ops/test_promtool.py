@@ -43,6 +43,7 @@ def populate(m: Metrics) -> None:
     m.set_rollout_phase("prod-a", "Progressing")
     m.set_rollout_step("prod-a", 2, "StepUpgrade", steps=3)
     m.set_rollout_conditions("prod-a", {"Progressing", "BatchFailed"})
+    m.set_awaiting_person("prod-a", {"fallback": 1_790_000_000.0})
     m.set_nodes("prod-a", {"upgraded": 5, "in_flight": 2, "pending": 13})
     m.observe_merge_to_apply("prod-a", 0.4)
     m.observe_merge_to_apply("prod-a", 700.0)  # past the last bucket: +Inf only
@@ -145,7 +146,7 @@ def test_promtool_check_metrics_does_find_lint_problems() -> None:
 def test_alert_rules_pass_promtool_check_rules() -> None:
     checked = promtool("check", "rules", "--lint=all", "--lint-fatal", str(ALERTS))
     assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
-    assert b"SUCCESS: 4 rules found" in checked.stdout
+    assert b"SUCCESS: 5 rules found" in checked.stdout
 
 
 def test_each_alert_fires_on_its_case_and_not_on_look_alikes() -> None:
@@ -156,7 +157,8 @@ def test_each_alert_fires_on_its_case_and_not_on_look_alikes() -> None:
     fired = {case["alertname"] for test in cases for case in test["alert_rule_test"]
              if case["exp_alerts"]}
     assert fired == set(rule_expressions()) == {
-        "GpuRolloutStuck", "GpuRolloutFallback", "GpuPolicySyncRejected", "GpuStatusPushFailing"}
+        "GpuRolloutStuck", "GpuRolloutFallback", "GpuPolicySyncRejected", "GpuStatusPushFailing",
+        "GpuRolloutAwaitingPerson"}
 
 
 def test_alert_rules_read_only_exported_metrics() -> None:
