@@ -172,7 +172,8 @@ class WatchedBranch:
             return (host, path) in urls
         full_name = repo.get("full_name")
         if isinstance(full_name, str) and full_name:
-            return _owner_name(path) == full_name.strip().lower()
+            # a GitLab project in a subgroup is named by its whole path ("group/sub/repo")
+            return full_name.strip().lower() in (path, _owner_name(path))
         return any(_owner_name(path) == _owner_name(p) for _, p in urls)
 
 

@@ -380,3 +380,15 @@ def test_remembered_deliveries_are_bounded_and_shared_by_no_two_forges() -> None
     assert seen.take("gitlab", "a")  # another forge's id space
     assert seen.take("github", "b")  # pushed out by the gitlab entry: acted on again
     assert seen.take("github", "") and seen.take("github", "")  # no id: nothing to compare
+
+
+def test_a_gitlab_project_in_a_subgroup_matches_its_whole_path() -> None:
+    payload = json.loads(push_body("gitlab").replace(b"platform/", b"platform/gpu/"))
+    push = GitLab().push(payload)
+    assert not isinstance(push, str)
+    for configured in (
+        "platform/gpu/gpu-fleet",
+        "https://gitlab.example.org/platform/gpu/gpu-fleet",
+    ):
+        assert WatchedBranch(configured, "main").matches_repository(push.repository)
+    assert not WatchedBranch("platform/gpu-fleet", "main").matches_repository(push.repository)
