@@ -109,7 +109,9 @@ class Forge:
 
     def push(self, payload: dict[str, Any]) -> Push | str:
         """The push a verified payload reports, or why it is not one."""
-        return _github_push(payload)
+        # a branch deletion: GitHub says "deleted"; the others may only say so by an
+        # all-zero "after"
+        return _github_push(payload, zeros_deleted=self.name != "github")
 
     def sign(self, secret: bytes, body: bytes, *, delivery: str, now: float) -> dict[str, str]:
         """The headers this forge sends with a push of ``body`` (for tests and benchmarks)."""
@@ -130,7 +132,7 @@ def _hex_refusal(secret: Secret, header: str, value: str, body: bytes, prefix: s
     return None
 
 
-def _github_push(payload: dict[str, Any]) -> Push | str:
+def _github_push(payload: dict[str, Any], *, zeros_deleted: bool) -> Push | str:
     """GitHub's push payload; Gitea, Forgejo, Gogs and Gitee send the same fields."""
     repo = payload.get("repository")
     ref = payload.get("ref")
@@ -142,7 +144,10 @@ def _github_push(payload: dict[str, Any]) -> Push | str:
     ) if isinstance(pusher, dict) else ""  # fmt: skip
     after = _text(payload.get("after"))
     change = RefChange(
-        ref, _text(payload.get("before")), after, payload.get("deleted") is True or _zeros(after)
+        ref,
+        _text(payload.get("before")),
+        after,
+        payload.get("deleted") is True or (zeros_deleted and _zeros(after)),
     )
     name = str(repo.get("full_name") or repo.get("clone_url") or "?")
     return Push(repo, name, who, (change,))

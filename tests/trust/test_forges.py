@@ -230,7 +230,11 @@ def test_other_branches_are_ignored(hook: Hook) -> None:
 
 
 def test_a_branch_deletion_triggers_nothing(hook: Hook) -> None:
-    body = push_body(hook.forge.name, after="0" * 40)
+    # GitHub and Gitee say "deleted": true, GitLab and Gitea an all-zero "after", Bitbucket
+    # Server a change of type DELETE
+    body = push_body(hook.forge.name, after="0" * 40).replace(
+        b'"deleted": false', b'"deleted": true'
+    )
     if hook.forge.name == "bitbucket-server":
         body = body.replace(b'"type": "UPDATE"}]', b'"type": "DELETE"}]')
     status, data = hook.post(body, hook.headers(body))
@@ -392,3 +396,15 @@ def test_a_gitlab_project_in_a_subgroup_matches_its_whole_path() -> None:
     ):
         assert WatchedBranch(configured, "main").matches_repository(push.repository)
     assert not WatchedBranch("platform/gpu-fleet", "main").matches_repository(push.repository)
+
+
+def test_a_github_push_to_an_all_zero_commit_is_no_deletion_without_deleted() -> None:
+    # GitHub marks a deletion with "deleted": true; without it the push triggers a fetch,
+    # which reads the branch from Git whatever "after" says (as before forges were told apart)
+    payload = json.loads(push_body("github", after="0" * 40))
+    push = GitHub().push(payload)
+    assert not isinstance(push, str)
+    assert not push.changes[0].deleted
+    payload["deleted"] = True
+    push = GitHub().push(payload)
+    assert not isinstance(push, str) and push.changes[0].deleted
