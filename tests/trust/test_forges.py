@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -408,3 +409,20 @@ def test_a_github_push_to_an_all_zero_commit_is_no_deletion_without_deleted() ->
     payload["deleted"] = True
     push = GitHub().push(payload)
     assert not isinstance(push, str) and push.changes[0].deleted
+
+
+def test_no_forges_secret_or_token_reaches_a_log(
+    hook: Hook, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    body = push_body(hook.forge.name)
+    hook.post(body, hook.headers(body))
+    hook.post(body, hook.headers(body, secret=b"a-wrong-secret-also-unlogged", delivery="d-2"))
+    hook.post(b"{", hook.headers(b"{", delivery="d-3"))
+    assert caplog.records, "the receiver logs its decisions"
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert SECRET.decode() not in logged  # GitLab's and Gitee's token is the secret itself
+    assert "a-wrong-secret-also-unlogged" not in logged
+    for value in hook.headers(body).values():
+        if len(value) > 20 and value != "application/json":
+            assert value not in logged  # nor a valid signature, which would help a replay
