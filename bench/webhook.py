@@ -12,9 +12,12 @@ Figures:
    measured here);
 5. slow clients (issue 15): 200 connections from one address each sending a byte a second,
    how many are refused at once, how long the admitted ones are held (the request deadline),
-   and valid pushes from another address meanwhile.
+   and valid pushes from another address meanwhile;
+6. every forge (issue 33): a push delivery of GitHub, Gitea/Forgejo, GitLab, Bitbucket Server
+   and Gitee, each with its own headers and proof of the secret -> trigger callback, p50 over
+   --forge-pushes deliveries per forge (the apply behind it: bench/sync_latency.py).
 
-Usage: bench/webhook.py [--seconds 10] [--rate 200] [--workers 8] [--slow 200]
+Usage: bench/webhook.py [--seconds 10] [--rate 200] [--workers 8] [--slow 200] [--forge-pushes 15]
 """
 
 from __future__ import annotations
@@ -39,8 +42,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from forge_pushes import delivery  # bench/ is on sys.path: it is the script's folder
+
 from reconciler.ops.http_server import ServerLimits
 from reconciler.ops.metrics import Metrics
+from reconciler.trust.forges import FORGES, Forge
 from reconciler.trust.webhook import (
     PushEvent,
     WatchedBranch,
@@ -82,16 +88,16 @@ def push_body(after: str = "a" * 40) -> bytes:
 
 
 def send(conn: http.client.HTTPConnection, body: bytes, signature: str) -> int:
-    conn.request(
-        "POST",
-        "/webhook",
-        body=body,
-        headers={
-            "Content-Type": "application/json",
-            "X-GitHub-Event": "push",
-            "X-Hub-Signature-256": signature,
-        },
-    )
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": "push",
+        "X-Hub-Signature-256": signature,
+    }
+    return post(conn, body, headers)
+
+
+def post(conn: http.client.HTTPConnection, body: bytes, headers: dict[str, str]) -> int:
+    conn.request("POST", "/webhook", body=body, headers=headers)
     resp = conn.getresponse()
     resp.read()
     return resp.status
@@ -190,14 +196,23 @@ def valid_push_latencies(
     count: int,
     gap: float,
     source: str = "127.0.0.1",
+    forge: Forge | None = None,
 ) -> list[float]:
+    """Valid pushes -> the trigger: GitHub's as in the figures above, or ``forge``'s own
+    delivery (each with a new id, so none is taken for a repeat)."""
     out: list[float] = []
     conn = http.client.HTTPConnection(*address, timeout=10, source_address=(source, 0))
     body = push_body()
-    for _ in range(count):
+    for i in range(count):
+        if forge is None:
+            request = body, {"Content-Type": "application/json", "X-GitHub-Event": "push",
+                             "X-Hub-Signature-256": sign(body)}  # fmt: skip
+        else:
+            after = f"{i + 1:040x}"
+            request = delivery(forge, SECRET, "example-org/gpu-fleet", after, f"bench-{i}")
         event = fired()
         t0 = time.perf_counter()
-        status = send(conn, body, sign(body))
+        status = post(conn, *request)
         if status != 202 or not event.wait(5):
             raise SystemExit(f"valid push not triggered (HTTP {status})")
         out.append(event.triggered_at - t0)  # type: ignore[attr-defined]
@@ -336,6 +351,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8, help="client connections")
     parser.add_argument("--pushes", type=int, default=20, help="valid pushes per measurement")
     parser.add_argument("--slow", type=int, default=200, help="slow connections from one address")
+    parser.add_argument("--forge-pushes", type=int, default=15, help="valid pushes per forge")
     parser.add_argument(
         "--new-connections", action="store_true", help="one TCP connection per bad request"
     )
@@ -380,6 +396,10 @@ def main() -> int:
         time.sleep(1.5)  # every slow connection is open and has sent a byte or two
         slow_push = valid_push_latencies(srv.address, probe.arm, args.pushes, 0.2, "127.0.0.2")
         slowing.join()
+        by_forge = {
+            f.name: valid_push_latencies(srv.address, probe.arm, args.forge_pushes, 0.05, forge=f)
+            for f in FORGES
+        }
 
     achieved = len(flood.latencies) / flood.elapsed
     ok401 = flood.statuses.get(401, 0)
@@ -422,6 +442,10 @@ def main() -> int:
                  "< 1000", f"{v:.2f}", f"{v / 1000:.4f}"))  # fmt: skip
     rows.append(("valid push from another address -> trigger max, slow clients held (ms)", "-",
                  f"{max(slow_push) * 1000:.2f}", "-"))  # fmt: skip
+    for name, lat in by_forge.items():
+        v = statistics.median(lat) * 1000
+        rows.append((f"{name} push -> trigger p50, {len(lat)} deliveries (ms)", "< 1000",
+                     f"{v:.2f} (max {max(lat) * 1000:.2f})", f"{v / 1000:.4f}"))  # fmt: skip
     fetch, note = push_to_fetch(min(args.pushes, 10))
     if fetch:
         v = statistics.median(fetch) * 1000

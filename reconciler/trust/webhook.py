@@ -1,12 +1,14 @@
-"""GitHub-style push webhook: a signed push to the watched branch triggers an immediate fetch.
+"""Push webhooks of every common forge: a verified push to the watched branch triggers a fetch.
 
 The request is checked in an order that spends nothing on strangers: size from
 ``Content-Length`` before reading a byte, then the read (bounded by the request's total
-deadline, see ``reconciler.ops.http_server.ServerLimits``), then the ``X-Hub-Signature-256``
-HMAC compared in constant time, and only then JSON, parsed with a bound on its nesting. The
-webhook is a hint, never a source of truth: the fetch that follows reads the branch from Git
-itself, so a forged payload could at worst cause an extra fetch, and an unsigned one cannot
-even do that.
+deadline, see ``reconciler.ops.http_server.ServerLimits``), then the forge's own proof of the
+secret (``reconciler.trust.forges``: GitHub, Gitea/Forgejo, GitLab, Bitbucket Server, Gitee,
+each compared in constant time), and only then JSON, parsed with a bound on its nesting. These
+limits come before the forge is known, so they hold for every forge alike. The webhook is a
+hint, never a source of truth: the fetch that follows reads the branch from Git itself, so a
+forged payload could at worst cause an extra fetch, and an unauthenticated one cannot even do
+that. A delivery id acted on once is not acted on again (a forge's retry, a replay).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import logging
 import os
 import re
 import stat
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +36,7 @@ from reconciler.ops.http_server import (
     ServerLimits,
 )
 from reconciler.ops.metrics import Metrics
+from reconciler.trust.forges import Forge, Push, RefChange, forge_of
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +45,9 @@ DEFAULT_MAX_BODY_BYTES = 1024 * 1024  # GitHub caps payloads at 25 MB; pushes ar
 DEFAULT_PATH = "/webhook"
 #: a push payload nests about 4 deep; far deeper is an attack on the parser's recursion
 DEFAULT_MAX_JSON_DEPTH = 64
-SIGNATURE_HEADER = "X-Hub-Signature-256"
-EVENT_HEADERS = ("X-GitHub-Event", "X-Gitea-Event", "X-Gogs-Event")
+#: delivery ids remembered against repeats: a forge retries within minutes, and a few
+#: thousand cover far more pushes than a policy repository sees in that time
+DEFAULT_REMEMBERED_DELIVERIES = 4096
 
 
 class WebhookConfigError(ValueError):
@@ -63,6 +69,15 @@ class WebhookSecret:
 
     def verify(self, body: bytes, header: str) -> bool:
         return hmac.compare_digest(self.signature(body).encode(), header.strip().encode())
+
+    def mac(self, message: bytes) -> bytes:
+        return hmac.new(self._value, message, hashlib.sha256).digest()
+
+    def mac_of_secret(self, prefix: bytes) -> bytes:
+        return self.mac(prefix + self._value)
+
+    def same_as(self, candidate: bytes) -> bool:
+        return hmac.compare_digest(self._value, candidate)
 
     def __repr__(self) -> str:
         return "WebhookSecret(***)"
@@ -157,7 +172,8 @@ class WatchedBranch:
             return (host, path) in urls
         full_name = repo.get("full_name")
         if isinstance(full_name, str) and full_name:
-            return _owner_name(path) == full_name.strip().lower()
+            # a GitLab project in a subgroup is named by its whole path ("group/sub/repo")
+            return full_name.strip().lower() in (path, _owner_name(path))
         return any(_owner_name(path) == _owner_name(p) for _, p in urls)
 
 
@@ -172,6 +188,7 @@ class PushEvent:
     delivery: str
     received_monotonic: float
     received_unix: float
+    forge: str = "github"
 
 
 @dataclass(frozen=True)
@@ -183,6 +200,38 @@ class Outcome:
 
 
 Trigger = Callable[[PushEvent], None]
+
+
+class Deliveries:
+    """The last ``capacity`` delivery ids acted on, per forge: a repeat is not acted on again.
+
+    An id is taken before the trigger runs, so two copies arriving at once trigger once, and
+    given back when the trigger fails, so the forge's retry is acted on. Only authenticated
+    deliveries get here: a stranger cannot fill the memory or block an id in advance.
+    """
+
+    def __init__(self, capacity: int = DEFAULT_REMEMBERED_DELIVERIES) -> None:
+        self.capacity = capacity
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, forge: str, delivery: str) -> bool:
+        """True when this id is new (and now remembered); an empty id is always new."""
+        if not delivery:
+            return True
+        key = (forge, delivery)
+        with self._lock:
+            if key in self._seen:
+                self._seen.move_to_end(key)
+                return False
+            self._seen[key] = None
+            if len(self._seen) > self.capacity:
+                self._seen.popitem(last=False)
+            return True
+
+    def give_back(self, forge: str, delivery: str) -> None:
+        with self._lock:
+            self._seen.pop((forge, delivery), None)
 
 
 @dataclass
@@ -201,6 +250,7 @@ class WebhookReceiver:
     #: seconds between two refusal warnings for one reason and client (read at construction)
     warn_interval: float = 10.0
     refusals: RefusalLog = field(init=False, repr=False)
+    deliveries: Deliveries = field(default_factory=Deliveries, repr=False)
 
     def __post_init__(self) -> None:
         self.refusals = RefusalLog(log, interval=self.warn_interval, clock=self.clock)
@@ -244,54 +294,65 @@ class WebhookReceiver:
 
     def handle(self, headers: dict[str, str], body: bytes, received: float) -> Outcome:
         """Verify and act on a request whose body was read. ``headers`` keys are lowercase."""
-        signature = headers.get(SIGNATURE_HEADER.lower())
-        if not signature:
-            return Outcome(401, "unauthorized", f"missing {SIGNATURE_HEADER} header")
-        if not self.secret.verify(body, signature):
-            return Outcome(401, "unauthorized", f"{SIGNATURE_HEADER} does not match the body")
-        event = next((headers[h.lower()] for h in EVENT_HEADERS if headers.get(h.lower())), "")
+        forge = forge_of(headers)
+        refusal = forge.refusal(self.secret, headers, body, self.wall_clock())
+        if refusal is not None:
+            return Outcome(401, "unauthorized", refusal)
+        event = forge.event(headers)
         if not event:
-            return Outcome(400, "bad_request", "missing X-GitHub-Event header")
+            return Outcome(400, "bad_request", f"missing {_header_name(forge.event_headers[0])} "
+                           "header")  # fmt: skip
         try:
             payload = decode_payload(headers.get("content-type", ""), body, self.max_json_depth)
         except ValueError as e:
             return Outcome(400, "bad_request", f"malformed payload: {e}")
-        if event == "ping":
+        if event in forge.ping_events:
             return Outcome(200, "ping", "pong")
-        if event != "push":
-            return Outcome(202, "ignored", f"event {event!r} ignored: only push events trigger")
-        return self._push(payload, headers, received)
+        if event not in forge.push_events:
+            return Outcome(202, "ignored", f"event {_shown(event)!r} ignored: only push events "
+                           "trigger")  # fmt: skip
+        push = forge.push(payload)
+        if isinstance(push, str):
+            return Outcome(400, "bad_request", push)
+        return self._push(forge, push, headers, received)
 
-    def _push(self, payload: dict[str, Any], headers: dict[str, str], received: float) -> Outcome:
-        repo = payload.get("repository")
-        ref = payload.get("ref")
-        if not isinstance(repo, dict) or not isinstance(ref, str):
-            return Outcome(400, "bad_request", "push payload lacks repository or ref")
-        name = _shown(str(repo.get("full_name") or repo.get("clone_url") or "?"))
-        if not self.watched.matches_repository(repo):
+    def _push(self, forge: Forge, push: Push, headers: dict[str, str], received: float) -> Outcome:
+        name = _shown(push.name)
+        if not self.watched.matches_repository(push.repository):
             return Outcome(202, "ignored", f"repository {name} is not the watched repository")
         wanted_ref = f"refs/heads/{self.watched.branch}"
-        if ref != wanted_ref:
-            return Outcome(202, "ignored", f"ref {_shown(ref)} ignored: watching {wanted_ref}")
-        if payload.get("deleted") is True:
-            return Outcome(202, "ignored", f"{_shown(ref)} was deleted; nothing to fetch")
-        pusher = payload.get("pusher")
+        change = next((c for c in push.changes if c.ref == wanted_ref), None)
+        if change is None:
+            refs = ", ".join(_shown(c.ref) for c in push.changes[:5]) or "none"
+            return Outcome(202, "ignored", f"ref {refs} ignored: watching {wanted_ref}")
+        ref = change.ref
+        if change.deleted:
+            return Outcome(202, "ignored", f"{ref} was deleted; nothing to fetch")
+        if _is_test(change):
+            # Gitea's "Test Delivery" reports the branch head moving to itself
+            return Outcome(200, "ping", f"test delivery: {ref} did not move; nothing to fetch")
+        delivery = _shown(forge.delivery(headers))
+        if not self.deliveries.take(forge.name, delivery):
+            return Outcome(200, "ignored", f"delivery {delivery} was acted on already; not again")
         event = PushEvent(
             repository=name,
             ref=ref,
-            after=_shown(str(payload.get("after") or "")),
-            pusher=_shown(str(pusher.get("name", ""))) if isinstance(pusher, dict) else "",
-            delivery=_shown(headers.get("x-github-delivery", "")),
+            after=_shown(change.after),
+            pusher=_shown(push.pusher),
+            delivery=delivery,
             received_monotonic=received,
             received_unix=self.wall_clock(),
+            forge=forge.name,
         )
         try:
             self.trigger(event)
         except Exception:
+            self.deliveries.give_back(forge.name, delivery)
             log.exception("webhook trigger failed for %s %s", name, ref)
             return Outcome(500, "error", "the fetch could not be triggered; see the logs")
         log.info(
-            "webhook push to %s %s (%s) by %s: fetch triggered",
+            "webhook push (%s) to %s %s (%s) by %s: fetch triggered",
+            forge.name,
             name,
             ref,
             event.after[:12],
@@ -383,6 +444,15 @@ def decode_payload(
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     return data
+
+
+def _is_test(change: RefChange) -> bool:
+    """A ref "moving" to where it was: no real push says that, a forge's test delivery does."""
+    return bool(change.after) and change.before == change.after
+
+
+def _header_name(lowercase: str) -> str:
+    return "-".join(p.capitalize() for p in lowercase.split("-")).replace("Github", "GitHub")
 
 
 def _shown(text: str, limit: int = 200) -> str:

@@ -8,7 +8,6 @@ import http.client
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from reconciler.trust.webhook import (
     load_secret,
     normalize_repository,
 )
+from tests.trust.helpers import Recorder
 
 SECRET = b"s3cr3t-webhook-value-that-must-never-be-logged"
 REPO = "https://github.com/example-org/gpu-fleet.git"
@@ -55,16 +55,6 @@ def push_payload(
     }
     payload.update(extra)
     return payload
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[PushEvent] = []
-        self.fired = threading.Event()
-
-    def __call__(self, event: PushEvent) -> None:
-        self.events.append(event)
-        self.fired.set()
 
 
 @pytest.fixture
