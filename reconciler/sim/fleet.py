@@ -232,7 +232,7 @@ class Fleet:
     ) -> None:
         self.api = api
         #: the kubelet's part for workload pods (``workloads=True``); None: they run at once
-        #: and stop after ``termination_seconds``, as the driver pods' neighbours always did
+        #: and stop after ``termination_seconds``, the fleet's behaviour before workloads
         self.workloads = WorkloadPods(self) if workloads else None
         self.payload = payload
         self.install_seconds = install_seconds
