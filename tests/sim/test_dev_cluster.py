@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from reconciler.cli.dev_cluster import dev_cluster
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.sim.waiting import wait_for
 
@@ -175,11 +177,14 @@ def test_up_with_workloads_and_domains_serves_pods_behind_a_budget(tmp_path: Pat
 
 
 def test_workloads_and_domains_must_fit_the_fleet(tmp_path: Path) -> None:
-    result = reconciler("dev-cluster", "up", "--nodes", "2", "--workloads", "17",
-                        "--dir", str(tmp_path / "dev"))
-    assert result.returncode == 2
-    assert "2 nodes have 16 GPUs" in result.stderr
-    result = reconciler("dev-cluster", "up", "--nodes", "2", "--domains", "3",
-                        "--dir", str(tmp_path / "dev"))
-    assert result.returncode == 2
-    assert "more domains than the 2 nodes" in result.stderr
+    # in process: refused before anything starts
+    runner = CliRunner()
+    result = runner.invoke(dev_cluster, ["up", "--nodes", "2", "--workloads", "17",
+                                         "--dir", str(tmp_path / "dev")])
+    assert result.exit_code == 2
+    assert "2 nodes have 16 GPUs" in result.output
+    result = runner.invoke(dev_cluster, ["up", "--nodes", "2", "--domains", "3",
+                                         "--dir", str(tmp_path / "dev")])
+    assert result.exit_code == 2
+    assert "more domains than the 2 nodes" in result.output
+    assert not (tmp_path / "dev").exists()
