@@ -22,9 +22,11 @@ __all__ = ["WaitTimeout", "wait_for"]
 
 @pytest.fixture(scope="session")
 def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler for the whole session.
-    Its logs are kept (path printed) when any test of the session failed."""
-    plane = ControlPlane().start()
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler for the whole session,
+    with the workload controllers (Deployments, Jobs, disruption budgets: they act on nothing
+    but those, which only tests of workloads create). Its logs are kept (path printed) when any
+    test of the session failed."""
+    plane = ControlPlane(workload_controllers=True).start()
     try:
         yield plane
     finally:

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from reconciler.files import printable
 
 #: The SPEC's largest rollout; every simulated node is a Node, a Pod and a kubelet loop.
 MAX_NODES = 10_000
+#: ``metax-tech.com/gpu`` each simulated GPU node advertises (a serving pod takes one)
+GPUS_PER_NODE = 8
 
 if TYPE_CHECKING:
     from reconciler.sim.fleet import Fleet
@@ -106,9 +109,21 @@ def dev_cluster() -> None:
               help="Renew each node's Lease in kube-node-lease every this many seconds, as a "
                    "kubelet does (10); 0: no Leases and no heartbeats (the node lifecycle "
                    "controller, which reads them, is off here).")
+@click.option("--workloads", type=BoundedInt(0, MAX_NODES * GPUS_PER_NODE), default=None,
+              help="Also run the controllers real workloads need (deployment, replicaset, job, "
+                   "disruption), play workload pods as a kubelet does (grace periods, Jobs that "
+                   "complete) and put this many serving pods (Deployment gpu-serving, one GPU "
+                   "each) behind a PodDisruptionBudget (maxUnavailable 1) in namespace "
+                   "gpu-workloads; 0: the controllers, no pods. Without it: no workload "
+                   "controllers.")
+@click.option("--domains", type=BoundedInt(1, MAX_NODES), default=None,
+              help="Label the nodes with a zone (topology.kubernetes.io/zone=zone-<i>) and a "
+                   "rack (gpu.metax-tech.com/rack=rack-<i>), spread in order over this many "
+                   "domains. Without it: no zone or rack labels.")
 def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_version: str | None,
        directory: Path | None, seed: int, timeout: float, with_prometheus: bool,
-       admission: bool, lease_seconds: float) -> None:
+       admission: bool, lease_seconds: float, workloads: int | None,
+       domains: int | None) -> None:
     """Start the control plane and the fleet; print the kubeconfig path once the fleet is Ready;
     run until Ctrl-C or `reconciler dev-cluster down`."""
     from reconciler.kube.api import KubeError
@@ -116,10 +131,16 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
     from reconciler.sim.admission import DevAdmission
     from reconciler.sim.control_plane import ControlPlane, ControlPlaneError, memory_report
     from reconciler.sim.faults import POD_FAULTS, FaultFileError, FaultKind, load_faults
-    from reconciler.sim.fleet import Fleet, default_workers, node_name
-    from reconciler.sim.operator_install import DEFAULT_PAYLOAD
+    from reconciler.sim.fleet import WORKLOAD_NAMESPACE, Fleet, default_workers, node_name
+    from reconciler.sim.operator_install import DEFAULT_PAYLOAD, release_minor
     from reconciler.sim.prometheus import PrometheusError, locate_binary
     from reconciler.sim.waiting import WaitTimeout, wait_for
+    from reconciler.sim.workloads import (
+        deploy_serving,
+        domain_labels,
+        policy_version,
+        serving_status,
+    )
 
     directory = directory or default_dir()
     install = _parse_seconds(install_seconds)
@@ -137,6 +158,11 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
             f"{faults_file}: fault(s) for node(s) not in the fleet: {', '.join(unknown)} "
             f"(nodes are {node_name(1, width)}..{node_name(nodes, width)})"
         ))
+    if workloads is not None and workloads > nodes * GPUS_PER_NODE:
+        raise click.UsageError(f"--workloads {workloads}: {nodes} nodes have "
+                               f"{nodes * GPUS_PER_NODE} GPUs, one per serving pod")
+    if domains is not None and domains > nodes:
+        raise click.UsageError(f"--domains {domains}: more domains than the {nodes} nodes")
     if with_prometheus:
         try:
             locate_binary()
@@ -162,7 +188,7 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "up.pid").write_text(f"{os.getpid()}\n")
-    plane = ControlPlane(workdir=directory)
+    plane = ControlPlane(workdir=directory, workload_controllers=workloads is not None)
     fleet: Fleet | None = None
     telemetry = _Telemetry()
     webhook: DevAdmission | None = None
@@ -174,9 +200,10 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         # a connection per simulator thread, and some for the watches
         fleet = Fleet(plane.api(pool_size=default_workers(nodes) + 8), nodes=nodes, faults=faults,
                       install_seconds=install, payload=payload, seed=seed,
-                      lease_seconds=lease_seconds or None)
+                      lease_seconds=lease_seconds or None, workloads=workloads is not None,
+                      node_labels=domain_labels(sorted(known), domains) if domains else None)
         fleet.start(timeout=timeout)
-        _say(f"{nodes} nodes registered")
+        _say(f"{nodes} nodes registered" + (f" in {domains} zones" if domains else ""))
         if admission:
             webhook = DevAdmission(plane.api(pool_size=4), directory).start()
             _say(f"admission webhook registered at {webhook.url} (failurePolicy Fail)")
@@ -188,6 +215,20 @@ def up(nodes: int, faults_file: Path | None, install_seconds: str, payload_versi
         wait_for(lambda: stop.is_set() or len(ready_fleet.ready_driver_nodes()) >= expected,
                  timeout=timeout, what=f"{expected} Ready driver pods",
                  observe=lambda: f"{len(ready_fleet.ready_driver_nodes())} Ready", interval=0.2)
+        if workloads and not stop.is_set():
+            policy = policy_version(release_minor(fleet.kubelet_version))
+            api = fleet.api
+            deploy_serving(api, workloads, namespace=WORKLOAD_NAMESPACE, policy_version=policy)
+
+            def serving() -> Mapping[str, int]:
+                return serving_status(api, namespace=WORKLOAD_NAMESPACE, policy=policy)
+
+            # the budget's count too: the disruption controller has seen them
+            wait_for(lambda: stop.is_set() or serving()["currentHealthy"] >= workloads,
+                     timeout=timeout, what=f"{workloads} serving pods Ready behind their budget",
+                     observe=serving, interval=0.2)
+            _say(f"{workloads} serving pods Ready (Deployment {WORKLOAD_NAMESPACE}/gpu-serving "
+                 "behind a PodDisruptionBudget)")
         if with_prometheus and not stop.is_set():
             telemetry.start(fleet, nodes, directory, timeout)
         if not stop.is_set():

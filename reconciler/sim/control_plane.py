@@ -55,6 +55,9 @@ GO_GC_PERCENT = "400"
 # them. Same scheduling result as the default profile for these pods.
 SCHEDULER_FILTERS = ("NodeAffinity", "NodeName", "NodeUnschedulable", "TaintToleration",
                      "NodePorts", "NodeResourcesFit")
+# With the workload controllers (``workload_controllers=True``) it places the pods of Deployments
+# and Jobs too, whose manifests spread them (topology spread constraints, pod anti-affinity).
+WORKLOAD_SCHEDULER_PLUGINS = ("PodTopologySpread", "InterPodAffinity")
 # The state their filters read; VolumeBinding's also feeds its reserve and pre-bind steps.
 SCHEDULER_PRE_FILTERS = ("NodePorts", "NodeResourcesFit", "VolumeBinding")
 # Current releases also narrow the nodes before filtering: NodeAffinity's pre-filter turns a
@@ -72,6 +75,11 @@ CURRENT_CONTROLLERS = ("daemonset-controller", "garbage-collector-controller",
                        "namespace-controller", "pod-garbage-collector-controller",
                        "serviceaccount-controller", "clusterrole-aggregation-controller",
                        "root-ca-certificate-publisher-controller")
+# What Deployments, Jobs and PodDisruptionBudgets need (``workload_controllers=True``); off by
+# default, so the scale benchmarks measure the same control plane as before.
+WORKLOAD_CONTROLLERS = ("deployment", "replicaset", "job", "disruption")
+CURRENT_WORKLOAD_CONTROLLERS = ("deployment-controller", "replicaset-controller",
+                                "job-controller", "disruption-controller")
 
 
 class ControlPlaneError(RuntimeError):
@@ -161,11 +169,15 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def scheduler_configuration(kubeconfig: Path, serving: str, *, current: bool = False) -> str:
+def scheduler_configuration(kubeconfig: Path, serving: str, *, current: bool = False,
+                            workloads: bool = False) -> str:
     """The scheduler's KubeSchedulerConfiguration (JSON is YAML): v1beta1 serving plain HTTP on
-    ``serving`` for 1.20; v1 for a current release, which serves only HTTPS, on its flags."""
+    ``serving`` for 1.20; v1 for a current release, which serves only HTTPS, on its flags.
+    ``workloads`` adds the plugins that spread workload pods."""
+    extra = WORKLOAD_SCHEDULER_PLUGINS if workloads else ()
+
     def only(names: tuple[str, ...]) -> dict[str, object]:
-        return {"disabled": [{"name": "*"}], "enabled": [{"name": n} for n in names]}
+        return {"disabled": [{"name": "*"}], "enabled": [{"name": n} for n in (*names, *extra)]}
     config: dict[str, object] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1beta1",
         "kind": "KubeSchedulerConfiguration",
@@ -239,8 +251,11 @@ class ControlPlane:
         binaries: Binaries | None = None,
         workdir: Path | None = None,
         start_timeout: float = 90.0,
+        workload_controllers: bool = False,
     ) -> None:
         self.binaries = binaries or Binaries.locate()
+        #: also run the controllers of Deployments, ReplicaSets, Jobs and disruption budgets
+        self.workload_controllers = workload_controllers
         self.start_timeout = start_timeout
         self._given_workdir = workdir
         self.workdir: Path = workdir or Path("/nonexistent")
@@ -364,7 +379,9 @@ class ControlPlane:
             scheduler_serving = ["--secure-port=0", "--address=127.0.0.1",
                                  f"--port={scheduler_port}"]
             scheme, probe = "http", None
-        controllers = CURRENT_CONTROLLERS if current else CONTROLLERS
+        controllers: tuple[str, ...] = CURRENT_CONTROLLERS if current else CONTROLLERS
+        if self.workload_controllers:
+            controllers += CURRENT_WORKLOAD_CONTROLLERS if current else WORKLOAD_CONTROLLERS
         self._launch("kube-controller-manager", supervised=True, args=[
             str(self.binaries.controller_manager),
             f"--kubeconfig={self.workdir / 'controller-manager.kubeconfig'}",
@@ -378,7 +395,7 @@ class ControlPlane:
         scheduler_config = self.workdir / "scheduler.yaml"
         scheduler_config.write_text(scheduler_configuration(
             self.workdir / "scheduler.kubeconfig", f"127.0.0.1:{scheduler_port}",
-            current=current))
+            current=current, workloads=self.workload_controllers))
         self._launch("kube-scheduler", supervised=True, args=[
             str(self.binaries.scheduler), f"--config={scheduler_config}",
             *scheduler_serving, "--v=1",

@@ -11,7 +11,9 @@ What the kubelet stand-in does with a pod bound to one of its nodes:
   ``pull_seconds``, Ready after an install time drawn from ``install_seconds``; faults for the
   pod's driver version change that (image pull failure, crash loop, never Ready, node NotReady);
 - any other pod (GPU workloads included): Running and Ready at once;
-- a pod being deleted: the deletion completes after ``termination_seconds``.
+- a pod being deleted: the deletion completes after ``termination_seconds``;
+- with ``workloads=True``, pods outside the operator's namespace are played as real workloads
+  instead (reconciler/sim/workloads.py): their grace period, Jobs that complete.
 
 Firmware: when ``spec.driver.fwUpgradePolicy`` becomes ``PreferCloud``, each GPU node whose
 VBIOS differs from the payload's firmware records it as pending after ``firmware_seconds`` and
@@ -77,6 +79,7 @@ from reconciler.sim.operator_install import (
     release_minor,
     server_version,
 )
+from reconciler.sim.workloads import WorkloadPods
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +186,8 @@ class SimPod:
     deleting: bool = False
     waiting_reason: str | None = None
     gpu_requests: dict[str, int] = field(default_factory=dict)  # container -> GPUs it asked for
+    run_seconds: float | None = None  # a workload that exits 0 this long after it starts
+    finished: bool = False  # its containers exited (phase Succeeded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +228,12 @@ class Fleet:
         workers: int | None = None,
         seed: int = 0,
         lease_seconds: float | None = None,
+        workloads: bool = False,
     ) -> None:
         self.api = api
+        #: the kubelet's part for workload pods (``workloads=True``); None: they run at once
+        #: and stop after ``termination_seconds``, the fleet's behaviour before workloads
+        self.workloads = WorkloadPods(self) if workloads else None
         self.payload = payload
         self.install_seconds = install_seconds
         self.pull_seconds = pull_seconds
@@ -767,6 +776,8 @@ class Fleet:
             return
         if pod is None:
             pod = self._new_pod(obj)
+            if self.workloads is not None:
+                self.workloads.admit(pod, obj)
             with self._lock:
                 self.pods[uid] = pod
                 self._on_node.setdefault(pod.node, {})[uid] = pod
@@ -777,7 +788,10 @@ class Fleet:
         if meta.get("deletionTimestamp") is not None and not pod.deleting:
             pod.deleting = True
             pod.generation += 1
-            delay = draw(self.termination_seconds, self.rng)
+            if self.workloads is not None and self.workloads.plays(pod):
+                delay = self.workloads.grace_seconds(pod, meta)
+            else:
+                delay = draw(self.termination_seconds, self.rng)
             assert self.timers is not None
             self.timers.call_later(delay, pod.node, lambda: self._finish_deletion(pod))
 
@@ -809,6 +823,9 @@ class Fleet:
         pod.generation += 1
         generation = pod.generation
         assert self.timers is not None
+        if self.workloads is not None and self.workloads.plays(pod):
+            self.workloads.start(pod, generation)
+            return
         if not pod.driver:
             self._write_pod_status(pod, phase="Running", ready=True)
             return
@@ -909,7 +926,9 @@ class Fleet:
                         "preconditions": {"uid": pod.uid}}, ok_missing=True)
 
     def _write_pod_status(self, pod: SimPod, *, phase: str, ready: bool,
-                          waiting: tuple[str, str] | None = None, crashed: bool = False) -> None:
+                          waiting: tuple[str, str] | None = None, crashed: bool = False,
+                          exited: bool = False) -> None:
+        """``exited``: the containers ended with exit code 0 (phase Succeeded)."""
         now = _now()
         pod.ready = ready
         pod.waiting_reason = waiting[0] if waiting else None
@@ -924,6 +943,10 @@ class Fleet:
             }
             if waiting is not None:
                 status["state"] = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+            elif exited:
+                status["state"] = {"terminated": {
+                    "exitCode": 0, "reason": "Completed", "startedAt": pod.created,
+                    "finishedAt": now}}
             else:
                 status["state"] = {"running": {"startedAt": now}}
                 status["containerID"] = f"containerd://{uuid.uuid4().hex}"
@@ -932,20 +955,19 @@ class Fleet:
                     "exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
             statuses.append(status)
         flag = "True" if ready else "False"
-        not_ready = None if ready else (
-            "ContainersNotReady", f"containers with unready status: [{' '.join(pod.containers)}]")
+        not_ready: JSON = {} if ready else {"reason": "PodCompleted"} if exited else {
+            "reason": "ContainersNotReady",
+            "message": f"containers with unready status: [{' '.join(pod.containers)}]"}
         conditions = [
             {"type": "Initialized", "status": "True", "lastTransitionTime": pod.created},
-            {"type": "Ready", "status": flag, "lastTransitionTime": now,
-             **({"reason": not_ready[0], "message": not_ready[1]} if not_ready else {})},
-            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now,
-             **({"reason": not_ready[0], "message": not_ready[1]} if not_ready else {})},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now, **not_ready},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now, **not_ready},
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": pod.created},
         ]
+        # no qosClass: the API server sets it at creation and refuses a change
         body = {"status": {
             "phase": phase, "conditions": conditions, "hostIP": ip, "podIP": ip,
             "podIPs": [{"ip": ip}], "startTime": pod.created, "containerStatuses": statuses,
-            "qosClass": "BestEffort",
         }}
         try:
             self._call("PATCH", resource_path("v1", "pods", pod.name, namespace=pod.namespace,
