@@ -18,16 +18,12 @@ from reconciler.sim.waiting import wait_for
 
 FLEET = """\
 rollout: {readyTimeout: 20m}
-windows:
-  allow: [{schedule: '0 1 * * *', duration: 2h}]
-firmware:
-  timeouts: {reboot: 5m}
+firmware: {timeouts: {reboot: 5m}}
+windows: {allow: [{schedule: '0 1 * * *', duration: 2h}]}
 clusters:
   prod-100:
+    windows: {timezone: Asia/Shanghai, allow: [{schedule: '0 22 * * *', duration: 8h}]}
     rollout: {readyTimeout: 30s}
-    windows:
-      timezone: Asia/Shanghai
-      allow: [{schedule: '0 22 * * *', duration: 8h}]
 """
 
 

@@ -20,16 +20,8 @@ from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
 from tests.controller.helpers import start_rollout
-from tests.sync.conftest import (
-    CLUSTER,
-    NEW,
-    PAYLOAD,
-    POLICY_PATH,
-    REPO_CONFIG,
-    Person,
-    Remote,
-    policy,
-)
+from tests.gitops.conftest import Person, Remote
+from tests.sync.conftest import CLUSTER, NEW, PAYLOAD, POLICY_PATH, REPO_CONFIG, policy
 from tests.sync.daemon import Daemon, wait_port_ready
 from tests.sync.helpers import source_commit
 
