@@ -58,7 +58,7 @@ class LiveSettings:
     def offer(self, file: RepoConfigFile, *, source: str,
               path: str = CONFIG_FILE) -> SettingsRefused | None:
         """Resolve ``file`` and publish it; a refused one keeps the settings in force, is
-        logged (once per source) and returned."""
+        logged (once per refusal) and returned."""
         try:
             settings = resolve_settings(file, self.cluster, source=source, path=path)
         except SettingsRefused as exc:
