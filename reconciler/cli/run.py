@@ -24,7 +24,7 @@ from reconciler.cli.durations import parse_duration_seconds
 if TYPE_CHECKING:
     from reconciler.kube.api import KubeApi
     from reconciler.ops.metrics import Metrics
-    from reconciler.policy.repo_config import RepoConfigFile
+    from reconciler.settings.live import LiveSettings
     from reconciler.trust.signatures import CommitVerifier
 
 log = logging.getLogger("reconciler.run")
@@ -83,7 +83,8 @@ def _duration(value: str | None, flag: str) -> float | None:
 @click.option("--repo-config", envvar=f"{ENV}REPO_CONFIG", default=None,
               type=click.Path(exists=True, dir_okay=False),
               help="With --role controller (no repository): a reconciler.yaml whose rollout, "
-                   "windows and firmware sections to use (per --cluster when it has its own).")
+                   "health, windows and firmware sections to use (per --cluster when it has its "
+                   "own); read again whenever it changes.")
 @click.option("--controller-field-manager", envvar=f"{ENV}CONTROLLER_FIELD_MANAGER",
               default="gpu-rollout-controller", show_default=True,
               help="Field manager whose spec changes are the rollout's own (written back to "
@@ -276,23 +277,26 @@ def _serve(s: _Settings) -> int:
             return {}
         return {"in_flight": last.in_flight, "unavailable": last.unavailable}
 
+    live = _live_settings(s, shutdown)
     sync = (_start_sync(s, api, metrics, leader, shutdown,
-                        node_counts if s.runs_controller else None)
+                        node_counts if s.runs_controller else None, live)
             if s.runs_sync else None)
     if s.runs_controller:
         from reconciler.controller.act import Target
+        from reconciler.controller.health import HealthFeeder
         from reconciler.controller.loop import RolloutController, prefer_responsiveness
         from reconciler.rollout.model import PlannerSettings
 
         prefer_responsiveness()
         controller = RolloutController(
             api, Target(cluster_operator=o["cluster_operator"]),
-            settings=PlannerSettings(ready_timeout=_ready_timeout(s, sync),
-                                     cordon_ahead=bool(o["cordon_ahead"])),
+            settings=PlannerSettings(cordon_ahead=bool(o["cordon_ahead"])),
             is_leader=leader.is_leader,
-            health=_health_feeder(s, sync, metrics),
-            windows=_windows(o, sync),
+            health=HealthFeeder(lambda: live.current().health,
+                                on_result=metrics.count_health_check),
+            config=live.current,
         )
+        live.subscribe(controller.kick)  # a new setting takes effect at once
         controller.start()
         shutdown.on_shutdown("rollout controller", controller.stop)
         log.info("rollout controller started for ClusterOperator %s at %s",
@@ -300,10 +304,11 @@ def _serve(s: _Settings) -> int:
         from reconciler.firmware.controller import FirmwareController
 
         firmware = FirmwareController(api, cluster_operator=o["cluster_operator"],
-                                      settings=_firmware_settings(o, sync),
+                                      settings=lambda: live.current().firmware,
                                       is_leader=leader.is_leader,
                                       hook_env=({"KUBECONFIG": os.path.abspath(o["kubeconfig"])}
                                                 if o["kubeconfig"] else None))
+        live.subscribe(firmware.kick)
         firmware.start()
         shutdown.on_shutdown("firmware orchestrator", firmware.stop)
 
@@ -361,32 +366,46 @@ def _serve(s: _Settings) -> int:
     return 0
 
 
-def _repo_config(o: dict[str, Any], sync: Any) -> RepoConfigFile:
-    """``reconciler.yaml`` at the branch head (the controllers' settings), or --repo-config;
-    parsed once, by the one parser (``RepoConfigFile``), and kept for the other settings."""
+def _live_settings(s: _Settings, shutdown: Any) -> LiveSettings:
+    """The one live view of reconciler.yaml for this cluster that every loop reads at each
+    pass: published by the sync role at each commit it applies; without one, --repo-config,
+    read again whenever it changes (none: the defaults). --ready-timeout pins its setting."""
+    from dataclasses import replace
+
+    from reconciler.settings.cluster import ClusterSettings
+    from reconciler.settings.live import LiveSettings, RepoConfigWatch
+
+    o = s.options
+    pin = None
+    flag = s.ready_timeout
+    if flag is not None:
+        def pin(settings: ClusterSettings) -> ClusterSettings:
+            return replace(settings, rollout=replace(settings.rollout, ready_timeout=flag))
+
+    live = LiveSettings(o.get("cluster") or None, pin=pin)
+    if o["repo_config"] and not s.runs_sync:
+        watch = RepoConfigWatch(o["repo_config"], live).start()
+        shutdown.on_shutdown("--repo-config watch", watch.stop)
+    return live
+
+
+def _settings_at_head(o: dict[str, Any], sync: Any, live: LiveSettings) -> None:
+    """Before the sync's first pass: reconciler.yaml at the branch head (or --repo-config);
+    the sync replaces it with the commit the cluster runs, then with each commit applied."""
     from reconciler.gitops.reader import PolicyFileRefused
     from reconciler.policy.repo_config import RepoConfigFile
 
-    cached: RepoConfigFile | None = o.get("repo_config_file")
-    if cached is not None:
-        return cached
     if o["repo_config"]:
-        parsed = RepoConfigFile.from_data(o["repo_config_data"])
-    else:
-        text: bytes | None = None
-        try:
-            if sync is not None:
-                head = sync.repo.mirror.head(o["branch"])
-                text = sync.repo.reader.read(head, "reconciler.yaml") if head else None
-            o["repo_config_text"] = text
-            parsed = RepoConfigFile.parse(text)
-            if parsed.yaml_error is not None:
-                log.warning("reconciler.yaml unusable (%s); using defaults", parsed.yaml_error)
-        except PolicyFileRefused as exc:
-            log.warning("reconciler.yaml unusable (%s); using defaults", exc)
-            parsed = RepoConfigFile()
-    o["repo_config_file"] = parsed
-    return parsed
+        live.offer(RepoConfigFile.parse(o["repo_config_text"]), source=o["repo_config"],
+                   path=o["repo_config"])
+        return
+    head = sync.repo.mirror.head(o["branch"])
+    if head is None:
+        return
+    try:
+        live.offer(sync.repo.reader.config_file(head), source=head)
+    except PolicyFileRefused as exc:
+        log.warning("reconciler.yaml unusable (%s); using defaults", exc)
 
 
 def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
@@ -405,22 +424,16 @@ def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
 def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics,
                          is_leader: Callable[[], bool], shutdown: Any) -> None:
     """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9), with the
-    ``health`` section of the commit it handled last (read at every commit; before the first,
-    --repo-config or reconciler.yaml at the branch head). Started with no section too: a
-    later commit may add one. One that does not validate commits ``pause: true``."""
+    ``health`` section in force (the live view: the commit applied last). Started with no
+    section too: a later commit may add one. One that does not validate commits
+    ``pause: true``."""
     from functools import partial
 
-    from reconciler.controller.health import section_of_commits
-    from reconciler.health.section import read_health
     from reconciler.sync.health_watch import VendorHealthWatch, stop_vendor
 
     o = s.options
-    _repo_config(o, sync)
-    cluster = o.get("cluster") or None
-    at_start = read_health(o.get("repo_config_text"), o["repo_config"] or "reconciler.yaml",
-                           cluster)
-    current = section_of_commits(lambda: getattr(sync, "config_file", None), at_start, cluster)
-    watch = VendorHealthWatch(api, cluster_operator=o["cluster_operator"], section=current,
+    watch = VendorHealthWatch(api, cluster_operator=o["cluster_operator"],
+                              section=lambda: sync.settings.current().health,
                               on_failure=sync.write_backs.pause_for_health,
                               on_invalid=partial(sync.write_backs.pause_for_health,
                                                  cause="health section invalid"),
@@ -439,68 +452,10 @@ def _start_window_pauses(s: _Settings, sync: Any, is_leader: Callable[[], bool],
     from reconciler.sync.window_watch import WindowPauseWatch
 
     watch = WindowPauseWatch(sync.repo, cluster=s.options["cluster"], branch=s.options["branch"],
-                             windows=_windows(s.options, sync), is_leader=is_leader).start()
+                             windows=lambda: sync.settings.current().windows,
+                             is_leader=is_leader).start()
     sync.shell.holds = watch.holds  # the status snapshot says when the next window opens
     shutdown.on_shutdown("operator-mode maintenance windows", watch.stop)
-
-
-def _health_feeder(s: _Settings, sync: Any, metrics: Metrics) -> Any:
-    """The ``health`` section that applies to the cluster: with a sync role, the one of the
-    commit it read last (SPEC 9: read at every commit, like the rest of reconciler.yaml), else
-    the one of --repo-config (or reconciler.yaml at the branch head) read at start. None when
-    neither can ever have one. A section that does not validate fails closed (no node starts;
-    the status and an Event carry the located error)."""
-    from reconciler.controller.health import HealthFeeder, section_of_commits
-    from reconciler.health.section import read_health
-
-    o = s.options
-    _repo_config(o, sync)  # reads the text once
-    path = o["repo_config"] or "reconciler.yaml"
-    cluster = o.get("cluster") or None
-    at_start = read_health(o.get("repo_config_text"), path, cluster)
-    if sync is None and not at_start.present:
-        return None
-    current = section_of_commits(lambda: getattr(sync, "config_file", None), at_start, cluster)
-    return HealthFeeder(current, on_result=metrics.count_health_check)
-
-
-def _firmware_settings(o: dict[str, Any], sync: Any) -> Any:
-    from reconciler.firmware.model import FirmwareSettings, SettingsError
-
-    try:
-        return FirmwareSettings.from_config(_repo_config(o, sync).raw.get("firmware"))
-    except SettingsError as exc:
-        log.warning("reconciler.yaml firmware section unusable (%s); using defaults", exc)
-        return FirmwareSettings()
-
-
-def _windows(o: dict[str, Any], sync: Any) -> Callable[[], Any]:
-    """The cluster's maintenance windows (``windows`` or ``clusters.<cluster>.windows``): from
-    the commit the sync read last, else from reconciler.yaml at start or --repo-config; each
-    file's calendar is built once."""
-    built: dict[int, Any] = {}
-
-    def current() -> Any:
-        config = getattr(sync, "config_file", None) or _repo_config(o, sync)
-        key = id(config)
-        if key not in built:
-            built.clear()
-            built[key] = (config, config.windows_for(o["cluster"]))
-        return built[key][1]
-
-    return current
-
-
-def _ready_timeout(s: _Settings, sync: Any) -> float:
-    """The flag, else ``rollout.readyTimeout`` of reconciler.yaml at the branch head, else
-    10 minutes."""
-    if s.ready_timeout is not None:
-        return s.ready_timeout
-    config = _repo_config(s.options, sync)
-    if config.ready_timeout_error is not None:
-        log.warning("reconciler.yaml rollout.readyTimeout unusable (%s); using 10m",
-                    config.ready_timeout_error)
-    return config.ready_timeout_for(s.options["cluster"])
 
 
 class _Leadership:
@@ -519,7 +474,8 @@ class _Leadership:
 
 
 def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadership,
-                shutdown: Any, node_counts: Callable[[], dict[str, int]] | None) -> Any:
+                shutdown: Any, node_counts: Callable[[], dict[str, int]] | None,
+                live: LiveSettings) -> Any:
     from reconciler.gitops.credentials import GitCredentials, redact
     from reconciler.gitops.errors import GitOpsError
     from reconciler.sync.loop import ClusterSync
@@ -542,10 +498,11 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
             status_min_interval=s.status_min_interval, verifier=verifier,
             signature_mode=o["signature_mode"], signing=signing, metrics=metrics,
             is_leader=leader.is_leader, controller_field_manager=o["controller_field_manager"],
-            node_counts=node_counts,
+            node_counts=node_counts, settings=live,
         )
     except GitOpsError as exc:
         raise click.ClickException(str(exc)) from exc
+    _settings_at_head(o, sync, live)
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
     if s.mode == "operator":

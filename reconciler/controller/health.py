@@ -12,8 +12,7 @@ from collections.abc import Callable
 from reconciler.clock import Clock, wall
 from reconciler.health.checks import NodeCheck, Reading, StepCheck, evaluate
 from reconciler.health.prometheus import PrometheusClient
-from reconciler.health.section import HealthSection, read_health
-from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.health.section import HealthSection
 from reconciler.rollout.health_gate import pending_queries
 from reconciler.rollout.model import HealthInput, HealthReading, RolloutSnapshot
 
@@ -23,31 +22,6 @@ log = logging.getLogger(__name__)
 _Key = tuple[str | None, str, str]
 
 
-def section_of_commits(last_read: Callable[[], RepoConfigFile | None], at_start: HealthSection,
-                       cluster: str | None) -> Callable[[], HealthSection]:
-    """The ``health`` section of the reconciler.yaml the sync read last (``last_read``), read
-    once per file; ``at_start`` until it has read one. A new invalid section is logged once."""
-    read: dict[int, HealthSection] = {}
-    logged: set[str] = set()
-
-    def current() -> HealthSection:
-        config = last_read()
-        if config is None or config.text is None:
-            section = at_start
-        else:
-            key = id(config)
-            if key not in read:
-                read.clear()
-                read[key] = read_health(config.text, "reconciler.yaml", cluster)
-            section = read[key]
-        if section.error is not None and section.error not in logged:
-            logged.add(section.error)
-            log.error("health section invalid, no node starts: %s", section.error)
-        return section
-
-    return current
-
-
 class HealthFeeder:
     """Readings cached with their time; an entry no longer pending is dropped, so a reading
     never outlives the wait it belonged to."""
@@ -55,8 +29,8 @@ class HealthFeeder:
     def __init__(self, section: HealthSection | Callable[[], HealthSection], *,
                  clock: Clock = wall, query: Callable[[str], Reading] | None = None,
                  on_result: Callable[[str, str], None] | None = None) -> None:
-        """``section``: the section, or where to read the current one (the daemon's follows
-        the commit the sync read last: SPEC 9 reads ``health`` at every commit)."""
+        """``section``: the section, or where to read the current one (the daemon's: the live
+        view of reconciler.yaml, SPEC 9 reads ``health`` at every commit)."""
         self._section = section if callable(section) else (lambda: section)
         self.clock = clock
         #: a fixed query function (tests); else one Prometheus client per URL and timeout

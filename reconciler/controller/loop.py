@@ -11,6 +11,7 @@ its own for them."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import sys
@@ -43,6 +44,7 @@ from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import RecordEvent
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
 from reconciler.rollout.planner import Plan, plan
+from reconciler.settings.cluster import ClusterSettings
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +108,18 @@ class RolloutController(WatchDrivenWorker):
         observer: RolloutObserver | None = None,
         health: HealthFeeder | None = None,
         windows: Callable[[], WindowCalendar | None] = lambda: None,
+        config: Callable[[], ClusterSettings] | None = None,
     ) -> None:
+        """``config``: the repository config in force (the live view's ``current``), read at
+        each pass: its ``rollout`` settings over ``settings``, its windows over ``windows``."""
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader,
                          pass_share=PASS_SHARE)
+        self.config = config
         #: the cluster's maintenance windows as of the latest commit (SPEC 10)
-        self.windows = windows
+        self.windows = windows if config is None else (lambda: config().windows)
         self.api = api
         self.target = target
+        #: the process's planner settings; a pass plans with ``pass_settings()``
         self.settings = settings or PlannerSettings()
         self.stats = ControllerStats()
         self.observer: RolloutObserver = observer or NoObserver()
@@ -270,7 +277,7 @@ class RolloutController(WatchDrivenWorker):
             # status changing wakes us again
             return None
         self.observer.pass_started()
-        result = plan(snap, self.clock(), self.settings)
+        result = plan(snap, self.clock(), self.pass_settings())
         self.observer.pass_planned()
         self.stats.passes += 1
         self.last_plan = result
@@ -290,6 +297,14 @@ class RolloutController(WatchDrivenWorker):
             # look at again (a new step recorded before its nodes start): plan again at once
             return self.clock()
         return result.requeue_at
+
+    def pass_settings(self) -> PlannerSettings:
+        """The planner's settings for this pass: the repository's ``rollout`` settings as of
+        the latest commit (SPEC 13: read at every commit) over the process's own."""
+        if self.config is None:
+            return self.settings
+        rollout = self.config().rollout
+        return dataclasses.replace(self.settings, ready_timeout=rollout.ready_timeout)
 
     def _report_windows_error(self, windows: WindowCalendar | None, co: JSON) -> None:
         """A ``windows`` section that does not validate fails closed (SPEC 9/10): the planner

@@ -129,7 +129,7 @@ class FirmwareController(WatchDrivenWorker):
         api: KubeApi,
         *,
         cluster_operator: str = CLUSTER_OPERATOR_NAME,
-        settings: FirmwareSettings | None = None,
+        settings: FirmwareSettings | Callable[[], FirmwareSettings] | None = None,
         clock: Callable[[], float] = clock.wall,
         settle_seconds: float = 0.02,
         is_leader: Callable[[], bool] = lambda: True,
@@ -138,7 +138,10 @@ class FirmwareController(WatchDrivenWorker):
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader)
         self.api = api
         self.cluster_operator = cluster_operator
-        self.settings = settings or FirmwareSettings()
+        fixed = settings if isinstance(settings, FirmwareSettings) else FirmwareSettings()
+        #: where the settings in force are read at each pass (the daemon's follow the commits)
+        self._settings = settings if callable(settings) else (lambda: fixed)
+        self.settings = self._settings()
         self.hook_env = dict(hook_env or {})
         self.stats = FirmwareStats()
         self.last_plan: Plan | None = None
@@ -261,6 +264,7 @@ class FirmwareController(WatchDrivenWorker):
         with self._lock:
             co = self._co
         assert co is not None
+        self.settings = self._settings()  # this pass and its reboot hooks use one value
         result = plan(snap, self.clock(), self.settings)
         self.stats.passes += 1
         self.last_plan = result

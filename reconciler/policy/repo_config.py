@@ -9,9 +9,10 @@ One set of values, two ways in:
   (signature mode, folders), the Git side and the daemon's controller settings. Only the keys
   the Git side uses are checked, and a wrong one is a ``RepoConfigError`` naming the key, so a
   daemon never dies on a traceback for a typo in the config file (the Git side raises it again
-  as ``reconciler.gitops.errors.RepoConfigError``). The signature mode and the controllers'
-  ``rollout.readyTimeout`` are read even from a file whose other keys are wrong: the signature
-  check runs before the config is judged, and a controller setting never fails the Git side.
+  as ``reconciler.gitops.errors.RepoConfigError``). The signature mode is read even from a
+  file whose other keys are wrong: the signature check runs before the config is judged. The
+  controllers' sections (``rollout`` with ``rollout_for``, ``windows``, ``health``) are judged
+  per cluster by ``reconciler.settings.cluster``, at every commit.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from reconciler.fieldpath import section
 
 if TYPE_CHECKING:
     from reconciler.fleet.windows import WindowCalendar
+    from reconciler.policy.rollout_settings import RolloutSettings
 
 CONFIG_FILE = "reconciler.yaml"
 #: the sections ``clusters.<name>`` may replace as a whole (SPEC 10; promotion lives only there)
@@ -116,7 +118,7 @@ class RepoConfig:
         """Build from an unchecked mapping (None means all defaults); raises RepoConfigError.
 
         ``rollout.readyTimeout`` is the controllers' setting, not the Git side's: an unusable
-        value keeps the default here instead of failing the commit (the controller warns)."""
+        value keeps the default here (``rollout_for`` refuses it, naming its place)."""
         raw = raw or {}
         if not isinstance(raw, Mapping):
             raise RepoConfigError(f"{CONFIG_FILE}: expected a mapping at the top level")
@@ -222,6 +224,23 @@ class RepoConfigFile:
         return _ready_timeout_or_default(self.section_for("rollout", cluster)[1],
                                          RepoConfig().ready_timeout)
 
+    def rollout_for(self, cluster: str | None, path: str = CONFIG_FILE) -> RolloutSettings:
+        """The cluster's ``rollout`` section, typed. Raises ``RepoConfigError`` with the place
+        in the file (named ``path``) when the section does not validate (the live view then
+        keeps the last good settings)."""
+        from reconciler.policy.rollout_settings import RolloutSettings
+
+        if self.yaml_error is not None:
+            raise RepoConfigError(self.yaml_error)
+        label, value = self.section_for("rollout", cluster)
+        located = self._schema_error(label, path)
+        if located is not None:
+            raise RepoConfigError(located)
+        try:
+            return RolloutSettings.from_section(value, label=label)
+        except RepoConfigError as exc:
+            raise RepoConfigError(self._located(label, str(exc))) from None
+
     def windows_for(self, cluster: str | None) -> WindowCalendar | None:
         """The cluster's maintenance windows; None: no ``windows`` section (always open). A
         section that does not validate fails closed (SPEC 9): a calendar that never opens and
@@ -241,15 +260,20 @@ class RepoConfigFile:
     def _located(self, label: str, message: str) -> str:
         """``message`` about the section ``label`` with its place in the file (``reconciler.yaml:
         LINE:COL: ... [rule]``) when validation of the text finds an error there."""
+        return self._schema_error(label) or f"{CONFIG_FILE}: {message}"
+
+    def _schema_error(self, label: str, path: str = CONFIG_FILE) -> str | None:
+        """The first error validation of the text finds in the section ``label``, located in
+        the file named ``path``; None: none (or no text to validate)."""
         from reconciler.policy.validation import validate_repo_config
 
         if self.text is None:
-            return f"{CONFIG_FILE}: {message}"
+            return None
         pointer = "/" + label.replace(".", "/")
-        found = [f for f in validate_repo_config(self.text, CONFIG_FILE).findings
+        found = [f for f in validate_repo_config(self.text, path).findings
                  if f.is_error and (f.pointer == pointer or f.pointer.startswith(pointer + "/"))]
         if not found:
-            return f"{CONFIG_FILE}: {message}"
+            return None
         first = found[0]
         return f"{first.file}:{first.line}:{first.column}: {first.message} [{first.rule}]"
 

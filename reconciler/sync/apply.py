@@ -20,6 +20,7 @@ from reconciler.kube.api import JSON, KubeApi
 from reconciler.names import ACTIVE_PHASES
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.findings import Finding
+from reconciler.settings.live import LiveSettings
 from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView, PromotionView
 from reconciler.sync.drift import DriftRepair, WriteBacks
@@ -44,8 +45,9 @@ class CommitShell:
         self, api: KubeApi, repo: PolicyRepository, *, cluster: str, cluster_operator: str,
         record: SyncRecord, stats: SyncStats, baseline: Baseline, drift: DriftRepair,
         write_backs: WriteBacks, metrics: Metrics | None, wall: Clock, monotonic: Clock,
-        set_live: Callable[[JSON], None],
+        set_live: Callable[[JSON], None], settings: LiveSettings,
     ) -> None:
+        """``settings``: the live view the applied commits' reconciler.yaml goes to."""
         self.api = api
         self.repo = repo
         self.cluster = cluster
@@ -62,6 +64,7 @@ class CommitShell:
         #: operator mode's holds for the status snapshot (``{kind, until, detail}``; builtin
         #: mode's are in ``upgradeStatus.holds``): set by who knows them (the window watch)
         self.holds: Callable[[], list[dict[str, str]]] = list
+        self.settings = settings
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
                recheck: bool = False) -> None:
@@ -113,6 +116,8 @@ class CommitShell:
         self.baseline.applied(plan.proposed, view.head)
         self.record.applied_commit = sha
         self.record.rejection = None
+        if plan.settings is not None:
+            self.settings.publish(plan.settings)
         self.stats.applied += 1
         self.stats.applies.append((sha, elapsed))
         del self.stats.applies[:-MAX_APPLIES_KEPT]

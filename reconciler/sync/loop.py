@@ -32,6 +32,7 @@ from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.ownership import controller_changed_fields, decide_ownership
 from reconciler.gitops.publisher import APPLIED_KINDS, PendingChange, Skipped
+from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.source import NewCommit
 from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound
@@ -39,7 +40,7 @@ from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER
 from reconciler.ops.metrics import Metrics
-from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.settings.live import LiveSettings
 from reconciler.sync.apply import CommitShell
 from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import LiveObject
@@ -113,10 +114,13 @@ class ClusterSync:
         clock: Clock = clocks.wall,
         monotonic: Clock = clocks.monotonic,
         git_credentials: GitCredentials | None = None,
+        settings: LiveSettings | None = None,
     ) -> None:
         """``node_counts``: node states only a controller in this process knows (in flight,
         unavailable), for the ``gpu_reconciler_nodes`` metric. ``clock``: wall time for what
-        is written down (Events); ``monotonic``: every timer, back-off and latency."""
+        is written down (Events); ``monotonic``: every timer, back-off and latency.
+        ``settings``: the live view of reconciler.yaml this sync publishes to at each commit it
+        applies (the controllers in this process read it)."""
         self.api = api
         self.cluster = cluster
         self.name = cluster_operator
@@ -149,12 +153,13 @@ class ClusterSync:
                                       stats=self.stats)
         self.rollout_metrics = (RolloutMetrics(metrics, cluster=cluster, node_counts=node_counts)
                                 if metrics is not None else None)
-        self.config_file: RepoConfigFile | None = None
+        #: reconciler.yaml of the commit the cluster runs, resolved for it (SPEC 10, 13)
+        self.settings = settings or LiveSettings(cluster)
         self.shell = CommitShell(
             api, self.repo, cluster=cluster, cluster_operator=cluster_operator,
             record=self.record, stats=self.stats, baseline=self.baseline, drift=self.drift,
             write_backs=self.write_backs, metrics=metrics, wall=clock, monotonic=monotonic,
-            set_live=self._set_live,
+            set_live=self._set_live, settings=self.settings,
         )
         self.failures = SyncFailures(cluster=cluster, monotonic=monotonic, stats=self.stats,
                                      metrics=metrics)
@@ -290,6 +295,7 @@ class ClusterSync:
                 restored = self.baseline.restore(self._current_live())
                 if restored is not None:
                     self.record.applied_commit = restored
+                    self._settings_at(restored)
         hold_due = (self._hold_at is not None and self.monotonic() >= self._hold_at
                     and (self.record.held is not None or self.record.recheck_at is not None))
         if head is not None and (resync or hold_due or head != self.record.handled_commit):
@@ -319,10 +325,18 @@ class ClusterSync:
             baseline=self.baseline.current(), flag_mode=self.signature_mode,
             verifier=self.verifier, now=self.clock(),
         )
-        if view.config is not None:
-            #: the settings of the last commit read (the controller's windows, SPEC 10)
-            self.config_file = view.config
         self.shell.settle(view, plan_commit(view), seen_at=seen_at, recheck=recheck)
+
+    def _settings_at(self, commit: str) -> None:
+        """After a start: the settings of the commit the cluster runs, in force until a newer
+        commit is applied (a head that is rejected keeps them)."""
+        try:
+            file = self.repo.reader.config_file(commit)
+        except (PolicyFileRefused, GitOpsError) as exc:
+            log.warning("%s: reconciler.yaml of %s unreadable (%s)", self.cluster, commit[:12],
+                        exc)
+            return
+        self.settings.offer(file, source=commit)
 
     def _cluster_changed(self, live: JSON) -> None:
         """The status to Git, the metrics, write-backs of the controller's changes, and Git's

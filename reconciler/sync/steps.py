@@ -29,6 +29,7 @@ from reconciler.names import SYNC_FIELD_MANAGER
 from reconciler.policy.findings import Finding
 from reconciler.policy.repo_config import RepoConfig
 from reconciler.policy.validation import parse_only, validate_document
+from reconciler.settings.cluster import ClusterSettings, SettingsRefused, resolve_settings
 from reconciler.sync.commit_view import CommitView, PolicyFile
 from reconciler.sync.desired import (
     apply_body,
@@ -78,6 +79,8 @@ class ApplyPlan:
     firmware_request: str | None
     #: validation's warnings (logged, never a reason to reject)
     warnings: tuple[Finding, ...] = ()
+    #: reconciler.yaml resolved for the cluster, published once the commit is applied
+    settings: ClusterSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,7 @@ class Progress:
     """What the steps so far accepted."""
 
     config: RepoConfig | None = None
+    settings: ClusterSettings | None = None
     policy: PolicyDocument | None = None
     ownership: OwnershipPlan | None = None
     warnings: tuple[Finding, ...] = ()
@@ -133,15 +137,21 @@ def signature_refusal(mode: str, commit: str, check: SignatureCheck) -> Rejected
 
 
 def read_config(view: CommitView, progress: Progress) -> Outcome[Progress]:
-    """The repository's settings (sets ``config``). Rejects a ``reconciler.yaml`` that is not
-    YAML or has a wrong key, naming the key or the line."""
+    """The repository's settings (sets ``config``) and the cluster's (sets ``settings``: the
+    controllers' settings, in force once the commit is applied). Rejects a ``reconciler.yaml``
+    that is not YAML, has a wrong key or a ``rollout`` or ``firmware`` section that does not
+    validate, naming the key or the line (the settings in force stay)."""
     if view.config_refused is not None:
         return _refused_file(view.config_refused)
     file = view.config
     if file is None or file.config is None:
         message = str(file.error) if file is not None else f"{CONFIG_FILE} cannot be read"
         return Rejected.at(CONFIG_FILE, "repo-config", message)
-    return Accepted(replace(progress, config=file.config))
+    try:
+        settings = resolve_settings(file, view.cluster, source=view.source)
+    except SettingsRefused as exc:
+        return Rejected.at(CONFIG_FILE, "repo-config", str(exc))
+    return Accepted(replace(progress, config=file.config, settings=settings))
 
 
 def pick_policy_file(view: CommitView, progress: Progress) -> Outcome[Progress]:
@@ -246,7 +256,7 @@ def plan_apply(view: CommitView, progress: Progress) -> Outcome[Progress]:
                       kept=ownership.kept, live=live, firmware_request=request)
     plan = ApplyPlan(body=body, proposed=copy.deepcopy(policy.obj), kept=ownership.kept,
                      write_backs=ownership.write_backs, firmware_request=request,
-                     warnings=progress.warnings)
+                     warnings=progress.warnings, settings=progress.settings)
     return Accepted(replace(progress, plan=plan))
 
 

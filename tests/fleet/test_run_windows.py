@@ -1,13 +1,14 @@
-"""``reconciler run`` hands the controller the cluster's windows: ``clusters.<name>.windows``
-when the cluster has its own, else the repository-wide ``windows``, from the commit the sync
-read last (or --repo-config with --role controller)."""
+"""The live view hands the controller the cluster's windows: ``clusters.<name>.windows`` when
+the cluster has its own, else the repository-wide ``windows``, from the commit the sync applied
+last (or --repo-config with --role controller)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-from reconciler.cli.run import _windows
+from reconciler.fleet.windows import WindowCalendar
 from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.settings.live import LiveSettings
 
 CONFIG = {
     "windows": {"allow": [{"schedule": "0 1 * * *", "duration": "1h"}]},
@@ -17,27 +18,29 @@ CONFIG = {
 }
 
 
-class FakeSync:
-    def __init__(self, config: RepoConfigFile | None) -> None:
-        self.config_file = config
-
-
-def options(cluster: str | None) -> dict[str, Any]:
-    return {"cluster": cluster, "repo_config": "x.yaml", "repo_config_data": CONFIG}
+def _windows(cluster: str | None, live: LiveSettings | None = None
+             ) -> Callable[[], WindowCalendar | None]:
+    """The controller's windows as the daemon wires them (``config=live.current``); by
+    default from --repo-config."""
+    view = live or LiveSettings(cluster)
+    if live is None:
+        view.offer(RepoConfigFile.from_data(CONFIG), source="x.yaml")
+    return lambda: view.current().windows
 
 
 def test_the_controller_gets_the_clusters_own_windows_from_repo_config() -> None:
-    calendar = _windows(options("prod-100"), None)()
+    calendar = _windows("prod-100")()
     assert calendar is not None and calendar.timezone == "Asia/Shanghai"
-    other = _windows(options("lab-10"), None)()
+    other = _windows("lab-10")()
     assert other is not None and other.timezone == "UTC" and other.allow[0].schedule == "0 1 * * *"
 
 
 def test_the_windows_follow_the_commit_the_sync_read_last() -> None:
-    sync = FakeSync(RepoConfigFile.from_data(CONFIG))
-    current = _windows(options("prod-100"), sync)
+    live = LiveSettings("prod-100")
+    live.offer(RepoConfigFile.from_data(CONFIG), source="commit 1")
+    current = _windows("prod-100", live)
     assert current() is current()  # built once per file
     first = current()
     assert first is not None and first.timezone == "Asia/Shanghai"
-    sync.config_file = RepoConfigFile.from_data({})  # a commit removed the windows
+    live.offer(RepoConfigFile.from_data({}), source="commit 2")  # a commit removed the windows
     assert current() is None

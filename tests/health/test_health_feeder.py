@@ -8,7 +8,7 @@ from pathlib import Path
 
 from reconciler.controller.health import HealthFeeder
 from reconciler.health.checks import HealthRecord, QueryError, Reading
-from reconciler.health.section import read_health
+from reconciler.health.section import HealthSection, read_health
 from reconciler.names import ANN_HEALTH
 from reconciler.rollout.planner import plan
 from reconciler.rollout.simulator import EPOCH
@@ -138,61 +138,56 @@ def test_a_cluster_section_replaces_the_top_level_one() -> None:
 
 
 def test_run_role_controller_reads_health_from_repo_config(tmp_path: Path) -> None:
-    """``reconciler run --role controller --repo-config F``: the feeder the daemon builds."""
-    from reconciler.cli import run
-    from reconciler.ops.metrics import Metrics
+    """``reconciler run --role controller --repo-config F``: the feeder the daemon builds, over
+    the live view of F, which is read again when F changes."""
+    from reconciler.settings.live import LiveSettings, RepoConfigWatch
 
     path = tmp_path / "reconciler.yaml"
     path.write_text(CONFIG, encoding="utf-8")
-    data, text = run._read_repo_config(str(path))
-    options = {"repo_config": str(path), "repo_config_data": data, "repo_config_text": text,
-               "cluster": None}
-    settings = run._Settings(options=options, role="controller", mode="builtin",
-                             fetch_interval=None, status_min_interval=None, ready_timeout=None,
-                             lease=(0, 0, 0))
-    feeder = run._health_feeder(settings, None, Metrics())
+    live = LiveSettings(None)
+    watch = RepoConfigWatch(path, live)
+    watch.check()
+    feeder = HealthFeeder(lambda: live.current().health)
     assert isinstance(feeder, HealthFeeder) and feeder.section.config is not None
     assert [c.name for c in feeder.section.config.node_checks] == ["gpus-available",
                                                                    "driver-reported"]
     path.write_text(CONFIG.replace("'== 1'", "'= 1'"), encoding="utf-8")
-    data, text = run._read_repo_config(str(path))
-    options.update(repo_config_data=data, repo_config_text=text)
-    options.pop("repo_config_file", None)
-    failing = run._health_feeder(settings, None, Metrics())
+    watch.check()
+    failing = feeder
     assert failing.section.config is None
-    assert f"{path}:7:15:" in failing.section.error and "health-expect" in failing.section.error
+    error = failing.section.error or ""
+    assert f"{path}:7:15:" in error and "health-expect" in error
     path.write_text("rollout: {readyTimeout: 5m}\n", encoding="utf-8")
-    data, text = run._read_repo_config(str(path))
-    options.update(repo_config_data=data, repo_config_text=text)
-    options.pop("repo_config_file", None)
-    assert run._health_feeder(settings, None, Metrics()) is None
+    watch.check()
+    # no section: the feeder passes snapshots through (F may get one again)
+    assert not feeder.section.present and live.current().rollout.ready_timeout == 300.0
 
 
 def test_the_section_is_read_again_when_the_commit_changes_it() -> None:
     """SPEC 9: ``health`` is read at every commit. The daemon's feeder follows the commit the
     sync read last: a section added, made invalid and fixed again takes effect at once."""
-    from reconciler.controller.health import section_of_commits
     from reconciler.policy.repo_config import RepoConfigFile
+    from reconciler.settings.live import LiveSettings
 
-    class Sync:
-        config_file: RepoConfigFile | None = None
+    live = LiveSettings(None)
 
-    sync = Sync()
-    current = section_of_commits(lambda: sync.config_file, read_health(None), None)
+    def current() -> HealthSection:
+        return live.current().health
 
     sent: list[str] = []
     feeder = HealthFeeder(current, clock=FakeClock(), query=lambda q: sent.append(q) or 1.0)
     w = verifying_world(1)
     snap = w.snapshot()
     assert feeder.feed(snap) is snap  # no commit read yet: no section, no gates
-    sync.config_file = RepoConfigFile.parse(CONFIG)
+    live.offer(RepoConfigFile.parse(CONFIG), source="commit 1")
     gated = feeder.feed(w.snapshot())
     assert gated.health is not None and gated.health.config is not None and sent
-    sync.config_file = RepoConfigFile.parse(CONFIG.replace("within: 5m", "within: 0s"))
+    live.offer(RepoConfigFile.parse(CONFIG.replace("within: 5m", "within: 0s")),
+               source="commit 2")
     closed = feeder.feed(w.snapshot())
     assert closed.health is not None and closed.health.config is None
     assert closed.health.error is not None and "[health-duration]" in closed.health.error
-    sync.config_file = RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n")
+    live.offer(RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n"), source="commit 3")
     plain = w.snapshot()
     assert feeder.feed(plain) is plain  # the section removed: no gates again
 

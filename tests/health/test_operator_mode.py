@@ -174,14 +174,11 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
     """SPEC 9: ``health`` read at every commit (the sync's last handled one, as the daemon
     wires it); a section that does not validate commits ``pause: true`` with the located error
     and a Warning Event, once per error; checks are never silently switched off."""
-    from reconciler.controller.health import section_of_commits
     from reconciler.policy.repo_config import RepoConfigFile
+    from reconciler.settings.live import LiveSettings
     from tests.controller.helpers import cluster_operator
 
-    class Sync:
-        config_file: RepoConfigFile | None = None
-
-    sync = Sync()
+    live = LiveSettings(None)  # the sync's: it publishes each commit it applies
     fleet = fleet_factory(nodes=2, install_seconds=0.3)
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=60,
              what="2 Ready driver pods", observe=fleet.driver_pods)
@@ -198,7 +195,7 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
 
     watch = VendorHealthWatch(
         kube, cluster_operator=CLUSTER_OPERATOR_NAME,
-        section=section_of_commits(lambda: sync.config_file, read_health(None), None),
+        section=lambda: live.current().health,
         on_failure=lambda reason, live: failures.append(reason),
         on_invalid=lambda reason, live: invalid.append(reason),
         query=answer)
@@ -206,7 +203,7 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
         assert vendor.wait_synced(30)
         watch.run_once()  # no section at all yet: nothing asked, nothing reported
         assert not sent and not invalid
-        sync.config_file = RepoConfigFile.parse(COMMIT_CONFIG)
+        live.offer(RepoConfigFile.parse(COMMIT_CONFIG), source="commit 1")
         start_rollout(kube, NEW.version, {
             "enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}],
             "maxParallel": 2, "maxUnavailable": 2, "maxFailureThreshold": 1,
@@ -226,8 +223,8 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
         assert sent and 'Hostname="node-0001"' in " ".join(sent)
 
         # the next commit's section does not validate: fail closed, once per error
-        sync.config_file = RepoConfigFile.parse(COMMIT_CONFIG.replace("within: 1m",
-                                                                      "within: 0s"))
+        live.offer(RepoConfigFile.parse(COMMIT_CONFIG.replace("within: 1m", "within: 0s")),
+                   source="commit 2")
         asked = len(sent)
         watch.run_once()
         watch.run_once()
@@ -244,11 +241,11 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
         assert "[health-duration]" in found[0]["message"]
 
         # removed by a later commit: no checks, nothing reported
-        sync.config_file = RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n")
+        live.offer(RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n"), source="commit 3")
         watch.run_once()
         assert len(invalid) == 1 and watch.config is None
         # invalid again after that: reported again (a new fail-closed decision)
-        sync.config_file = RepoConfigFile.parse(COMMIT_CONFIG.replace("== 1", "= 1"))
+        live.offer(RepoConfigFile.parse(COMMIT_CONFIG.replace("== 1", "= 1")), source="commit 4")
         watch.run_once()
         assert len(invalid) == 2 and "[health-expect]" in invalid[1]
         assert not failures

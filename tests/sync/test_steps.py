@@ -118,6 +118,22 @@ def test_read_config_rejects_naming_the_key(text: bytes, says: str) -> None:
     assert result.findings[0].rule == "repo-config" and says in result.reason
 
 
+def test_read_config_resolves_the_clusters_settings_and_rejects_a_rollout_that_fails() -> None:
+    """SPEC 13: ``rollout`` is read at every commit and validated with located errors; a
+    refused one is a rejected commit (the settings in force stay), a good one rides on the plan
+    to be published once the commit is applied."""
+    text = b"rollout: {readyTimeout: 20m}\nclusters:\n  prod-a:\n    rollout: {readyTimeout: 30s}\n"
+    commit = view(config=RepoConfigFile.parse(text))
+    progress = accepted(read_config(commit, Progress()))
+    assert progress.settings is not None and progress.settings.rollout.ready_timeout == 30.0
+    plan = plan_commit(commit)
+    assert isinstance(plan, Accepted) and plan.value.settings == progress.settings
+    bad = view(config=RepoConfigFile.parse(b"rollout:\n  readyTimeout: 10 minutes\n"))
+    result = rejected(read_config(bad, Progress()))
+    assert result.findings[0].rule == "repo-config"
+    assert result.reason.startswith("reconciler.yaml:2:17: ") and "readyTimeout" in result.reason
+
+
 def test_signature_mode_is_read_even_when_another_key_is_refused() -> None:
     parsed = RepoConfigFile.parse(b"clustersDir: 5\nsignatures: {mode: gpg}\n")
     assert parsed.config is None and parsed.signature_mode == "gpg"

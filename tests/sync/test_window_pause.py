@@ -73,8 +73,7 @@ def test_the_window_pauses_the_vendor_when_closed_and_resumes_only_its_own_pause
     wait_for(lambda: source_commit(kube) == config, timeout=20, what="the config applied")
     now = [utc(2026, 12, 1, 12)]
     watch = WindowPauseWatch(sync.repo, cluster=CLUSTER, branch="main", clock=lambda: now[0],
-                             windows=lambda: (sync.config_file.windows_for(CLUSTER)
-                                              if sync.config_file else None))
+                             windows=lambda: sync.settings.current().windows)
     # closed: pause: true with its reason, a policy change the sync applies
     assert watch.run_once() <= utc(2026, 12, 1, 22)
     pause = wait_for(lambda: _window_commits(policy_remote), timeout=20,
