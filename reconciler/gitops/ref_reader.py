@@ -14,6 +14,7 @@ import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from reconciler.gitops.errors import GitOpsError, NotARepository
+from reconciler.gitops.mirror import list_tree
 from reconciler.gitops.reader import read_tree_file
 
 __all__ = ["NotARepository", "RefReader", "UnknownRef"]
@@ -57,3 +58,9 @@ class RefReader:
             return read_tree_file(commit, (self._root_in_top / relative).as_posix())
         except (ValueError, GitCommandError):
             return None
+
+    def list_dir(self, relative: PurePosixPath) -> list[str]:
+        """Names of the entries of the folder ``root/relative`` at the reader's ref, sorted
+        (``[]`` when the ref has no folder there)."""
+        return list_tree(self._repo, self._commit.hexsha,
+                         (self._root_in_top / relative).as_posix())

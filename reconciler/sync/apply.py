@@ -23,6 +23,7 @@ from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView, PromotionView
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.events import record_event
+from reconciler.sync.install_times import InstallTimes
 from reconciler.sync.outcome import Accepted, Held, NothingToApply, Outcome, Rejected
 from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.steps import ApplyPlan, policy_document
@@ -58,6 +59,7 @@ class CommitShell:
         self.wall = wall
         self.monotonic = monotonic
         self.set_live = set_live
+        self.install_times = InstallTimes(api)
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
                recheck: bool = False) -> None:
@@ -178,10 +180,13 @@ class CommitShell:
         """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
         status = live.get("status")
         firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
+        upgrade = status.get("upgradeStatus") if isinstance(status, Mapping) else None
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
                                   firmware=firmware_section(firmware),
-                                  promotion=self._promotion_section())
+                                  promotion=self._promotion_section(),
+                                  install_seconds=self.install_times.measured(
+                                      upgrade if isinstance(upgrade, Mapping) else {}))
         self.repo.status.offer(snapshot)
 
     def promote(self, view: CommitView) -> None:
