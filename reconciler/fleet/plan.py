@@ -366,7 +366,7 @@ def _install_text(plan: ClusterPlan) -> str:
 def summary(plan: ClusterPlan) -> str:
     """One line for a cluster."""
     text = f"{plan.cluster}: {_HEADLINES[plan.change]}"
-    if plan.change in ("rollout", "held"):
+    if plan.from_version != plan.to_version:
         text += f", {_versions(plan)} on {_nodes_text(plan)}"
     if plan.held_until:
         text += f", until {plan.held_until} at the earliest"
@@ -430,9 +430,10 @@ def md(text: object) -> str:
 def _md_section(plan: ClusterPlan) -> str:
     lines = [f"### {md(plan.cluster)}: {_HEADLINES[plan.change]}", ""]
     facts: list[str] = []
-    if plan.change in ("rollout", "held"):
+    if plan.from_version != plan.to_version:
         facts.append(f"- driver {md(plan.from_version or '(none)')} → "
                      f"{md(plan.to_version or '(none)')} on {md(_nodes_text(plan))}")
+    if plan.change in ("rollout", "held"):
         facts.append(f"- {md(_install_text(plan))}")
     if plan.held_until:
         facts.append(f"- held until {plan.held_until} at the earliest")
@@ -459,7 +460,8 @@ def _md_section(plan: ClusterPlan) -> str:
 
 
 def _md_summary_row(plan: ClusterPlan) -> str:
-    versions = md(_versions(plan)) if plan.change in ("rollout", "held") else ""
+    versions = (f"{md(plan.from_version or '(none)')} → {md(plan.to_version or '(none)')}"
+                if plan.from_version != plan.to_version else "")
     end = plan.predicted_end or (f"held until {plan.held_until}" if plan.held_until else "")
     return (f"| {md(plan.cluster)} | {plan.change} | {versions} | {_opt(plan.nodes)} | "
             f"{end} | {sum(f.is_error for f in plan.findings)} |")
