@@ -40,6 +40,7 @@ from reconciler.fleet.plan import (
     resolved_settings,
 )
 from reconciler.fleet.promotion import payload_version, promotion_gate
+from reconciler.gitops.ref_reader import LINK_MODE, blob_id
 from reconciler.health.section import read_health
 from reconciler.policy.document import parse_document
 from reconciler.policy.findings import Finding, sort_findings
@@ -70,7 +71,10 @@ def _read(path: Path) -> bytes | None:
         return b"\0refused"  # differs from any blob: validating it says why
 
 
-def _cluster_side(repo: Repository, state: GitState, name: str) -> ClusterSide:
+def _cluster_side(repo: Repository, state: GitState, name: str,
+                  blobs: Mapping[str, tuple[str, str]]) -> ClusterSide:
+    """The cluster's policy at both sides; at the ref it is read only when its blob differs
+    from the working tree's file (``blobs``: the ref's files, one ``git ls-tree``)."""
     folder = repo.root / repo.config.clusters_dir / name
     files = []
     if folder.is_dir() and not folder.is_symlink():
@@ -81,11 +85,17 @@ def _cluster_side(repo: Repository, state: GitState, name: str) -> ClusterSide:
     policy = folder / POLICY_FILE
     if not os.path.lexists(policy) and files and files[0] != folder:
         policy = files[0]
+    after = _read(policy)
+    rel = repo.relative(policy)
+    known = blobs.get(rel.as_posix()) if rel is not None else None
+    if (known is not None and after is not None and known[0] != LINK_MODE
+            and not policy.is_symlink() and known[1] == blob_id(after)):
+        return ClusterSide(name, policy, files, after, after)
     try:
         before = state.read(policy)
     except FileRefused:
         before = b"\0refused"
-    return ClusterSide(name, policy, files, before, _read(policy))
+    return ClusterSide(name, policy, files, before, after)
 
 
 def _object(data: bytes | None, shown: str) -> Mapping[str, Any] | None:
@@ -95,11 +105,13 @@ def _object(data: bytes | None, shown: str) -> Mapping[str, Any] | None:
     return obj if isinstance(obj, Mapping) else None
 
 
-def _cluster_names(repo: Repository, state: GitState) -> list[str]:
-    here = set(repo.cluster_names())
-    there = {name for name in state.reader.list_dir(PurePosixPath(repo.config.clusters_dir))
-             if not name.startswith(".")}
-    return sorted(here | there)
+def _cluster_names(repo: Repository, blobs: Mapping[str, tuple[str, str]]) -> list[str]:
+    """The cluster folders of the working tree and of the ref (``blobs``)."""
+    depth = len(PurePosixPath(repo.config.clusters_dir).parts)
+    there = {PurePosixPath(path).parts[depth] for path in blobs
+             if len(PurePosixPath(path).parts) > depth}
+    return sorted(name for name in set(repo.cluster_names()) | there
+                  if not name.startswith("."))
 
 
 def _only_cluster(repo: Repository, path: Path | None) -> str | None:
@@ -133,10 +145,11 @@ def build_plans(repo: Repository, against: str, *, now: float, only: str | None 
     raw_now = config_now.raw
     raw_ref = RepoConfigFile.parse(config_ref_text).raw
     changed: list[tuple[ClusterSide, dict[str, Any], dict[str, Any]]] = []
-    for name in _cluster_names(repo, state):
+    blobs = state.reader.blobs(PurePosixPath(repo.config.clusters_dir))
+    for name in _cluster_names(repo, blobs):
         if only is not None and name != only:
             continue
-        side = _cluster_side(repo, state, name)
+        side = _cluster_side(repo, state, name, blobs)
         settings_before = resolved_settings(raw_ref, name)
         settings_after = resolved_settings(raw_now, name)
         if side.before == side.after and settings_before == settings_after:
