@@ -14,6 +14,7 @@ Usage: bench/plan_scale.py [--clusters 100] [--nodes 1000] [--runs 5]
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -33,18 +34,21 @@ FULL_INSTALL = ROOT / "examples-repo" / "clusters" / "prod-100" / "cluster-opera
 GOAL_S = 3.0
 OLD, NEW = "2.32.0.6", "2.33.0.9"
 
-SNAPSHOT = """\
-cluster: {cluster}
-observedAt: "2026-11-30T00:00:00Z"
-upgradeStatus:
-  phase: Idling
-  status: {{currentStepIndex: 4, currentStepState: Completed, totalUpgradeReplicas: {nodes}}}
-lastRollout: {{version: {old}, result: Completed, finishedAt: "2026-11-20T00:00:00Z"}}
-fleet: {{nodes: {nodes}, installSeconds: 42.5}}
-spec:
-  driver:
-    payload: {{registry: registry.example.com/metax, name: driver-image, version: {old}}}
-"""
+
+def snapshot(cluster: str, nodes: int) -> str:
+    """A status snapshot (JSON is YAML) of an idle cluster whose last rollout measured its
+    fleet."""
+    return json.dumps({
+        "cluster": cluster, "observedAt": "2026-11-30T00:00:00Z",
+        "upgradeStatus": {"phase": "Idling", "status": {
+            "currentStepIndex": 4, "currentStepState": "Completed",
+            "totalUpgradeReplicas": nodes}},
+        "lastRollout": {"version": OLD, "result": "Completed",
+                        "finishedAt": "2026-11-20T00:00:00Z"},
+        "fleet": {"nodes": nodes, "installSeconds": 42.5},
+        "spec": {"driver": {"payload": {"registry": "registry.example.com/metax",
+                                        "name": "driver-image", "version": OLD}}},
+    }, indent=1) + "\n"
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -62,8 +66,7 @@ def write_repository(root: Path, clusters: int, nodes: int) -> str:
         folder = root / "clusters" / name
         folder.mkdir(parents=True)
         (folder / "cluster-operator.yaml").write_text(policy)
-        (root / "status" / f"{name}.yaml").write_text(
-            SNAPSHOT.format(cluster=name, nodes=nodes, old=OLD))
+        (root / "status" / f"{name}.yaml").write_text(snapshot(name, nodes))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "the fleet")

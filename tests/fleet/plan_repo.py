@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.policy.commands import git
+from tests.policy.texts import SEED_10
 
 OLD, NEW = "2.32.0.6", "2.33.0.9"
 LAB_FINISHED = "2030-01-01T00:00:00Z"
@@ -25,33 +26,13 @@ clusters:
     promotion: {after: lab, soak: 24h, mode: hold}
 """
 
-POLICY = """\
-apiVersion: gpu.metax-tech.com/v1alpha1
-kind: ClusterOperator
-metadata:
-  name: cluster-operator
-spec:
-  driver:
-    payload:
-      name: driver-image
-      registry: registry.example.com/metax
-      version: {version}
-    fwUpgradePolicy: Never
-    upgradePolicy:
-      enableRollout: {rollout}
-      upgradeSteps:
-        - replicas: 10%
-          pauseDuration: {{}}
-        - replicas: 50%
-          pauseDuration: 60000
-        - replicas: 100%
-          pauseDuration: 0
-      pause: false
-      maxParallel: 100%
-      maxUnavailable: 0
-      maxFailureThreshold: 3
-      fallback: pause
-"""
+def policy_text(version: str, rollout: str = "true") -> str:
+    """The seed's 10-node scenario (steps 2, 5, 8, 100%: a gate, then 10 s pauses) with a
+    firmware policy, at ``version``."""
+    return SEED_10.replace("version: 2.33.0.9", f"version: {version}").replace(
+        "    upgradePolicy:\n", "    fwUpgradePolicy: Never\n    upgradePolicy:\n").replace(
+        "enableRollout: true", f"enableRollout: {rollout}")
+
 
 SNAPSHOT = """\
 cluster: {cluster}
@@ -79,7 +60,7 @@ def make_repository(tmp_path: Path) -> Path:
         (root / "clusters" / cluster).mkdir(parents=True)
         version = NEW if cluster == "lab" else OLD
         rollout = "false" if cluster == "fw" else "true"
-        (root / policy_path(cluster)).write_text(POLICY.format(version=version, rollout=rollout))
+        (root / policy_path(cluster)).write_text(policy_text(version, rollout))
     snapshots = {
         "lab": (NEW, 4, f"lastRollout: {{version: {NEW}, result: Completed, finishedAt: "
                         f'"{LAB_FINISHED}"}}\n'),

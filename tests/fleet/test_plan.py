@@ -62,9 +62,9 @@ def steps(plan: ClusterPlan) -> list[tuple[int | None, str | float | None]]:
 def alpha_model_seconds() -> float:
     """alpha's rollout on the model itself: 20 nodes, 30 s per install, gates released."""
     from reconciler.policy.validation import validate_document
-    from tests.fleet.plan_repo import POLICY
+    from tests.fleet.plan_repo import policy_text
 
-    obj = validate_document(POLICY.format(version=NEW, rollout="true"), "p.yaml").obj
+    obj = validate_document(policy_text(NEW), "p.yaml").obj
     result = simulate(obj["spec"]["driver"], SimConfig(
         nodes=20, from_version=OLD, install_seconds=30.0, auto_confirm=0.0,
         settings=PlannerSettings(ready_timeout=600.0)))
@@ -82,10 +82,11 @@ def test_a_version_bump_starts_a_rollout_resolved_for_the_measured_fleet(
     assert (alpha.change, alpha.from_version, alpha.to_version) == ("rollout", OLD, NEW)
     assert (alpha.nodes, alpha.nodes_source) == (20, "fleet.nodes")
     assert (alpha.install_seconds, alpha.install_assumed) == (30.0, False)
-    # 10% of 20 = 2 (a gate), 50% = 10 (8 more, 60 s pause), 100% = 20 (10 more)
-    assert steps(alpha) == [(2, "gate"), (8, 60.0), (10, 0.0)]
+    # 2 (a gate), 5 (3 more), 8 (3 more), 100% of 20 (12 more), each then 10 s
+    assert steps(alpha) == [(2, "gate"), (3, 10.0), (3, 10.0), (12, 10.0)]
     assert alpha.gates == 1
-    # three batches of one install each (30 s) and the 60 s pause; the gate released at once
+    # four batches of one install each (30 s, maxParallel 100%) and three 10 s pauses; the
+    # gate released at once
     assert alpha.predicted_seconds == alpha_model_seconds() == 150.0
     assert alpha.predicted_end == format_seconds(NOW + 150)
     assert alpha.held_until is None and alpha.findings == ()
@@ -150,7 +151,8 @@ def test_held_steps_and_prediction_start_when_the_gate_opens(
     root = make_repository(tmp_path)
     bump(root, "beta")
     (beta,) = plans_of(root, monkeypatch)[0]
-    assert steps(beta) == [(1, "gate"), (3, 60.0), (4, 0.0)]
+    # 8 nodes: the last step adds none, its pause still applies
+    assert steps(beta) == [(2, "gate"), (3, 10.0), (3, 10.0), (0, 10.0)]
     assert beta.predicted_start == BETA_HELD_UNTIL
     assert beta.predicted_seconds is not None
     assert [f.rule for f in beta.findings] == ["promotion-gate"]
