@@ -97,10 +97,14 @@ class PlanStep:
 
 @dataclass(frozen=True, slots=True)
 class ClusterPlan:
+    """What merging does to one cluster: ``to_json`` gives the keys of SPEC 15 and more."""
+
     cluster: str
     change: Change
+    #: the version in the ref's policy file, and the working tree's
     from_version: str | None = None
     to_version: str | None = None
+    #: the rollout nodes (None: the snapshot does not say)
     nodes: int | None = None
     #: where ``nodes`` comes from: ``fleet.nodes``, ``totalUpgradeReplicas`` or None
     nodes_source: str | None = None
