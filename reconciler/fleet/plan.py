@@ -102,8 +102,8 @@ class ClusterPlan:
     cluster: str
     change: Change
     #: the version in the ref's policy file, and the working tree's
-    from_version: str | None = None
-    to_version: str | None = None
+    from_version: str | None
+    to_version: str | None
     #: the rollout nodes (None: the snapshot does not say)
     nodes: int | None = None
     #: where ``nodes`` comes from: ``fleet.nodes``, ``totalUpgradeReplicas`` or None
