@@ -189,9 +189,11 @@ def test_several_clusters_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "alpha": "rollout", "beta": "held", "fw": "firmware", "gamma": "rollout",
         "lab": "settings"}
     assert all(p.settings_changes == ("rollout.readyTimeout",) for p in plans.values())
-    # the PATH of one cluster plans that cluster alone
-    only = plans_of(root, monkeypatch, only="alpha")[0]
-    assert [p.cluster for p in only] == ["alpha"]
+    # the PATH of one cluster (its folder or a file in it) plans that cluster alone
+    for path in ("clusters/alpha", policy_path("alpha")):
+        done = reconciler(root, "plan", "--against", "main", "--format", "json", path)
+        assert done.returncode == 0, done.stderr
+        assert [c["cluster"] for c in json.loads(done.stdout)["clusters"]] == ["alpha"]
 
 
 @pytest.mark.parametrize(("golden", "change"), [
