@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from reconciler.files import printable
@@ -24,7 +24,7 @@ from reconciler.policy.findings import Finding
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.simulator import SimConfig, simulate
-from reconciler.timefmt import format_duration, format_seconds
+from reconciler.timefmt import LATEST_TIME, format_duration, format_seconds
 
 Change = Literal["rollout", "settings", "firmware", "held", "refused", "none"]
 
@@ -223,38 +223,44 @@ def _steps(policy: Mapping[str, Any], nodes: int | None) -> tuple[PlanStep, ...]
     return tuple(steps)
 
 
+def classify(inp: ClusterInput) -> Change:
+    """Which change merging is for the cluster (SPEC 15): a cluster whose only errors are
+    ``promotion-gate`` is held, any other error refuses it; then a new driver version starts a
+    rollout, ``PreferCloud`` the firmware flow, and anything else that differs is settings."""
+    errors = [f for f in inp.findings if f.is_error]
+    if errors:
+        return "held" if all(f.rule == PROMOTION_RULE for f in errors) else "refused"
+    if inp.after is None:
+        return "none"
+    to_version = payload_version(inp.after)
+    if to_version is not None and not same_version(payload_version(inp.before), to_version):
+        return "rollout"
+    if _asks_firmware(inp):
+        return "firmware"
+    if inp.before != inp.after or inp.settings_before != inp.settings_after:
+        return "settings"
+    return "none"
+
+
+def _asks_firmware(inp: ClusterInput) -> bool:
+    return (_driver(inp.after).get("fwUpgradePolicy") == PREFER_CLOUD
+            and _driver(inp.before).get("fwUpgradePolicy") != PREFER_CLOUD)
+
+
 def plan_cluster(inp: ClusterInput, *, now: float) -> ClusterPlan:
     """The change merging brings to one cluster, predicted from ``now``."""
-    errors = [f for f in inp.findings if f.is_error]
-    from_version = payload_version(inp.before)
-    to_version = payload_version(inp.after)
-    policy_changes = tuple(changed_paths(inp.before or {}, inp.after or {}))
-    settings_changes = tuple(changed_paths(inp.settings_before, inp.settings_after))
-    fw_after = _driver(inp.after).get("fwUpgradePolicy")
-    firmware = fw_after == PREFER_CLOUD and _driver(inp.before).get(
-        "fwUpgradePolicy") != PREFER_CLOUD
-    starts_rollout = to_version is not None and not same_version(from_version, to_version)
-    change: Change
-    if errors and all(f.rule == PROMOTION_RULE for f in errors):
-        change = "held"
-    elif errors:
-        change = "refused"
-    elif inp.after is None:
-        change = "none"
-    elif starts_rollout:
-        change = "rollout"
-    elif firmware:
-        change = "firmware"
-    elif policy_changes or settings_changes:
-        change = "settings"
-    else:
-        change = "none"
+    change = classify(inp)
+    firmware = _asks_firmware(inp)
     nodes, nodes_source = _fleet_nodes(inp.snapshot)
     install, assumed = _install(inp.snapshot)
-    common = ClusterPlan(
-        inp.cluster, change, from_version, to_version, nodes, nodes_source, install, assumed,
-        findings=inp.findings, policy_changes=policy_changes[:MAX_CHANGED_PATHS],
-        settings_changes=settings_changes[:MAX_CHANGED_PATHS], firmware=firmware)
+    plan = ClusterPlan(
+        inp.cluster, change, payload_version(inp.before), payload_version(inp.after), nodes,
+        nodes_source, install, assumed, findings=inp.findings,
+        policy_changes=tuple(changed_paths(inp.before or {}, inp.after or {}))[
+            :MAX_CHANGED_PATHS],
+        settings_changes=tuple(changed_paths(inp.settings_before, inp.settings_after))[
+            :MAX_CHANGED_PATHS],
+        firmware=firmware)
     notes: list[str] = []
     if inp.after is None:
         notes.append("the policy file is removed: the reconciler applies nothing more here; "
@@ -266,12 +272,17 @@ def plan_cluster(inp: ClusterInput, *, now: float) -> ClusterPlan:
         notes.append("the firmware orchestrator checks every node first, cordons the GPU "
                      "nodes and waits for each node's reboot (SPEC 5)")
     if change not in ("rollout", "held"):
-        return _with(common, notes=tuple(notes))
-    held_until = None
+        return replace(plan, notes=tuple(notes))
+    return _rollout(plan, inp, notes, now=now)
+
+
+def _rollout(plan: ClusterPlan, inp: ClusterInput, notes: list[str], *, now: float
+             ) -> ClusterPlan:
+    """A rollout's steps and prediction (held: from the time the gate opens)."""
     start = now
-    if change == "held":
+    if plan.change == "held":
         if inp.promotion_earliest is not None:
-            held_until = format_seconds(inp.promotion_earliest)
+            plan = replace(plan, held_until=format_seconds(inp.promotion_earliest))
             start = max(now, inp.promotion_earliest)
         else:
             notes.append("held until the upstream completes the version: no time alone "
@@ -281,39 +292,32 @@ def plan_cluster(inp: ClusterInput, *, now: float) -> ClusterPlan:
     if policy.get("enableRollout") is not True:
         notes.append("enableRollout is not true: the DaemonSet template changes and each node "
                      "takes the new driver when its driver pod is deleted (OnDelete); no steps")
-        return _with(common, held_until=held_until, notes=tuple(notes))
-    steps = _steps(policy, nodes)
-    if nodes is None:
+        return replace(plan, notes=tuple(notes))
+    plan = replace(plan, steps=_steps(policy, plan.nodes))
+    if plan.nodes is None:
         notes.append("no node count: the cluster's status snapshot has neither fleet.nodes "
                      "nor totalUpgradeReplicas, so steps are not resolved and nothing is "
                      "predicted")
-        return _with(common, steps=steps, held_until=held_until, notes=tuple(notes))
+        return replace(plan, notes=tuple(notes))
     if policy.get("pause") is True:
         notes.append("pause: true: no node starts until pause: false is merged")
-        return _with(common, steps=steps, held_until=held_until, notes=tuple(notes))
-    seconds, stop = predict(driver, from_version=from_version, nodes=nodes,
-                            install_seconds=install, inp=inp, start=start)
+        return replace(plan, notes=tuple(notes))
+    seconds, stop = predict(driver, from_version=plan.from_version, nodes=plan.nodes,
+                            install_seconds=plan.install_seconds, inp=inp, start=start)
     if seconds is None:
         notes.append(f"the model did not complete the rollout ({stop}): no prediction")
-        return _with(common, steps=steps, held_until=held_until, notes=tuple(notes))
-    gates = sum(step.gate for step in steps)
-    if gates:
-        notes.append(f"plus the time {gates} gate(s) wait for a person (the model releases "
-                     "each at once)")
+        return replace(plan, notes=tuple(notes))
+    if plan.gates:
+        notes.append(f"plus the time {plan.gates} gate(s) wait for a person (the model "
+                     "releases each at once)")
     if inp.windows is not None:
         notes.append(f"maintenance windows in {inp.windows.timezone}: fresh nodes start only "
                      "inside one")
-    if change == "held" and held_until is None:  # the duration holds; when it starts does not
-        return _with(common, steps=steps, predicted_seconds=seconds, notes=tuple(notes))
-    return _with(common, steps=steps, held_until=held_until, predicted_seconds=seconds,
-                 predicted_start=format_seconds(start),
-                 predicted_end=format_seconds(start + seconds), notes=tuple(notes))
-
-
-def _with(plan: ClusterPlan, **changes: Any) -> ClusterPlan:
-    from dataclasses import replace
-
-    return replace(plan, **changes)
+    plan = replace(plan, predicted_seconds=seconds, notes=tuple(notes))
+    if plan.change == "held" and plan.held_until is None:
+        return plan  # the duration is known; when it starts is not
+    return replace(plan, predicted_start=format_seconds(start),
+                   predicted_end=format_seconds(start + seconds))
 
 
 def predict(driver: Mapping[str, Any], *, from_version: str | None, nodes: int,
@@ -327,7 +331,7 @@ def predict(driver: Mapping[str, Any], *, from_version: str | None, nodes: int,
         from_version=from_version or f"{payload.get('version')}-previous",
         install_seconds=install_seconds,
         auto_confirm=0.0,
-        until=PREDICTION_HORIZON,
+        until=min(PREDICTION_HORIZON, LATEST_TIME - start),
         settings=PlannerSettings(ready_timeout=inp.ready_timeout),
         health=inp.health,
         start=start,
