@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ def policy_tuning(root: Path) -> None:
                 "predicted_end": None, "install_assumed": True}}),
     ("comments only", comments_only,
      {"gamma": {"change": "none", "policy_changes": [], "settings_changes": []}}),
+    ("cluster removed", lambda root: shutil.rmtree(root / "clusters" / "gamma"),
+     {"gamma": {"change": "none", "from_version": OLD, "to_version": None, "steps": []}}),
     ("no change", lambda root: None, {}),
 ])
 def test_each_kind_of_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
