@@ -132,29 +132,28 @@ def _promotion_earliest(job: Job | None, version: str | None) -> float | None:
     return promotion_gate(upstream, snapshot, version, soak=soak, now=now).earliest
 
 
-def build_plans(repo: Repository, against: str, *, now: float, only: str | None = None
-                ) -> tuple[list[ClusterPlan], list[Finding]]:
-    """Every changed cluster's plan, and the findings that belong to no planned cluster."""
-    state = GitState(repo, against)
-    config_now_text = _read(repo.root / CONFIG_FILE)
-    try:
-        config_ref_text = state.read(repo.root / CONFIG_FILE)
-    except FileRefused:
-        config_ref_text = None
-    config_now = RepoConfigFile.parse(config_now_text)
-    raw_now = config_now.raw
-    raw_ref = RepoConfigFile.parse(config_ref_text).raw
-    changed: list[tuple[ClusterSide, dict[str, Any], dict[str, Any]]] = []
+Changed = tuple[ClusterSide, dict[str, Any], dict[str, Any]]
+
+
+def _changed(repo: Repository, state: GitState, raw_ref: Mapping[str, Any],
+             raw_now: Mapping[str, Any], only: str | None) -> list[Changed]:
+    """The clusters whose policy file or resolved settings differ, with both settings."""
+    changed: list[Changed] = []
     blobs = state.reader.blobs(PurePosixPath(repo.config.clusters_dir))
     for name in _cluster_names(repo, blobs):
         if only is not None and name != only:
             continue
         side = _cluster_side(repo, state, name, blobs)
-        settings_before = resolved_settings(raw_ref, name)
-        settings_after = resolved_settings(raw_now, name)
-        if side.before == side.after and settings_before == settings_after:
-            continue
-        changed.append((side, settings_before, settings_after))
+        before, after = resolved_settings(raw_ref, name), resolved_settings(raw_now, name)
+        if side.before != side.after or before != after:
+            changed.append((side, before, after))
+    return changed
+
+
+def _validate(repo: Repository, against: str, changed: Sequence[Changed]
+              ) -> tuple[list[Job], list[Finding]]:
+    """``validate --against``'s jobs and sorted findings for reconciler.yaml and the changed
+    clusters' files (the others are as at the ref)."""
     config_path = repo.root / CONFIG_FILE
     files = [config_path] if os.path.lexists(config_path) else []
     for side, _, _ in changed:
@@ -165,27 +164,36 @@ def build_plans(repo: Repository, against: str, *, now: float, only: str | None 
     results = run_jobs(jobs)
     findings = [f for r in results for f in r.findings]
     findings.extend(duplicate_objects(jobs, results))
-    _, missing = repo.cluster_files()
     wanted = {side.name for side, _, _ in changed}
-    findings.extend(f for f in missing if _only_cluster(repo, Path(f.file)) in wanted)
-    findings = sort_findings(findings)
+    findings.extend(f for f in repo.cluster_files()[1]
+                    if _only_cluster(repo, Path(f.file)) in wanted)
+    return jobs, sort_findings(findings)
+
+
+def build_plans(repo: Repository, against: str, *, now: float, only: str | None = None
+                ) -> tuple[list[ClusterPlan], list[Finding]]:
+    """Every changed cluster's plan, and the findings that belong to no planned cluster (an
+    error in reconciler.yaml belongs to every one: the daemon reads it at every commit)."""
+    state = GitState(repo, against)
+    config_now_text = _read(repo.root / CONFIG_FILE)
+    try:
+        config_ref_text = state.read(repo.root / CONFIG_FILE)
+    except FileRefused:
+        config_ref_text = None
+    config_now = RepoConfigFile.parse(config_now_text)
+    changed = _changed(repo, state, RepoConfigFile.parse(config_ref_text).raw, config_now.raw,
+                       only)
+    jobs, findings = _validate(repo, against, changed)
     by_file = {job.shown: job for job in jobs}
     config_shown = next((job.shown for job in jobs if job.kind == "repo-config"), None)
     config_errors = tuple(f for f in findings if f.file == config_shown and f.is_error)
     plans: list[ClusterPlan] = []
-    claimed: set[int] = set()
+    claimed = set(config_errors) if changed else set()
     for side, settings_before, settings_after in changed:
-        own = []
-        for index, finding in enumerate(findings):
-            job = by_file.get(finding.file)
-            cluster = job.cluster if job is not None else _only_cluster(
-                repo, Path(finding.file))
-            if cluster == side.name:
-                own.append(finding)
-                claimed.add(index)
+        own = [f for f in findings if _cluster_of(repo, by_file, f) == side.name]
+        claimed.update(own)
         policy_job = next((job for job in jobs if job.path == side.policy), None)
         after = _object(side.after, str(side.policy))
-        health = read_health(config_now_text, CONFIG_FILE, side.name)
         inp = ClusterInput(
             cluster=side.name,
             before=_object(side.before, f"{against}:{side.policy}"),
@@ -196,15 +204,17 @@ def build_plans(repo: Repository, against: str, *, now: float, only: str | None 
             else state.snapshot(side.name, []),
             findings=(*own, *config_errors),
             windows=config_now.windows_for(side.name),
-            health=health.config,
+            health=read_health(config_now_text, CONFIG_FILE, side.name).config,
             ready_timeout=config_now.ready_timeout_for(side.name),
             promotion_earliest=_promotion_earliest(policy_job, payload_version(after)),
         )
         plans.append(plan_cluster(inp, now=now))
-    if config_errors and plans:
-        claimed.update(i for i, f in enumerate(findings) if f in config_errors)
-    others = [f for i, f in enumerate(findings) if i not in claimed]
-    return plans, others
+    return plans, [f for f in findings if f not in claimed]
+
+
+def _cluster_of(repo: Repository, jobs: Mapping[str, Job], finding: Finding) -> str | None:
+    job = jobs.get(finding.file)
+    return job.cluster if job is not None else _only_cluster(repo, Path(finding.file))
 
 
 def render(output_format: str, plans: Sequence[ClusterPlan], others: Sequence[Finding], *,
