@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -290,3 +291,15 @@ def test_a_long_plan_is_summarised_never_cut_inside_a_table(clusters: int) -> No
         listed = sum(f"| c{i:04d} |" in text for i in range(clusters))
         assert 0 < listed < clusters and "### c" not in text
         assert f"_{clusters - listed} more cluster(s) not listed" in text
+
+
+def test_markdown_keeps_what_files_say_inert() -> None:
+    message = "msg <img src=x> | `code` [link](http://x.example)\n## a heading\x1b[2J"
+    plan = ClusterPlan("c|1", "refused", "<b>1</b>", "`2`", None, None,
+                       findings=(Finding("f|.yaml", 1, 1, "", "r", "error", message),))
+    text = render_markdown([plan], against="main")
+    tables_are_whole(text)
+    assert re.search(r"(?<!\\)[<>]", text) is None  # every angle bracket escaped
+    for raw in ("[link](", "\n## a heading", "\x1b", "`2`"):
+        assert raw not in text, raw
+    assert "\\<img src=x\\> \\| \\`code\\`" in text
