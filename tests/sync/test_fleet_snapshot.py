@@ -23,13 +23,15 @@ INSTALL_SECONDS = 2.0
 
 
 def test_a_completed_rollout_leaves_its_fleet_in_the_snapshot_and_plan_reads_it(
-    kube: KubeApi, fleet_factory: Callable[..., Fleet], controller: RolloutController,
+    kube: KubeApi, fleet_factory: Callable[..., Fleet], request: pytest.FixtureRequest,
     policy_remote: world.Remote, alice: world.Person, make_sync: world.SyncFactory,
 ) -> None:
     # four nodes whose driver takes 2 s to install (API times are whole seconds)
     fleet = fleet_factory(nodes=4, payload=world.PAYLOAD, install_seconds=INSTALL_SECONDS)
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
              what="4 Ready driver pods", observe=fleet.driver_pods)
+    controller = request.getfixturevalue("controller")  # once its DaemonSet exists
+    assert isinstance(controller, RolloutController)
     seed = policy_remote.head()
     sync = make_sync(policy_remote.url)
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed commit applied",
