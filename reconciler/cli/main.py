@@ -14,6 +14,7 @@ import click
 SUBCOMMANDS: dict[str, str] = {
     "validate": "validate:validate",
     "simulate": "simulate:simulate",
+    "plan": "plan:plan",
     "dev-cluster": "dev_cluster:dev_cluster",
     "run": "run:run",
     "firmware": "firmware:firmware",

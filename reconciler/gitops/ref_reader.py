@@ -8,6 +8,7 @@ walking history.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path, PurePosixPath
 
 import git
@@ -16,7 +17,15 @@ from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchP
 from reconciler.gitops.errors import GitOpsError, NotARepository
 from reconciler.gitops.reader import read_tree_file
 
-__all__ = ["NotARepository", "RefReader", "UnknownRef"]
+__all__ = ["NotARepository", "RefReader", "UnknownRef", "blob_id"]
+
+#: the mode Git records for a symbolic link
+LINK_MODE = "120000"
+
+
+def blob_id(data: bytes) -> str:
+    """The id Git gives a file of ``data`` (SHA-1 object format): equal ids, equal files."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
 class UnknownRef(GitOpsError):
@@ -57,3 +66,26 @@ class RefReader:
             return read_tree_file(commit, (self._root_in_top / relative).as_posix())
         except (ValueError, GitCommandError):
             return None
+
+    def blobs(self, relative: PurePosixPath) -> dict[str, tuple[str, str]]:
+        """Every file below the folder ``root/relative`` at the reader's ref, from one ``git
+        ls-tree``: its path relative to ``root`` -> (mode, blob id). Cheaper than reading each
+        file when most are unchanged."""
+        where = (self._root_in_top / relative).as_posix()
+        try:
+            listing = self._repo.git.ls_tree("-r", "-z", "--full-name", self._commit.hexsha,
+                                             "--", where)
+        except GitCommandError:
+            return {}
+        found: dict[str, tuple[str, str]] = {}
+        for entry in listing.split("\0"):
+            meta, _, path = entry.partition("\t")
+            fields = meta.split()
+            if len(fields) != 3 or not path:
+                continue
+            try:
+                shown = PurePosixPath(path).relative_to(self._root_in_top).as_posix()
+            except ValueError:
+                continue
+            found[shown] = (fields[0], fields[2])
+        return found

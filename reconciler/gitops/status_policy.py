@@ -17,6 +17,7 @@ number passed in. The rules:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -256,6 +257,7 @@ def build_snapshot(
     firmware: Mapping[str, Any] | None = None,
     promotion: Mapping[str, Any] | None = None,
     holds: Sequence[Mapping[str, Any]] = (),
+    install_seconds: float | None = None,
 ) -> dict[str, Any]:
     """A status snapshot (``schemas/status-snapshot.schema.json``, without ``cluster`` and
     ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object.
@@ -277,7 +279,35 @@ def build_snapshot(
         snapshot["promotion"] = dict(promotion)
     if holds:
         snapshot["holds"] = [dict(h) for h in holds]
+    if install_seconds is not None:
+        # the writer completes it into ``fleet`` with the rollout nodes (``fleet_record``)
+        snapshot["fleet"] = {"installSeconds": install_seconds}
     return snapshot
+
+
+# -- the fleet record (SPEC 15: ``reconciler plan`` predicts from it) ------------------------
+
+def fleet_record(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
+                 measured: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``fleet: {nodes, installSeconds}`` of a snapshot: the rollout nodes (the status's
+    ``totalUpgradeReplicas`` once a rollout froze them, else what ``previous`` said) and the
+    mean install time measured in the last rollout (``measured``'s, else ``previous``'s; None
+    when never measured). None until either is known."""
+    before = _mapping(previous)
+    total = _mapping(upgrade.get("status")).get("totalUpgradeReplicas")
+    nodes = total if _positive(total) else before.get("nodes")
+    install = _mapping(measured).get("installSeconds")
+    if not _positive(install):
+        install = before.get("installSeconds")
+    if not _positive(nodes) and not _positive(install):
+        return None
+    return {"nodes": nodes if _positive(nodes) else None,
+            "installSeconds": install if _positive(install) else None}
+
+
+def _positive(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 # -- the completion record (SPEC 10) ----------------------------------------------------------

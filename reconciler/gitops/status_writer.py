@@ -53,6 +53,8 @@ class StatusWriter:
         #: the completion record the newest snapshot carries (SPEC 10), and the version the
         #: last active snapshot was rolling out
         self._last_rollout: Mapping[str, Any] | None = None
+        #: ``fleet`` of the newest snapshot (SPEC 15): kept across snapshots and restarts
+        self._fleet: Mapping[str, Any] | None = None
         self._active_version: str | None = None
         self._state = WriterState(committed_key=self._committed_key())
 
@@ -63,6 +65,8 @@ class StatusWriter:
             return None
         record = existing.get("lastRollout")
         self._last_rollout = record if isinstance(record, Mapping) else None
+        fleet = existing.get("fleet")
+        self._fleet = fleet if isinstance(fleet, Mapping) else None
         upgrade = existing.get("upgradeStatus")
         if isinstance(upgrade, Mapping):
             self._active_version = status_policy.rollout_version(upgrade)
@@ -99,6 +103,14 @@ class StatusWriter:
             self._last_rollout = record
             if record is not None:
                 full["lastRollout"] = record
+            measured = snapshot.get("fleet")
+            fleet = status_policy.fleet_record(
+                upgrade, self._fleet, measured if isinstance(measured, Mapping) else None)
+            self._fleet = fleet
+            if fleet is not None:
+                full["fleet"] = fleet
+            else:
+                full.pop("fleet", None)
             self._state = status_policy.observe(self._state, full, now)
             self._cond.notify_all()
 

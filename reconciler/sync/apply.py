@@ -25,6 +25,7 @@ from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView, PromotionView
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.events import record_event
+from reconciler.sync.install_times import InstallTimes
 from reconciler.sync.outcome import Accepted, Held, NothingToApply, Outcome, Rejected
 from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.steps import ApplyPlan, policy_document
@@ -65,6 +66,7 @@ class CommitShell:
         #: mode's are in ``upgradeStatus.holds``): set by who knows them (the window watch)
         self.holds: Callable[[], list[dict[str, str]]] = list
         self.settings = settings
+        self.install_times = InstallTimes(api)
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
                recheck: bool = False) -> None:
@@ -194,7 +196,9 @@ class CommitShell:
                                   rejection=self.record.rejection,
                                   firmware=firmware_section(firmware),
                                   promotion=self._promotion_section(),
-                                  holds=self.holds() if active else [])
+                                  holds=self.holds() if active else [],
+                                  install_seconds=self.install_times.measured(
+                                      upgrade if isinstance(upgrade, Mapping) else {}))
         self.repo.status.offer(snapshot)
 
     def promote(self, view: CommitView) -> None:
