@@ -7,8 +7,8 @@ docs/dev-cluster.md "Workloads"):
   exits 0 that long after it starts (phase Succeeded, as a Job's pod); a deleted or evicted pod
   takes its whole grace period (``deletionGracePeriodSeconds``) to stop, then the deletion is
   finished with grace 0, as a kubelet does (a later deletion asking for less brings that
-  forward); one that had stopped already goes at once. It plays
-  the pods the fleet's one pod watch sees, on the fleet's keyed workers and timers.
+  forward); one that had stopped already goes at once. It plays the pods the fleet's one pod
+  watch sees, on the fleet's keyed workers and timers: no watch or request of its own.
 - ``domain_labels``: a zone and a rack label per node (``--domains K``).
 - ``serving_objects``: N serving pods (a Deployment) behind a PodDisruptionBudget.
 """
