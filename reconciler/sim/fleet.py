@@ -188,6 +188,7 @@ class SimPod:
     gpu_requests: dict[str, int] = field(default_factory=dict)  # container -> GPUs it asked for
     run_seconds: float | None = None  # a workload that exits 0 this long after it starts
     finished: bool = False  # its containers exited (phase Succeeded)
+    stops_at: float | None = None  # a terminating workload's end of grace (monotonic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -785,13 +786,14 @@ class Fleet:
                 node = self.nodes[pod.node]
                 if node.reported_ready and not node.rebooting:
                     self._start_pod(pod)
-        if meta.get("deletionTimestamp") is not None and not pod.deleting:
+        if meta.get("deletionTimestamp") is None:
+            return
+        if self.workloads is not None and self.workloads.plays(pod):
+            self.workloads.stop(pod, meta)
+        elif not pod.deleting:
             pod.deleting = True
             pod.generation += 1
-            if self.workloads is not None and self.workloads.plays(pod):
-                delay = self.workloads.grace_seconds(pod, meta)
-            else:
-                delay = draw(self.termination_seconds, self.rng)
+            delay = draw(self.termination_seconds, self.rng)
             assert self.timers is not None
             self.timers.call_later(delay, pod.node, lambda: self._finish_deletion(pod))
 

@@ -6,8 +6,9 @@ docs/dev-cluster.md "Workloads"):
   ``restartPolicy`` is not ``Always`` and that carries ``sim.gpu.metax-tech.com/run-seconds``
   exits 0 that long after it starts (phase Succeeded, as a Job's pod); a deleted or evicted pod
   takes its whole grace period (``deletionGracePeriodSeconds``) to stop, then the deletion is
-  finished with grace 0, as a kubelet does; one that had stopped already goes at once. It plays
-  the pods the fleet's one pod watch sees, on the fleet's keyed workers and timers.
+  finished with grace 0, as a kubelet does (a later deletion asking for less brings that
+  forward); one that had stopped already goes at once. It plays the pods the fleet's one pod
+  watch sees, on the fleet's keyed workers and timers: no watch or request of its own.
 - ``domain_labels``: a zone and a rack label per node (``--domains K``).
 - ``serving_objects``: N serving pods (a Deployment) behind a PodDisruptionBudget.
 """
@@ -18,6 +19,7 @@ import contextlib
 import functools
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -92,6 +94,22 @@ class WorkloadPods:
             return
         pod.finished = True
         self.fleet._write_pod_status(pod, phase="Succeeded", ready=False, exited=True)
+
+    def stop(self, pod: SimPod, meta: JSON) -> None:
+        """A deletion (or eviction) seen: the deletion is finished once the grace period is
+        over; a later deletion asking for a shorter one brings that forward, as on a kubelet."""
+        grace = self.grace_seconds(pod, meta)
+        due = time.monotonic() + grace
+        if pod.deleting and pod.stops_at is not None and due >= pod.stops_at:
+            return
+        if not pod.deleting:
+            pod.deleting = True
+            pod.generation += 1  # its run ends with it
+        pod.stops_at = due
+        assert self.fleet.timers is not None
+        # a timer set before stays: it finds the pod gone (the deletion ignores that)
+        self.fleet.timers.call_later(grace, pod.node,
+                                     functools.partial(self.fleet._finish_deletion, pod))
 
     @staticmethod
     def grace_seconds(pod: SimPod, meta: JSON) -> float:

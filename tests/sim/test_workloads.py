@@ -222,3 +222,26 @@ def test_a_job_pod_completes_after_its_run_time_and_the_job_is_complete(
     [container] = pod["status"]["containerStatuses"]
     assert container["state"]["terminated"]["exitCode"] == 0
     assert not _ready(pod)
+
+
+@pytest.mark.cluster
+def test_a_deletion_asking_for_a_shorter_grace_period_ends_it_sooner(
+    kube: KubeApi, fleet_factory: FleetFactory, namespace: str,
+) -> None:
+    fleet = fleet_factory(nodes=1, workloads=True)
+    pod_path = resource_path("v1", "pods", "slow", namespace=namespace)
+    kube.create(resource_path("v1", "pods", namespace=namespace), {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow", "namespace": namespace},
+        "spec": {"terminationGracePeriodSeconds": 600, "containers": [{
+            "name": "serve", "image": "registry.local/serve:1"}]}})
+    wait_for(lambda: _ready(kube.get(pod_path)), timeout=30, what="the pod Ready",
+             observe=lambda: kube.get(pod_path).get("status"))
+    assert kube.get(pod_path)["spec"]["nodeName"] in fleet.node_names
+    kube.delete(pod_path)
+    assert kube.get(pod_path)["metadata"]["deletionGracePeriodSeconds"] == 600
+    kube.delete(pod_path, grace_period_seconds=1)
+
+    def gone() -> bool:
+        return not kube.list(resource_path("v1", "pods", namespace=namespace))["items"]
+
+    wait_for(gone, timeout=30, what="the pod deleted after 1 s, not 600")
