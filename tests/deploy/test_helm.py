@@ -64,6 +64,11 @@ def test_the_chart_passes_helm_lint_strict(options: tuple[str, ...]) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
 
 
+def test_the_values_schema_refuses_a_misspelt_mode() -> None:
+    result = helm("template", RELEASE, str(CHART), "--set", "mode=bultin", check=False)
+    assert result.returncode != 0 and "/mode" in result.stderr, result.stderr
+
+
 def test_the_kustomize_manifests_are_the_chart_rendered() -> None:
     rendered = render_manifests()
     listed = set(load_documents(DEPLOY / "kustomization.yaml")[0]["resources"])
