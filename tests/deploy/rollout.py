@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -73,13 +73,17 @@ def reconciler(args: list[str], log_path: Path) -> Iterator[subprocess.Popen[byt
     try:
         yield process
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the process group, SIGKILL when it still runs 30 s later."""
+    for sig, grace in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        if process.poll() is not None:
+            return
+        os.killpg(process.pid, sig)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(grace)
 
 
 def denied(entries: list[AuditEntry]) -> list[str]:
