@@ -99,6 +99,42 @@ def test_the_defaults_carry_helms_labels_and_need_no_other_projects_crds() -> No
     assert [c["metadata"]["name"] for c in crds] == ["clusteroperators.gpu.metax-tech.com"]
 
 
+@pytest.mark.parametrize("options", [
+    ("--set", "fullnameOverride=gitops"),
+    ("--set", "leaderElection.enabled=false", "--set", "clusterOperator=fleet-a"),
+    ("--set", "admission.enabled=false", "--set", "webhook.enabled=false"),
+], ids=["renamed", "no-leader-election", "no-admission-no-webhook"])
+def test_the_roles_name_what_the_arguments_name(options: tuple[str, ...]) -> None:
+    """Whatever the names and the parts turned off, each object a rule names is the one the
+    reconciler is told to use, and a part turned off leaves no rule, flag or port behind."""
+    documents = _template(*options)
+    args = dict(a.partition("=")[::2] for a in _args(documents))
+    named = {(g.resource, g.verb): set(g.names) for g in grants(documents) if g.names}
+    assert named[("clusteroperators", "patch")] == {args["--cluster-operator"]}
+    (service,) = _of(documents, "Service")
+    (deployment,) = _of(documents, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == _of(documents, "ServiceAccount")[0]["metadata"]["name"]
+    ports = {p["name"] for p in pod["containers"][0]["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    if "--leader-elect" in args:
+        assert named[("leases", "update")] == {args["--leader-elect-lease"]}
+    else:
+        assert ("leases", "update") not in named
+    configs = _of(documents, "ValidatingWebhookConfiguration")
+    if "--admission-self-signed" in args:
+        assert named[("secrets", "update")] == {args["--admission-secret"]}
+        assert named[("validatingwebhookconfigurations", "patch")] == {
+            args["--admission-webhook-config"]} == {configs[0]["metadata"]["name"]}
+        target = configs[0]["webhooks"][0]["clientConfig"]["service"]
+        assert args["--admission-host"] == f"{target['name']}.{target['namespace']}.svc"
+        assert target["name"] == service["metadata"]["name"]
+    else:
+        assert configs == [] and "admission" not in ports
+        assert ("secrets", "update") not in named
+    assert ("--webhook-listen" in args) == ("webhook" in ports)
+
+
 def test_cert_manager_and_the_alert_rules_when_asked() -> None:
     documents = _template(*OPTIONAL)
     (certificate,) = _of(documents, "Certificate")
