@@ -23,15 +23,18 @@ class HelmNotFound(RuntimeError):
 
 
 def helm_binary() -> str:
-    """``helm`` on PATH, else the newest build under the cache folder."""
+    """A helm v4 on PATH, else the newest build under the cache folder."""
     found = shutil.which("helm")
-    if found:
+    if found and subprocess.run([found, "version", "--template", "{{.Version}}"],
+                                capture_output=True, text=True, check=False
+                                ).stdout.startswith("v4."):
         return found
     cache = Path(os.environ.get("RECONCILER_CACHE", str(DEFAULT_CACHE)))
     built = sorted(cache.glob("helm-*/bin/helm"),
                    key=lambda p: [int(n) for n in re.findall(r"\d+", p.parent.parent.name)])
     if not built:
-        raise HelmNotFound(f"no helm on PATH nor in {cache}/helm-*/bin: run scripts/install-helm")
+        raise HelmNotFound(f"no helm v4 on PATH nor in {cache}/helm-*/bin: "
+                           "run scripts/install-helm")
     return str(built[-1])
 
 

@@ -305,15 +305,23 @@ def test_the_readme_deploy_commands_install_the_chart(
 
 def test_install_helm_builds_once_into_the_cache(tmp_path: Path) -> None:
     """A second run finds the complete binary and builds nothing (the first run's build is what
-    the tests above use); sourcing install-kubernetes for its functions runs none of it."""
+    the tests above use), as it does when a helm v4 is on PATH; sourcing install-kubernetes for
+    its functions runs none of it."""
     version = re.search(r"HELM_VERSION:-([\d.]+)", (ROOT / "scripts" / "install-helm").read_text())
     assert version
-    built = tmp_path / f"helm-{version.group(1)}" / "bin" / "helm"
-    built.parent.mkdir(parents=True)
-    built.write_text("#!/bin/sh\nexit 0\n")
-    built.chmod(0o755)
-    result = subprocess.run([str(ROOT / "scripts" / "install-helm")], capture_output=True,
-                            text=True, env={**os.environ, "RECONCILER_CACHE": str(tmp_path)},
-                            timeout=60, check=False)
-    assert (result.returncode, result.stdout) == (0, "")
-    assert result.stderr == f"[install-helm] cached helm in {built.parent}\n"
+    built = tmp_path / "cache" / f"helm-{version.group(1)}" / "bin" / "helm"
+    on_path = tmp_path / "path" / "helm"
+    for path, says in ((built, "v3.0.0"), (on_path, "v4.9.9")):
+        path.parent.mkdir(parents=True)
+        path.write_text(f"#!/bin/sh\necho {says}\n")
+        path.chmod(0o755)
+    path_dirs = [d for d in os.environ["PATH"].split(os.pathsep)
+                 if not os.access(os.path.join(d, "helm"), os.X_OK)]
+    for extra, said in (([], f"cached helm in {built.parent}"),
+                        ([str(on_path.parent)], f"using {on_path} (v4.9.9)")):
+        result = subprocess.run(
+            [str(ROOT / "scripts" / "install-helm")], capture_output=True, text=True,
+            env={**os.environ, "RECONCILER_CACHE": str(tmp_path / "cache"),
+                 "PATH": os.pathsep.join([*extra, *path_dirs])}, timeout=60, check=False)
+        assert (result.returncode, result.stdout) == (0, "")
+        assert result.stderr == f"[install-helm] {said}\n"
