@@ -11,10 +11,14 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from reconciler.kube.api import resource_path
+from reconciler.kube.kubeconfig import write_kubeconfig
 from reconciler.sim.control_plane import MINTED_NAMESPACE, ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+#: where deploy/ and the chart's release put the reconciler's ServiceAccount
+DEPLOYED_NAMESPACE = "gpu-reconciler"
 
 AUDIT_POLICY = f"""\
 apiVersion: audit.k8s.io/v1
@@ -22,14 +26,34 @@ kind: Policy
 omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
-    userGroups: ["system:serviceaccounts:{MINTED_NAMESPACE}"]
+    userGroups: ["system:serviceaccounts:{MINTED_NAMESPACE}",
+                 "system:serviceaccounts:{DEPLOYED_NAMESPACE}"]
   - level: None
 """
 
 
 class AuditedControlPlane(ControlPlane):
     """The project's control plane, with kube-apiserver auditing the requests of identities made
-    by ``mint_kubeconfig`` (everything else, the fleet and the admin, is not logged)."""
+    by ``mint_kubeconfig`` and of the ServiceAccounts in ``DEPLOYED_NAMESPACE`` (everything else,
+    the fleet and the admin, is not logged)."""
+
+    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+        """A kubeconfig with a token of an existing ServiceAccount (the one `helm install` made),
+        so a test acts with exactly that account's bindings."""
+        api = self.api(pool_size=1)
+        try:
+            token = api.create(
+                resource_path("v1", "serviceaccounts", name, namespace=namespace,
+                              subresource="token"),
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                 "spec": {"expirationSeconds": 3600}})["status"]["token"]
+        finally:
+            api.close()
+        assert self.pki is not None
+        return write_kubeconfig(
+            self.workdir / "identities" / f"{namespace}-{name}.kubeconfig", server=self.server,
+            ca_cert=self.pki.ca.cert.read_bytes(),
+            user=f"system:serviceaccount:{namespace}:{name}", token=str(token))
 
     @property
     def audit_log(self) -> Path:
