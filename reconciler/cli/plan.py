@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from reconciler import clock
+from reconciler.cli.report_formats import printable_json
 from reconciler.cli.validate import (
     ExistingPath,
     GitState,
@@ -26,7 +27,6 @@ from reconciler.cli.validate import (
     duplicate_objects,
     find_repository,
     plan_jobs,
-    printable_json,
     run_jobs,
 )
 from reconciler.files import FileRefused, read_bounded
