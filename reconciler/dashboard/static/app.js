@@ -177,11 +177,23 @@
   function cellIndex(target) {
     return target && target.dataset && target.dataset.i !== undefined ? Number(target.dataset.i) : null;
   }
+  // a live update that changes the height of what is above the map (the waiting list) moves the
+  // cells under a pointer at rest: the browser then reports another cell, or leaving the map,
+  // though the person pointed at nothing new; such events keep the details as they are
+  let pointer = null;
+  const atRest = (e) => pointer !== null && Math.abs(pointer.x - e.clientX) < 1 &&
+    Math.abs(pointer.y - e.clientY) < 1;
   $("map").addEventListener("mouseover", (e) => {
+    if (atRest(e)) return;
+    pointer = { x: e.clientX, y: e.clientY };
     const i = cellIndex(e.target);
     if (i !== null && state.selected === null) showDetails(i, false);
   });
-  $("map").addEventListener("mouseleave", () => { if (state.selected === null) showDetails(null); });
+  $("map").addEventListener("mouseleave", (e) => {
+    if (atRest(e)) return;
+    pointer = null;
+    if (state.selected === null) showDetails(null);
+  });
   document.addEventListener("click", (e) => {
     const i = cellIndex(e.target);
     if (state.selected !== null && state.cells[state.selected]) {
