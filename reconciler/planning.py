@@ -31,15 +31,11 @@ class RecordEvent:
 
 @dataclass(frozen=True, slots=True)
 class Cordon:
-    """Mark the node unschedulable."""
-
     node: str
 
 
 @dataclass(frozen=True, slots=True)
 class Uncordon:
-    """Mark the node schedulable again."""
-
     node: str
 
 

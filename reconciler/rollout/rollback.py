@@ -91,7 +91,7 @@ def starts(p: Pass, scan: NodeScan, old: str) -> int:
     batch = p.s.current_upgrade_replicas or 1
     slots = p.policy.batch_max_parallel(batch) - scan.in_flight
     started = selection.retries(p, scan.failed, old, slots) if slots > 0 else 0
-    waiting = scan.failed_other + sorted(scan.untouched, key=selection.order)
+    waiting = scan.failed_other + selection.in_order(scan.untouched)
     for node in waiting:
         if started >= slots:
             break

@@ -6,7 +6,7 @@ This is the planner's only O(N) step; everything else works on its counts and sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 
 from reconciler.names import (
@@ -119,34 +119,44 @@ def scan_nodes(
 def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     """One node: its recorded state (a node cordoned ahead whose old pod went counts as
     upgrading), then the function of its state (``_upgrading``, ``_failed``, ``_not_moved``),
-    then availability."""
+    then availability (SPEC 4.3 step 5: in flight, or else unavailable when not Ready, held by
+    its checks, or cordoned by someone other than us). Counted inline: this runs once per node
+    and pass."""
     ann = node.annotations
     recorded = ann.get(ANN_STATE)
     pod = node.pod
     target = look.target
     started = 0.0  # a move's start its pods tell (no ``deleted-at`` written)
-    unrecorded = False
+    unrecorded = waiting = False
     if recorded == STATE_CORDONED:
         ahead_of = ann.get(ANN_TARGET)
         if pod is not None and not pod.deleting and pod.revision != ahead_of:
             if ahead_of == target and not look.rollback_from:
                 scan.cordoned.append(node)  # waits for a slot (``selection``)
-                _count_availability(scan, look, node, recorded, held=False, in_flight=False)
-                _count_failures(scan, look, ann)
-                return
-            scan.stale_cordoned.append(node)
+                waiting = True
+            else:
+                scan.stale_cordoned.append(node)
         else:
             # only we delete the pod of a node cordoned ahead, and its start is that
             # deletion alone (no record: one write less per node in a wave's burst)
             recorded = STATE_UPGRADING
             started = deletion_time(node, ahead_of)
             unrecorded = not started
-    _count_failures(scan, look, ann)
+    failures = ann.get(ANN_FAILURES)
+    if failures and failures.startswith(look.epoch):
+        scan.epoch_failures += st.int_or(failures[len(look.epoch) :], 1)
     state = recorded if ann.get(ANN_TARGET) == target else None
     ready_target = (pod is not None and pod.revision == target and not pod.deleting
                     and pod.ready)
-    held = ready_target and _held(look, node, state)
-    if state == STATE_UPGRADING:
+    #: Ready on the target but not upgraded: its health checks have not passed
+    held = ready_target and (
+        node.name in look.verifying or node.name in look.health_failed
+        or (state == STATE_FAILED
+            and ann.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED)
+    )
+    if waiting:
+        in_flight = False
+    elif state == STATE_UPGRADING:
         in_flight = _upgrading(scan, look, node, started, unrecorded)
     elif state == STATE_FAILED:
         in_flight = _failed(scan, node, ready_target and not held)
@@ -159,22 +169,19 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     elif (look.rollback_from and pod is not None and pod.ready
           and pod.revision == look.rollback_from):
         scan.ready_other += 1
-    _count_availability(scan, look, node, recorded, held=held, in_flight=in_flight)
-
-
-def _count_failures(scan: NodeScan, look: _Look, ann: Mapping[str, str]) -> None:
-    failures = ann.get(ANN_FAILURES)
-    if failures and failures.startswith(look.epoch):
-        scan.epoch_failures += st.int_or(failures[len(look.epoch) :], 1)
-
-
-def _held(look: _Look, node: RolloutNode, state: str | None) -> bool:
-    """Ready on the target but not upgraded: its health checks have not passed."""
-    return (
-        node.name in look.verifying or node.name in look.health_failed
-        or (state == STATE_FAILED
-            and node.annotations.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED)
-    )
+    if in_flight:
+        scan.in_flight += 1
+    elif (
+        held
+        or not node.ready
+        or pod is None
+        or not pod.ready
+        or pod.deleting
+        or (node.unschedulable and not (
+            recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+            and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"))
+    ):
+        scan.unavailable += 1
 
 
 def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,
@@ -250,26 +257,3 @@ def _not_moved(scan: NodeScan, look: _Look, node: RolloutNode, recorded: str | N
             scan.untouched.append(node)
         return False
     return other == STATE_UPGRADING  # waiting for the DaemonSet to recreate the pod
-
-
-def _count_availability(scan: NodeScan, look: _Look, node: RolloutNode, recorded: str | None,
-                        *, held: bool, in_flight: bool) -> None:
-    """In flight, or else unavailable when not Ready, held by its checks, or cordoned by
-    someone other than us (SPEC 4.3 step 5)."""
-    if in_flight:
-        scan.in_flight += 1
-        return
-    pod = node.pod
-    by_us = (
-        recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
-        and node.annotations.get(ANN_WAS_UNSCHEDULABLE) == "false"
-    )
-    if (
-        held
-        or not node.ready
-        or pod is None
-        or not pod.ready
-        or pod.deleting
-        or (node.unschedulable and not by_us)
-    ):
-        scan.unavailable += 1
