@@ -30,16 +30,6 @@ class RecordEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class Cordon:
-    node: str
-
-
-@dataclass(frozen=True, slots=True)
-class Uncordon:
-    node: str
-
-
-@dataclass(frozen=True, slots=True)
 class AnnotateNode:
     """Merge annotations into the node; a value of None removes the key."""
 
@@ -55,6 +45,21 @@ class DeleteDriverPod:
     pod: str
     #: the plan's time: the deletion's time until the server's answer says it
     at: float = field(default=0.0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Schedulability:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cordon(_Schedulability):
+    """Mark the node unschedulable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Uncordon(_Schedulability):
+    """Mark the node schedulable again."""
 
 
 #: the node-maintenance vocabulary both planners speak (eviction joins it next); each is

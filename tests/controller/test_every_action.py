@@ -12,17 +12,7 @@ import pytest
 from reconciler.controller.act import ActionExecutor, Target
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.names import CLUSTER_OPERATOR_NAME, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.rollout.actions import (
-    Action,
-    AnnotateNode,
-    Cordon,
-    DeleteDriverPod,
-    RecordEvent,
-    RestorePayload,
-    SetDaemonSetImage,
-    SetPolicyPause,
-    Uncordon,
-)
+from reconciler.rollout import actions as act
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.controller.helpers import cluster_operator, event_reasons
@@ -48,17 +38,17 @@ def test_the_executor_carries_out_every_action_type(fleet: Fleet, kube: KubeApi)
     pod = fleet.driver_pods()[NODE].name
     payload = dict(co["spec"]["driver"]["payload"], version="7.7.7")
     image = _image(kube).rpartition(":")[0] + ":7.7.8"
-    examples: list[Action] = [
-        Cordon(NODE),
-        AnnotateNode(NODE, {"example.com/every-action": "yes"}),
-        Uncordon(NODE),
-        DeleteDriverPod(NODE, pod),
-        SetPolicyPause(True),
-        RestorePayload(payload),
-        SetDaemonSetImage(image),
-        RecordEvent("Normal", "EveryActionExample", "an example event"),
+    examples: list[act.Action] = [
+        act.Cordon(NODE),
+        act.AnnotateNode(NODE, {"example.com/every-action": "yes"}),
+        act.Uncordon(NODE),
+        act.DeleteDriverPod(NODE, pod),
+        act.SetPolicyPause(True),
+        act.RestorePayload(payload),
+        act.SetDaemonSetImage(image),
+        act.RecordEvent("Normal", "EveryActionExample", "an example event"),
     ]
-    assert {type(a) for a in examples} == set(get_args(Action))
+    assert {type(a) for a in examples} == set(get_args(act.Action))
 
     executor.execute(examples[0], co)
     assert _node(kube)["spec"].get("unschedulable") is True
