@@ -3,15 +3,16 @@ action every planner shares, a Kubernetes Event on the ClusterOperator.
 
 The rollout planner (SPEC 4) and the firmware planner (SPEC 5) each take a snapshot and "now"
 and return a ``Plan``; a controller carries out its actions in order, writes its status when
-``changed``, and plans again at ``requeue_at`` if nothing happens before. Pure data: imports
-nothing else from ``reconciler``.
+``changed``, and plans again at ``requeue_at`` if nothing happens before. The node actions
+(``NodeAction``) are one vocabulary for both. Pure data: imports nothing else from
+``reconciler``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 EventType = Literal["Normal", "Warning"]
 
@@ -27,6 +28,45 @@ class RecordEvent:
     step: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+
+@dataclass(frozen=True, slots=True)
+class AnnotateNode:
+    """Merge annotations into the node; a value of None removes the key."""
+
+    node: str
+    annotations: Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteDriverPod:
+    """Delete exactly this pod (by name), never whatever pod the node runs by then."""
+
+    node: str
+    pod: str
+    #: the plan's time: the deletion's time until the server's answer says it
+    at: float = field(default=0.0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Schedulability:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cordon(_Schedulability):
+    """Mark the node unschedulable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Uncordon(_Schedulability):
+    """Mark the node schedulable again."""
+
+
+#: the node-maintenance vocabulary both planners speak (eviction joins it next); each is
+#: idempotent against the state it was planned from
+NodeAction = Cordon | Uncordon | AnnotateNode | DeleteDriverPod
+#: its members, for ``isinstance``
+NODE_ACTIONS: tuple[type[NodeAction], ...] = get_args(NodeAction)
 
 A = TypeVar("A")
 

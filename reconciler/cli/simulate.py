@@ -10,13 +10,15 @@ the fallback, rolled back, stalled or out of time); 2 bad input.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+import contextlib
+import gc
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import click
 
+from reconciler.cli.json_out import write_json
 from reconciler.cli.numbers import BoundedInt, FiniteFloat
 from reconciler.files import FileRefused, printable, read_bounded
 from reconciler.health.checks import HealthConfig
@@ -431,7 +433,28 @@ def simulate(
         start=start,
         windows=windows,
     )
-    result = run_simulation(driver, config)
+    with _collector_off():
+        result = run_simulation(driver, config)
+        _write(result, driver, config, fmt, html_file)
+    raise SystemExit(0 if result.completed else 1)
+
+
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """The cycle collector off for the run: a fleet's millions of objects live to the end and
+    form no cycles, and every full collection walked all of them (a third of a 100,000-node
+    run's time); reference counting frees the rest as before."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _write(result: SimResult, driver: Mapping[str, Any], config: SimConfig, fmt: str,
+           html_file: Path | None) -> None:
     if html_file is not None:
         from reconciler.dashboard.simulate_page import write_simulation_page
 
@@ -441,9 +464,10 @@ def simulate(
             _fail(f"cannot write {html_file}: {exc}")
         click.echo(f"wrote {html_file} ({size} bytes)", err=True)
     if fmt == "json":
-        click.echo(json.dumps(result.to_json(), indent=2))
+        # json.dumps(..., indent=2) to the byte, written as it is made (100,000 nodes)
+        write_json(result.to_json(), lambda text: click.echo(text, nl=False))
+        click.echo()
     else:
         # names and versions come from the policy file and the command line
         click.echo("\n".join(printable(line) for line in
                              render_text(result, driver, config).split("\n")))
-    raise SystemExit(0 if result.completed else 1)

@@ -1,4 +1,5 @@
-"""Carries out the planner's actions against the API server.
+"""Carries out the planner's actions against the API server: the one executor, every action type
+handled (``assert_never``: a new one is a type error until it is).
 
 Each action is idempotent: a node already cordoned, a pod already gone or an annotation already
 set is success. The objects the server returns are handed back so the caller can update its cache
@@ -9,9 +10,9 @@ could start a node twice).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from reconciler.clock import Clock, wall
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
@@ -30,6 +31,7 @@ from reconciler.rollout.actions import (
     AnnotateNode,
     Cordon,
     DeleteDriverPod,
+    NodeAction,
     RecordEvent,
     RestorePayload,
     SetDaemonSetImage,
@@ -94,10 +96,10 @@ class ActionExecutor:
             case RecordEvent():
                 self._record_event(action, cluster_operator)
             case _:
-                raise TypeError(f"unknown action {action!r}")
+                assert_never(action)
 
     def execute_node_actions(
-        self, actions: list[Action], cluster_operator: Mapping[str, Any]
+        self, actions: Sequence[NodeAction], cluster_operator: Mapping[str, Any]
     ) -> None:
         """One node's actions in order; consecutive annotation and (un)cordon changes go out as
         one merge patch, so recording a node's state and cordoning it is one atomic write that
@@ -129,9 +131,11 @@ class ActionExecutor:
                     patch.setdefault("spec", {})["unschedulable"] = isinstance(action, Cordon)
                     kind = type(action).__name__
                     self.counts[kind] = self.counts.get(kind, 0) + 1
-                case _:
+                case DeleteDriverPod():
                     flush()
                     self.execute(action, cluster_operator)
+                case _:
+                    assert_never(action)
         flush()
 
     def _set_image(self, image: str) -> None:

@@ -22,12 +22,11 @@ from reconciler.controller.hooks import RolloutObserver
 from reconciler.controller.index import NodeIndex, NodeIntent
 from reconciler.kube.api import JSON, KubeError
 from reconciler.rollout.actions import (
+    NODE_ACTIONS,
     Action,
-    AnnotateNode,
-    Cordon,
     DeleteDriverPod,
+    NodeAction,
     RecordEvent,
-    Uncordon,
 )
 
 log = logging.getLogger(__name__)
@@ -98,7 +97,7 @@ class Dispatcher:
     def execute(self, actions: Sequence[Action], co: JSON) -> bool:
         """Hands out a plan's actions in order (see the module's docstring). False when
         leadership was lost."""
-        batch: dict[str, list[Action]] = {}
+        batch: dict[str, list[NodeAction]] = {}
 
         def flush() -> None:
             # nodes that get a pod deleted go first: a freed slot is refilled before the
@@ -115,7 +114,7 @@ class Dispatcher:
             self.stats.actions += 1
             if isinstance(action, RecordEvent):
                 self.events.submit(self.executor.execute, action, co)
-            elif isinstance(action, (Cordon, Uncordon, AnnotateNode, DeleteDriverPod)):
+            elif isinstance(action, NODE_ACTIONS):
                 batch.setdefault(action.node, []).append(action)
             else:
                 flush()
@@ -124,7 +123,7 @@ class Dispatcher:
         flush()
         return True
 
-    def dispatch(self, node: str, group: list[Action], co: JSON, *,
+    def dispatch(self, node: str, group: list[NodeAction], co: JSON, *,
                  starts: bool) -> Future[None]:
         """Hands one node's actions to the pool; its intent is in the index before this
         returns. They run after the node's earlier requests (a start right after the node's
@@ -168,7 +167,7 @@ class Dispatcher:
             earlier.result()  # raises what it raised: this node is planned again instead
         run(*args)
 
-    def bookkeep(self, node: str, group: list[Action], co: JSON) -> None:
+    def bookkeep(self, node: str, group: list[NodeAction], co: JSON) -> None:
         """A finished node's bookkeeping (uncordon, annotations) and a cordon ahead wait, up to
         a second, while pod deletions are on their way: in a burst of freed slots the API server
         answers the refills first. The planner already counts what they write (their intent).

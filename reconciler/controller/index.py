@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import assert_never
 
 from reconciler.controller.hooks import NoObserver, RolloutObserver
 from reconciler.controller.observe import (
@@ -30,7 +31,7 @@ from reconciler.controller.worker import generation, newer, same_version
 from reconciler.kube.api import JSON
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.rollout.actions import Action, AnnotateNode, Cordon, DeleteDriverPod, Uncordon
+from reconciler.planning import AnnotateNode, Cordon, DeleteDriverPod, NodeAction, Uncordon
 from reconciler.rollout.model import DriverPod, RolloutNode
 
 
@@ -45,19 +46,22 @@ class NodeIntent:
     deletion_at: float = 0.0
 
     @classmethod
-    def of(cls, actions: Sequence[Action]) -> NodeIntent:
+    def of(cls, actions: Sequence[NodeAction]) -> NodeIntent:
         annotations: dict[str, str | None] = {}
         unschedulable: bool | None = None
         deleting: set[str] = set()
         deletion_at = 0.0
         for action in actions:
-            if isinstance(action, AnnotateNode):
-                annotations.update(action.annotations)
-            elif isinstance(action, (Cordon, Uncordon)):
-                unschedulable = isinstance(action, Cordon)
-            elif isinstance(action, DeleteDriverPod):
-                deleting.add(action.pod)
-                deletion_at = max(deletion_at, action.at)
+            match action:
+                case AnnotateNode(annotations=changes):
+                    annotations.update(changes)
+                case Cordon() | Uncordon():
+                    unschedulable = isinstance(action, Cordon)
+                case DeleteDriverPod(pod=pod, at=at):
+                    deleting.add(pod)
+                    deletion_at = max(deletion_at, at)
+                case _:
+                    assert_never(action)
         return cls(annotations, unschedulable, frozenset(deleting), deletion_at)
 
 

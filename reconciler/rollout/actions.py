@@ -1,14 +1,22 @@
-"""Actions the planner asks for. Small and frozen; each is idempotent when executed against the
-state it was planned from, and a plan's order matters (annotate a node before deleting its pod,
-so a crash in between leaves a record, never an unrecorded deletion)."""
+"""Actions the planner asks for: the node actions both planners share (``NodeAction``, from
+``reconciler.planning``) and the rollout's own. Small and frozen; each is idempotent when
+executed against the state it was planned from, and a plan's order matters (annotate a node
+before deleting its pod, so a crash in between leaves a record, never an unrecorded
+deletion)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from reconciler.planning import NODE_ACTIONS as NODE_ACTIONS
+from reconciler.planning import AnnotateNode as AnnotateNode
+from reconciler.planning import Cordon as Cordon
+from reconciler.planning import DeleteDriverPod as DeleteDriverPod
+from reconciler.planning import NodeAction as NodeAction
 from reconciler.planning import RecordEvent as RecordEvent
+from reconciler.planning import Uncordon as Uncordon
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,34 +24,6 @@ class SetDaemonSetImage:
     """Set the driver DaemonSet's pod template image (OnDelete: no pod changes by itself)."""
 
     image: str
-
-
-@dataclass(frozen=True, slots=True)
-class Cordon:
-    node: str
-
-
-@dataclass(frozen=True, slots=True)
-class Uncordon:
-    node: str
-
-
-@dataclass(frozen=True, slots=True)
-class AnnotateNode:
-    """Merge annotations into the node; a value of None removes the key."""
-
-    node: str
-    annotations: Mapping[str, str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteDriverPod:
-    """Delete exactly this pod (by name), never whatever pod the node runs by then."""
-
-    node: str
-    pod: str
-    #: the plan's time: the deletion's time until the server's answer says it
-    at: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +41,8 @@ class RestorePayload:
 
 
 Action = (
-    SetDaemonSetImage
-    | Cordon
-    | Uncordon
-    | AnnotateNode
-    | DeleteDriverPod
+    NodeAction
+    | SetDaemonSetImage
     | SetPolicyPause
     | RestorePayload
     | RecordEvent

@@ -76,6 +76,20 @@ def deletion_time(node: RolloutNode, revision: str | None) -> float:
     return 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What a scan compares every node with."""
+
+    target: str
+    now: float
+    #: ``<epoch>|``: the prefix of a failure count made in the current epoch
+    epoch: str
+    timeout: float
+    rollback_from: str
+    verifying: Set[str]
+    health_failed: Set[str]
+
+
 def scan_nodes(
     nodes: Iterable[RolloutNode],
     target: str,
@@ -95,115 +109,151 @@ def scan_nodes(
     A node that failed a health check stays failed with its pod Ready until it is retried.
     """
     scan = NodeScan()
-    epoch = epoch + "|"
-    timeout = ready_timeout
+    look = _Look(target, now, epoch + "|", ready_timeout, rollback_from, verifying,
+                 health_failed)
     for node in nodes:
-        ann = node.annotations
-        recorded = ann.get(ANN_STATE)
-        pod = node.pod
-        waiting = unrecorded = False
-        started = 0.0  # a move's start its pods tell (no ``deleted-at`` written)
-        if recorded == STATE_CORDONED:
-            ahead_of = ann.get(ANN_TARGET)
-            if pod is not None and not pod.deleting and pod.revision != ahead_of:
-                if ahead_of == target and not rollback_from:
-                    scan.cordoned.append(node)
-                    waiting = True
-                else:
-                    scan.stale_cordoned.append(node)
-            else:
-                # only we delete the pod of a node cordoned ahead, and its start is that
-                # deletion alone (no record: one write less per node in a wave's burst)
-                recorded = STATE_UPGRADING
-                started = deletion_time(node, ahead_of)
-                unrecorded = not started
-        state = recorded if ann.get(ANN_TARGET) == target else None
-        on_target = pod is not None and pod.revision == target and not pod.deleting
-        ready_target = on_target and pod is not None and pod.ready
-        failures = ann.get(ANN_FAILURES)
-        if failures and failures.startswith(epoch):
-            scan.epoch_failures += st.int_or(failures[len(epoch) :], 1)
-        in_flight = False
-        #: Ready on the target but not upgraded: its health checks have not passed
-        held = ready_target and (
-            node.name in verifying or node.name in health_failed
-            or (state == STATE_FAILED
-                and ann.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED)
-        )
-        if waiting:
-            pass
-        elif state == STATE_UPGRADING:
-            if ready_target and node.name in health_failed:
-                scan.new_failures.append((node, ConditionType.HEALTH_CHECK_FAILED.value))
-            elif ready_target and node.name in verifying:
-                in_flight = True
-            elif ready_target:
-                scan.completed.append(node)
-            elif on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
-                scan.new_failures.append((node, str(pod.waiting_reason)))
-            else:
-                deleted_at = started or parse_time_or(ann.get(ANN_DELETED_AT), now)
-                if now + CLOCK_SLACK >= deleted_at + timeout:
-                    scan.new_failures.append((node, "ReadyTimeout"))
-                else:
-                    in_flight = True
-                    scan.deadlines.append(deleted_at + timeout)
-                    if unrecorded:
-                        scan.unrecorded.append(node)
-                    if (
-                        pod is not None
-                        and pod.revision != target
-                        and not pod.deleting
-                        and pod.created_at < deleted_at
-                    ):
-                        scan.redo.append(node)  # the recorded delete never happened
-        elif state == STATE_FAILED:
-            if ready_target and not held:
-                scan.completed.append(node)
-            else:
-                scan.failed.append(node)
-        elif state is None:
-            other = recorded if rollback_from and ann.get(ANN_TARGET) == rollback_from else None
-            if ready_target:
-                if other in (STATE_UPGRADING, STATE_FAILED):
-                    scan.completed.append(node)
-            elif on_target:
-                if other == STATE_UPGRADING:
-                    in_flight = True  # the DaemonSet recreated it on the target already
-                else:
-                    scan.joiners_pending += 1
-                    assert pod is not None
-                    if node.ready and now + CLOCK_SLACK < pod.created_at + timeout:
-                        scan.settling += 1
-                        scan.deadlines.append(pod.created_at + timeout)
-            elif pod is not None and not pod.deleting:
-                if other == STATE_UPGRADING:
-                    in_flight = True
-                    scan.convert.append(node)
-                elif other == STATE_FAILED:
-                    scan.failed_other.append(node)
-                else:
-                    scan.untouched.append(node)
-            elif other == STATE_UPGRADING:
-                in_flight = True  # waiting for the DaemonSet to recreate the pod
-        if ready_target and not held:
-            scan.ready += 1
-        elif rollback_from and pod is not None and pod.ready and pod.revision == rollback_from:
-            scan.ready_other += 1
-        if in_flight:
-            scan.in_flight += 1
-        else:
-            by_us = (
-                recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
-                and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"
-            )
-            if (
-                held
-                or not node.ready
-                or pod is None
-                or not pod.ready
-                or pod.deleting
-                or (node.unschedulable and not by_us)
-            ):
-                scan.unavailable += 1
+        _classify(scan, look, node)
     return scan
+
+
+def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
+    """One node: its recorded state (a node cordoned ahead whose old pod went counts as
+    upgrading), then the function of its state (``_upgrading``, ``_failed``, ``_not_moved``),
+    then availability (SPEC 4.3 step 5: in flight, or else unavailable when not Ready, held by
+    its checks, or cordoned by someone other than us). Counted inline: this runs once per node
+    and pass."""
+    ann = node.annotations
+    recorded = ann.get(ANN_STATE)
+    pod = node.pod
+    target = look.target
+    started = 0.0  # a move's start its pods tell (no ``deleted-at`` written)
+    unrecorded = waiting = False
+    if recorded == STATE_CORDONED:
+        ahead_of = ann.get(ANN_TARGET)
+        if pod is not None and not pod.deleting and pod.revision != ahead_of:
+            if ahead_of == target and not look.rollback_from:
+                scan.cordoned.append(node)  # waits for a slot (``selection``)
+                waiting = True
+            else:
+                scan.stale_cordoned.append(node)
+        else:
+            # only we delete the pod of a node cordoned ahead, and its start is that
+            # deletion alone (no record: one write less per node in a wave's burst)
+            recorded = STATE_UPGRADING
+            started = deletion_time(node, ahead_of)
+            unrecorded = not started
+    failures = ann.get(ANN_FAILURES)
+    if failures and failures.startswith(look.epoch):
+        scan.epoch_failures += st.int_or(failures[len(look.epoch) :], 1)
+    state = recorded if ann.get(ANN_TARGET) == target else None
+    ready_target = (pod is not None and pod.revision == target and not pod.deleting
+                    and pod.ready)
+    #: Ready on the target but not upgraded: its health checks have not passed
+    held = ready_target and (
+        node.name in look.verifying or node.name in look.health_failed
+        or (state == STATE_FAILED
+            and ann.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED)
+    )
+    if waiting:
+        in_flight = False
+    elif state == STATE_UPGRADING:
+        in_flight = _upgrading(scan, look, node, started, unrecorded)
+    elif state == STATE_FAILED:
+        in_flight = _failed(scan, node, ready_target and not held)
+    elif state is None:
+        in_flight = _not_moved(scan, look, node, recorded)
+    else:
+        in_flight = False  # done, or a state this version does not know: nothing moves it
+    if ready_target and not held:
+        scan.ready += 1
+    elif (look.rollback_from and pod is not None and pod.ready
+          and pod.revision == look.rollback_from):
+        scan.ready_other += 1
+    if in_flight:
+        scan.in_flight += 1
+    elif (
+        held
+        or not node.ready
+        or pod is None
+        or not pod.ready
+        or pod.deleting
+        or (node.unschedulable and not (
+            recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+            and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"))
+    ):
+        scan.unavailable += 1
+
+
+def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,
+               unrecorded: bool) -> bool:
+    """Moving to the target: Ready (completed, or verifying), failed now, or in flight until
+    readyTimeout. True when in flight."""
+    pod = node.pod
+    target = look.target
+    on_target = pod is not None and pod.revision == target and not pod.deleting
+    if on_target and pod is not None and pod.ready:
+        if node.name in look.health_failed:
+            scan.new_failures.append((node, ConditionType.HEALTH_CHECK_FAILED.value))
+            return False
+        if node.name in look.verifying:
+            return True
+        scan.completed.append(node)
+        return False
+    if on_target and pod is not None and pod.waiting_reason in FAILURE_REASONS:
+        scan.new_failures.append((node, str(pod.waiting_reason)))
+        return False
+    deleted_at = started or parse_time_or(node.annotations.get(ANN_DELETED_AT), look.now)
+    if look.now + CLOCK_SLACK >= deleted_at + look.timeout:
+        scan.new_failures.append((node, "ReadyTimeout"))
+        return False
+    scan.deadlines.append(deleted_at + look.timeout)
+    if unrecorded:
+        scan.unrecorded.append(node)
+    if pod is not None and pod.revision != target and not pod.deleting and (
+        pod.created_at < deleted_at
+    ):
+        scan.redo.append(node)  # the recorded delete never happened
+    return True
+
+
+def _failed(scan: NodeScan, node: RolloutNode, upgraded: bool) -> bool:
+    """A failed move to the target: completed once Ready there (and its checks passed), else
+    failed until it is retried."""
+    if upgraded:
+        scan.completed.append(node)
+    else:
+        scan.failed.append(node)
+    return False
+
+
+def _not_moved(scan: NodeScan, look: _Look, node: RolloutNode, recorded: str | None) -> bool:
+    """No move to the target recorded: a joiner on the target, a node still to move, or in a
+    rollback a move to the revision rolled back (``other``). True when in flight."""
+    pod = node.pod
+    target = look.target
+    ann = node.annotations
+    other = (recorded if look.rollback_from and ann.get(ANN_TARGET) == look.rollback_from
+             else None)
+    on_target = pod is not None and pod.revision == target and not pod.deleting
+    if on_target and pod is not None and pod.ready:
+        if other in (STATE_UPGRADING, STATE_FAILED):
+            scan.completed.append(node)
+        return False
+    if on_target and pod is not None:
+        if other == STATE_UPGRADING:
+            return True  # the DaemonSet recreated it on the target already
+        scan.joiners_pending += 1
+        if node.ready and look.now + CLOCK_SLACK < pod.created_at + look.timeout:
+            scan.settling += 1
+            scan.deadlines.append(pod.created_at + look.timeout)
+        return False
+    if pod is not None and not pod.deleting:
+        if other == STATE_UPGRADING:
+            scan.convert.append(node)
+            return True
+        if other == STATE_FAILED:
+            scan.failed_other.append(node)
+        else:
+            scan.untouched.append(node)
+        return False
+    return other == STATE_UPGRADING  # waiting for the DaemonSet to recreate the pod

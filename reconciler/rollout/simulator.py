@@ -14,6 +14,7 @@ import hashlib
 import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from reconciler.fleet.windows import WindowCalendar
@@ -23,15 +24,13 @@ from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
+    NODE_ACTIONS,
     Action,
-    AnnotateNode,
-    Cordon,
     DeleteDriverPod,
     RecordEvent,
     RestorePayload,
     SetDaemonSetImage,
     SetPolicyPause,
-    Uncordon,
 )
 from reconciler.rollout.health_gate import pending_queries
 from reconciler.rollout.model import (
@@ -43,6 +42,7 @@ from reconciler.rollout.model import (
     RolloutNode,
     RolloutSnapshot,
 )
+from reconciler.rollout.node_view import apply_node_action, with_pod
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.status import UpgradeStatus
 
@@ -52,7 +52,11 @@ FAULTS: tuple[str, ...] = ("imagepull", "crashloop", "never-ready", "node-notrea
 EPOCH = 1767225600.0
 DEFAULT_UNTIL = 7 * 24 * 3600.0
 
-_NODE_ACTIONS = (AnnotateNode, Cordon, Uncordon, DeleteDriverPod, RecordEvent)
+#: the labels and the first annotations of every virtual node: none, shared (the views are
+#: read, never changed in place; an action's view gets a dict of its own)
+_NOTHING: Mapping[str, str] = MappingProxyType({})
+#: actions after which the planner need not plan again at once
+_NODE_ACTIONS = (*NODE_ACTIONS, RecordEvent)
 
 
 def node_name(index: int, width: int) -> str:
@@ -179,7 +183,7 @@ class Simulation:
             name = node_name(index, width)
             ready = config.faults.get(name) != "node-notready"
             pod = DriverPod(f"metax-driver-{name}-0", self.ds.current_revision, ready=ready)
-            self.nodes[name] = RolloutNode(name=name, ready=ready, pod=pod)
+            self.nodes[name] = RolloutNode(name, ready, False, _NOTHING, _NOTHING, pod)
             self.pod_serial[name] = 0
         # what a controller recorded while the fleet sat idle on the old version
         self.status: dict[str, Any] = {
@@ -258,31 +262,21 @@ class Simulation:
 
     def _apply(self, action: Action) -> None:
         cfg = self.config
-        if isinstance(action, AnnotateNode):
+        if isinstance(action, NODE_ACTIONS):
             node = self.nodes[action.node]
-            annotations = dict(node.annotations)
-            for key, value in action.annotations.items():
-                if value is None:
-                    annotations.pop(key, None)
-                else:
-                    annotations[key] = value
-            self.nodes[action.node] = dataclasses.replace(node, annotations=annotations)
-        elif isinstance(action, Cordon | Uncordon):
-            node = self.nodes[action.node]
-            self.nodes[action.node] = dataclasses.replace(
-                node, unschedulable=isinstance(action, Cordon)
-            )
-        elif isinstance(action, DeleteDriverPod):
-            node = self.nodes[action.node]
-            if node.pod is None or node.pod.name != action.pod:
+            landed = apply_node_action(node, action)
+            if not isinstance(action, DeleteDriverPod):
+                self.nodes[action.node] = landed
+                return
+            if landed is node:
                 return  # already gone: deleting is idempotent
+            # the DaemonSet controller (OnDelete): a new pod at once, on the current template
             serial = self.pod_serial[node.name] + 1
             self.pod_serial[node.name] = serial
             revision = self.ds.current_revision
             pod_name = f"metax-driver-{node.name}-{serial}"
             pod = DriverPod(pod_name, revision, created_at=self.config.start + self.t)
-            self.nodes[node.name] = dataclasses.replace(
-                node, pod=pod, pod_deleted_at=self.config.start + self.t)
+            self.nodes[node.name] = with_pod(node, pod, self.config.start + self.t)
             self.events.append(
                 SimEvent(self.t, "NodeUpgradeStarted" if revision == self.new_revision
                          else "NodeRollbackStarted",
@@ -344,8 +338,10 @@ class Simulation:
         node = self.nodes.get(node_name_)
         if node is None or node.pod is None or node.pod.name != pod_name:
             return  # that pod was replaced meanwhile, or the node left
+        old = node.pod
         if kind == "ready":
-            pod = dataclasses.replace(node.pod, ready=True)
+            pod = DriverPod(old.name, old.revision, True, old.waiting_reason, old.restart_count,
+                            old.created_at, old.deleting, old.deletion_requested_at)
             self.ready_at[node.name] = self.t
             self.events.append(
                 SimEvent(self.t, "NodeReady",
@@ -353,8 +349,8 @@ class Simulation:
                          f"{self.versions.get(pod.revision, pod.revision)}", node=node.name)
             )
         else:
-            pod = dataclasses.replace(node.pod, waiting_reason=kind.partition(":")[2])
-        self.nodes[node_name_] = dataclasses.replace(node, pod=pod)
+            pod = dataclasses.replace(old, waiting_reason=kind.partition(":")[2])
+        self.nodes[node_name_] = with_pod(node, pod)
 
     def _intervene(self, kind: str, name: str) -> None:
         message = f"{kind} {name}".strip()

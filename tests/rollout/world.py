@@ -12,14 +12,12 @@ from reconciler.names import CANARY_LABEL
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import (
+    NODE_ACTIONS,
     Action,
-    AnnotateNode,
-    Cordon,
     DeleteDriverPod,
     RestorePayload,
     SetDaemonSetImage,
     SetPolicyPause,
-    Uncordon,
 )
 from reconciler.rollout.model import (
     DaemonSetView,
@@ -28,6 +26,7 @@ from reconciler.rollout.model import (
     RolloutNode,
     RolloutSnapshot,
 )
+from reconciler.rollout.node_view import apply_node_action, with_pod
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH, revision_of
 
@@ -142,26 +141,19 @@ class World:
 
     def apply(self, actions: Iterable[Action]) -> None:
         for action in actions:
-            if isinstance(action, AnnotateNode):
+            if isinstance(action, NODE_ACTIONS):
                 node = self.nodes[action.node]
-                ann = dict(node.annotations)
-                for k, v in action.annotations.items():
-                    if v is None:
-                        ann.pop(k, None)
-                    else:
-                        ann[k] = v
-                self.nodes[action.node] = dataclasses.replace(node, annotations=ann)
-            elif isinstance(action, Cordon | Uncordon):
-                self.set(action.node, unschedulable=isinstance(action, Cordon))
-            elif isinstance(action, DeleteDriverPod):
-                node = self.nodes[action.node]
-                assert node.pod is not None and node.pod.name == action.pod
-                self.serial += 1
-                self.deleted.append((action.node, self.ds.current_revision))
-                pod = DriverPod(f"drv-{node.name}-{self.serial}", self.ds.current_revision)
-                # the controller's index keeps when the old pod's deletion was asked for
-                self.nodes[action.node] = dataclasses.replace(node, pod=pod,
-                                                              pod_deleted_at=action.at)
+                if isinstance(action, DeleteDriverPod):
+                    assert node.pod is not None and node.pod.name == action.pod
+                landed = apply_node_action(node, action)
+                if isinstance(action, DeleteDriverPod):
+                    # the DaemonSet (OnDelete) recreates the pod on its current template
+                    self.serial += 1
+                    self.deleted.append((action.node, self.ds.current_revision))
+                    pod = DriverPod(f"drv-{node.name}-{self.serial}", self.ds.current_revision)
+                    # the controller's index keeps when the old pod's deletion was asked for
+                    landed = with_pod(landed, pod, action.at)
+                self.nodes[action.node] = landed
             elif isinstance(action, SetDaemonSetImage):
                 rev = revision_of(action.image)
                 self.ds = DaemonSetView(rev, action.image, {**self.ds.revision_images,

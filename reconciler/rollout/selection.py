@@ -1,0 +1,154 @@
+"""Which nodes start (SPEC 4.3 steps 4-6): the rollout order, retries after their back-off,
+fresh starts within the step's slots and ``maxUnavailable``, the nodes cordoned ahead, and the
+maintenance windows (SPEC 10) fresh starts wait for. A new rule of selection (a per-domain
+budget) is one more check in ``start_nodes`` before ``fresh_starts``.
+"""
+
+from __future__ import annotations
+
+from operator import attrgetter
+
+from reconciler.names import ANN_ATTEMPT, ANN_FAILED_AT, ANN_STATE, ANN_TARGET, STATE_CORDONED
+from reconciler.rollout import node_states
+from reconciler.rollout import status as st
+from reconciler.rollout.model import RolloutNode
+from reconciler.rollout.pass_state import Pass
+from reconciler.rollout.scan import CLOCK_SLACK, NodeScan
+from reconciler.timefmt import parse_time_or
+
+_NAME = attrgetter("name")
+
+
+def in_order(nodes: list[RolloutNode]) -> list[RolloutNode]:
+    """The rollout order: canaries first, then by name (names are unique, so this is the order
+    of ``(not canary, name)``; sorted by a C key, the lists are a fleet long)."""
+    canaries = [n for n in nodes if n.labels and n.canary]
+    if not canaries:
+        return sorted(nodes, key=_NAME)
+    others = [n for n in nodes if not (n.labels and n.canary)]
+    return sorted(canaries, key=_NAME) + sorted(others, key=_NAME)
+
+
+def retry_due(p: Pass, node: RolloutNode, epoch_start: float) -> float:
+    ann = node.annotations
+    failed_at = parse_time_or(ann.get(ANN_FAILED_AT), p.now)
+    if failed_at < epoch_start:
+        return p.now  # failed before a person resumed: retry at once
+    return failed_at + p.settings.backoff(st.int_or(ann.get(ANN_ATTEMPT), 1))
+
+
+def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
+    """Retry failed nodes whose back-off passed; returns how many were started."""
+    cond = p.s.condition(st.COND_PROGRESSING)
+    epoch_start = parse_time_or(cond.last_transition_time if cond else None, p.now)
+    started = 0
+    for node in in_order(failed):
+        if started >= slots:
+            break
+        due = retry_due(p, node, epoch_start)
+        if due > p.now + CLOCK_SLACK:
+            p.requeue.append(due)
+            continue
+        if node.workloads or not node.ready or node.pod is None or node.pod.deleting:
+            continue
+        node_states.move(p, node, target, st.int_or(node.annotations.get(ANN_ATTEMPT), 1) + 1)
+        p.event(
+            "NodeRetried",
+            f"{node.name}: retrying the driver pod",
+            node=node.name,
+            step=p.step_index(),
+        )
+        started += 1
+    return started
+
+
+def fresh_starts(
+    p: Pass, candidates: list[RolloutNode], target: str, count: int, ahead: int
+) -> tuple[int, frozenset[str]]:
+    """Start up to ``count`` nodes not started yet, in rollout order, and cordon the next
+    ``ahead`` ones; busy nodes wait. Returns how many started and the nodes cordoned ahead
+    (kept or new)."""
+    started = 0
+    kept: set[str] = set()
+    blocked: list[str] = []
+    limit = p.settings.message_node_limit
+    for node in in_order(candidates):
+        if started >= count and len(kept) >= ahead:
+            break
+        if not node.ready:
+            continue
+        if node.workloads:
+            if started < count and len(blocked) < limit:
+                blocked.append(f"{node.name} ({', '.join(node.workloads)})")
+            continue
+        cordoned = (node.annotations.get(ANN_STATE) == STATE_CORDONED
+                    and node.annotations.get(ANN_TARGET) == target)
+        if started < count:
+            if cordoned:
+                node_states.start_cordoned(p, node, target)
+            else:
+                node_states.move(p, node, target, 1)
+            started += 1
+            continue
+        kept.add(node.name)
+        if not cordoned:
+            node_states.cordon_ahead(p, node, target)
+    if blocked:
+        p.set(step_message="waiting for GPU workloads to finish: " + "; ".join(blocked))
+    return started, frozenset(kept)
+
+
+def window_open(p: Pass) -> bool:
+    """Fresh starts only inside a maintenance window (SPEC 10); when closed, the step message
+    says when the next one opens and the planner wakes then."""
+    calendar = p.snap.windows
+    if calendar is None or calendar.is_open(p.now):
+        return True  # (is_open is cheap; only a closed calendar looks ahead)
+    verdict = calendar.verdict(p.now)
+    p.set(step_message=verdict.describe())
+    p.holds.append(verdict.hold())
+    if verdict.until is not None:
+        p.requeue.append(verdict.until)
+    return False
+
+
+def start_nodes(
+    p: Pass, scan: NodeScan, revision: str, target: int, batch: int, next_wave: int
+) -> None:
+    """Start what the slots and maxUnavailable allow; cordon ahead the nodes next in line: up
+    to maxParallel of this step's, or once all of this step's nodes are started, the next
+    step's first wave (``next_wave``: 0 when a pause or a gate comes first)."""
+    policy = p.policy
+    parallel = policy.batch_max_parallel(batch)
+    slots = parallel - scan.in_flight
+    retried = retries(p, scan.failed, revision, slots) if slots > 0 else 0
+    slots -= retried
+    occupied = (
+        scan.ready + scan.in_flight + len(scan.failed) + len(scan.new_failures)
+        + scan.joiners_pending
+    )
+    need = target - occupied
+    count = min(max(need, 0), max(slots, 0))
+    ahead = 0
+    if p.settings.cordon_ahead:
+        ahead = min(need - count, parallel) if need > count else next_wave
+    fresh = 0
+    if (count or ahead) and not window_open(p):
+        count = ahead = 0  # nodes cordoned ahead go back to work until the window opens
+    if count or ahead:
+        max_unavailable = policy.resolved_max_unavailable(p.total)
+        # a retried node is in flight now, and in-flight nodes are not unavailable
+        unavailable = scan.unavailable - retried
+        if unavailable <= max_unavailable:
+            fresh, p.keep_cordoned = fresh_starts(
+                p, scan.cordoned + scan.untouched, revision, count, ahead
+            )
+        else:
+            # the nodes next in line stay cordoned (no churn while availability flickers)
+            p.keep_cordoned = frozenset(n.name for n in scan.cordoned)
+            if need > 0:
+                p.set(
+                    step_message=f"{unavailable} rollout nodes unavailable (maxUnavailable "
+                    f"{max_unavailable}): no new node starts"
+                )
+    p.in_flight = scan.in_flight + retried + fresh

@@ -1,0 +1,73 @@
+"""The one executor (``ActionExecutor``) carries out every action type of the rollout's
+vocabulary against the real API server: the examples below cover the ``Action`` union member by
+member (a new member without an example fails here, as an executor without its case fails mypy's
+``assert_never``)."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import pytest
+
+from reconciler.controller.act import ActionExecutor, Target
+from reconciler.kube.api import KubeApi, resource_path
+from reconciler.names import CLUSTER_OPERATOR_NAME, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.rollout import actions as act
+from reconciler.sim.fleet import Fleet
+from reconciler.sim.waiting import wait_for
+from tests.controller.helpers import cluster_operator, event_reasons
+
+pytestmark = pytest.mark.cluster
+
+NODE = "node-0001"
+
+
+def _node(kube: KubeApi) -> dict[str, Any]:
+    return dict(kube.get(resource_path("v1", "nodes", NODE)))
+
+
+def _image(kube: KubeApi) -> str:
+    ds = kube.get(resource_path("apps/v1", "daemonsets", DRIVER_DAEMONSET,
+                                namespace=OPERATOR_NAMESPACE))
+    return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def test_the_executor_carries_out_every_action_type(fleet: Fleet, kube: KubeApi) -> None:
+    executor = ActionExecutor(kube, Target(CLUSTER_OPERATOR_NAME))
+    co = cluster_operator(kube)
+    pod = fleet.driver_pods()[NODE].name
+    payload = dict(co["spec"]["driver"]["payload"], version="7.7.7")
+    image = _image(kube).rpartition(":")[0] + ":7.7.8"
+    examples: list[act.Action] = [
+        act.Cordon(NODE),
+        act.AnnotateNode(NODE, {"example.com/every-action": "yes"}),
+        act.Uncordon(NODE),
+        act.DeleteDriverPod(NODE, pod),
+        act.SetPolicyPause(True),
+        act.RestorePayload(payload),
+        act.SetDaemonSetImage(image),
+        act.RecordEvent("Normal", "EveryActionExample", "an example event"),
+    ]
+    assert {type(a) for a in examples} == set(get_args(act.Action))
+
+    executor.execute(examples[0], co)
+    assert _node(kube)["spec"].get("unschedulable") is True
+    executor.execute(examples[1], co)
+    assert _node(kube)["metadata"]["annotations"]["example.com/every-action"] == "yes"
+    executor.execute(examples[2], co)
+    assert not _node(kube)["spec"].get("unschedulable")
+    executor.execute(examples[3], co)
+    wait_for(lambda: fleet.driver_pods().get(NODE) is None
+             or fleet.driver_pods()[NODE].name != pod or fleet.driver_pods()[NODE].deleting,
+             timeout=30, what=f"{pod} deleted")
+    executor.execute(examples[4], co)
+    executor.execute(examples[5], co)
+    driver = cluster_operator(kube)["spec"]["driver"]
+    assert driver["upgradePolicy"]["pause"] is True
+    assert driver["payload"]["version"] == "7.7.7"
+    executor.execute(examples[6], co)
+    assert _image(kube) == image
+    executor.execute(examples[7], co)
+    wait_for(lambda: "EveryActionExample" in event_reasons(kube), timeout=30,
+             what="the example event")
+    assert executor.counts == {type(a).__name__: 1 for a in examples}

@@ -1,0 +1,92 @@
+"""The node-maintenance vocabulary (``reconciler.planning.NodeAction``) has one reading of what
+each action does to the planner's view of a node, and every member of the union has its case:
+``apply_node_action`` (the simulator and the test world) and ``NodeIntent.of`` (the controller's
+index) are checked over the union's members, so a new member without its case fails here as it
+fails mypy (``assert_never``)."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+
+from reconciler.controller.index import NodeIntent
+from reconciler.planning import (
+    NODE_ACTIONS,
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    NodeAction,
+    Uncordon,
+)
+from reconciler.rollout.actions import Action
+from reconciler.rollout.model import DriverPod, RolloutNode
+from reconciler.rollout.node_view import apply_node_action, with_pod
+
+POD = DriverPod("drv-a-0", "rev-old", ready=True, created_at=100.0)
+NODE = RolloutNode("a", annotations={"keep": "1", "drop": "x"}, pod=POD, pod_deleted_at=5.0)
+
+#: one example of every node action, with the view once it landed
+LANDED: dict[type, tuple[NodeAction, RolloutNode]] = {
+    Cordon: (Cordon("a"), RolloutNode("a", unschedulable=True,
+                                      annotations={"keep": "1", "drop": "x"}, pod=POD,
+                                      pod_deleted_at=5.0)),
+    Uncordon: (Uncordon("a"), NODE),
+    AnnotateNode: (AnnotateNode("a", {"drop": None, "new": "2", "absent": None}),
+                   RolloutNode("a", annotations={"keep": "1", "new": "2"}, pod=POD,
+                               pod_deleted_at=5.0)),
+    DeleteDriverPod: (DeleteDriverPod("a", "drv-a-0", at=200.0),
+                      RolloutNode("a", annotations={"keep": "1", "drop": "x"},
+                                  pod=DriverPod("drv-a-0", "rev-old", ready=True,
+                                                created_at=100.0, deleting=True,
+                                                deletion_requested_at=200.0),
+                                  pod_deleted_at=5.0)),
+}
+
+
+def test_the_vocabulary_is_the_union_and_every_member_has_an_example() -> None:
+    assert set(NODE_ACTIONS) == set(get_args(NodeAction)) == set(LANDED)
+    # both planners' node actions are members of the rollout's Action union
+    assert set(NODE_ACTIONS) <= set(get_args(Action))
+
+
+@pytest.mark.parametrize("kind", list(get_args(NodeAction)), ids=lambda k: k.__name__)
+def test_every_node_action_lands_on_the_view(kind: type) -> None:
+    action, expected = LANDED[kind]
+    assert isinstance(action, kind)
+    assert apply_node_action(NODE, action) == expected
+
+
+@pytest.mark.parametrize("kind", list(get_args(NodeAction)), ids=lambda k: k.__name__)
+def test_every_node_action_is_an_intent_of_the_index(kind: type) -> None:
+    action, expected = LANDED[kind]
+    intent = NodeIntent.of([action])
+    if isinstance(action, AnnotateNode):
+        assert dict(intent.annotations) == dict(action.annotations)
+    else:
+        assert intent.annotations == {}
+    assert intent.unschedulable == (
+        expected.unschedulable if isinstance(action, Cordon | Uncordon) else None)
+    deleting = expected.pod is not None and expected.pod.deleting
+    assert intent.deleting == (frozenset({POD.name}) if deleting else frozenset())
+
+
+def test_deleting_a_pod_that_is_gone_changes_nothing() -> None:
+    gone = DeleteDriverPod("a", "drv-a-9", at=300.0)
+    assert apply_node_action(NODE, gone) is NODE
+    assert apply_node_action(RolloutNode("b"), DeleteDriverPod("b", "x")) == RolloutNode("b")
+
+
+def test_a_deletion_asked_for_before_keeps_its_first_time() -> None:
+    asked = with_pod(NODE, DriverPod("drv-a-0", "rev-old", deleting=True,
+                                     deletion_requested_at=150.0))
+    landed = apply_node_action(asked, DeleteDriverPod("a", "drv-a-0", at=200.0))
+    assert landed.pod is not None and landed.pod.deletion_requested_at == 150.0
+
+
+def test_the_new_pod_replaces_the_deleted_one_with_the_deletion_time() -> None:
+    deleted = apply_node_action(NODE, DeleteDriverPod("a", "drv-a-0", at=200.0))
+    new = DriverPod("drv-a-1", "rev-new", created_at=201.0)
+    assert with_pod(deleted, new, 200.0) == RolloutNode(
+        "a", annotations={"keep": "1", "drop": "x"}, pod=new, pod_deleted_at=200.0)
+    assert with_pod(deleted, new).pod_deleted_at == 5.0
