@@ -5,13 +5,10 @@ forge settings (http:// refused off loopback, the repository from the remote URL
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,64 +23,16 @@ from reconciler.policy.forge_config import (
     repository_from_remote,
 )
 from reconciler.views.commit_status import CommitStatus, PostGate
+from tests.gitops.forge_stub import ForgeStub, serve_forge
 
 TOKEN = "tok-3f9c2a7d1e5b"
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
-@dataclass
-class ForgeStub:
-    """What the forge was sent, and how it answers: ``code``, or ``hang`` until released."""
-
-    code: int = 201
-    hang: threading.Event | None = None
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    arrived: threading.Condition = field(default_factory=threading.Condition)
-    url: str = ""
-
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: len(self.requests) >= count, timeout), \
-                self.requests
-            return list(self.requests)
-
-
 @pytest.fixture
 def forge() -> Iterator[ForgeStub]:
-    stub = ForgeStub()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            with stub.arrived:
-                # header names are case-insensitive (urllib sends ``Private-token``)
-                stub.requests.append({"path": self.path,
-                                      "headers": {k.lower(): v for k, v in self.headers.items()},
-                                      "body": json.loads(body)})
-                stub.arrived.notify_all()
-            if stub.hang is not None:
-                stub.hang.wait(30)
-            # a careless forge echoes the credentials it was given
-            answer = json.dumps({"echo": dict(self.headers)}).encode()
-            self.send_response(stub.code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    stub.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield stub
-    if stub.hang is not None:
-        stub.hang.set()
-    server.shutdown()
-    server.server_close()
+    with serve_forge() as stub:
+        yield stub
 
 
 @pytest.fixture

@@ -1,0 +1,105 @@
+"""Commit statuses of a real rollout (SPEC 15): the sync role against the real control plane
+posts to a forge played on 127.0.0.1: ``pending`` during the rollout and ``success`` at the end,
+all on the merged commit (the gate release and our write-backs get none); a rejected commit
+gets ``failure`` on itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reconciler.controller.loop import RolloutController
+from reconciler.gitops.forge_status import CommitStatuses
+from reconciler.kube.api import KubeApi
+from reconciler.policy.forge_config import ForgeConfig
+from reconciler.sim.fleet import Fleet
+from reconciler.sim.waiting import wait_for
+from reconciler.sync.forge_report import ForgeReport
+from reconciler.views.commit_status import PostGate
+from tests.gitops.forge_stub import serve_forge
+from tests.sync.conftest import NEW, POLICY_PATH, Person, Remote, SyncFactory, policy
+from tests.sync.helpers import source_commit, step_state, subjects
+
+pytestmark = pytest.mark.cluster
+
+
+def test_pending_during_the_rollout_and_success_at_the_end_on_the_merged_commit(
+    kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
+    alice: Person, make_sync: SyncFactory, tmp_path: Path,
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("forge-token\n")
+    seed = policy_remote.head()
+    with serve_forge() as forge:
+        sync = make_sync(policy_remote.url)
+        poster = CommitStatuses(ForgeConfig("github", forge.url, "fleet/policy"), token,
+                                gate=PostGate(interval=0.2)).start()
+        sync.shell.on_snapshot = ForgeReport(
+            sync.repo, poster, cluster="prod-a", record=sync.record, wall=sync.clock,
+            target_url="https://dash.example.com/").snapshot
+        try:
+            wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+            merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
+            sync.trigger()
+            wait_for(lambda: any("manual gate" in r["body"]["description"]
+                                 for r in forge.requests), timeout=60,
+                     what="pending at the manual gate", observe=lambda: forge.requests)
+            # our write-back of pause: true changes the cluster's folder: it gets no status
+            wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
+                                 for s in subjects(policy_remote)),
+                     timeout=30, what="the pause write-back")
+            alice.pull()
+            resume = alice.commit_and_push("Release the rest of prod-a",
+                                           {POLICY_PATH: policy(NEW, pause=False)})
+            sync.trigger()
+            wait_for(lambda: step_state(kube) == ("Idling", 3, "Completed"), timeout=90,
+                     what="the rollout completed", observe=lambda: step_state(kube))
+            wait_for(lambda: any(r["body"]["state"] == "success" for r in forge.requests),
+                     timeout=30, what="success posted", observe=lambda: forge.requests)
+        finally:
+            poster.stop()
+    posts = forge.requests
+    shas = {r["path"].rsplit("/", 1)[1] for r in posts}
+    assert shas == {merge}, (merge, resume, posts)
+    assert resume not in shas
+    assert all(r["path"] == f"/repos/fleet/policy/statuses/{merge}" for r in posts)
+    assert all(r["body"]["context"] == "gpu-reconciler/prod-a" for r in posts)
+    assert all(r["body"]["target_url"] == "https://dash.example.com/" for r in posts)
+    assert posts[0]["body"]["state"] == "pending"
+    assert posts[-1]["body"]["state"] == "success"
+    assert posts[-1]["body"]["description"].startswith(f"completed {NEW}")
+    gate = next(r for r in posts if "manual gate" in r["body"]["description"])
+    assert gate["body"]["state"] == "pending"
+    assert gate["body"]["description"].startswith("step 1/3")
+    # no identical state was posted twice
+    keys = [(r["body"]["state"], r["body"]["description"]) for r in posts]
+    assert all(a != b for a, b in zip(keys, keys[1:], strict=False))
+
+
+def test_a_rejected_commit_gets_failure_on_itself(
+    kube: KubeApi, fleet10: Fleet, policy_remote: Remote, alice: Person,
+    make_sync: SyncFactory, tmp_path: Path,
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("forge-token\n")
+    with serve_forge() as forge:
+        sync = make_sync(policy_remote.url)
+        poster = CommitStatuses(ForgeConfig("gitlab", forge.url, "fleet/policy"), token,
+                                gate=PostGate(interval=0.2)).start()
+        sync.shell.on_snapshot = ForgeReport(
+            sync.repo, poster, cluster="prod-a", record=sync.record, wall=sync.clock).snapshot
+        try:
+            bad = alice.commit_and_push("Break prod-a", {
+                POLICY_PATH: policy(NEW, max_parallel='"-3"')})
+            sync.trigger()
+            wait_for(lambda: any(bad in r["path"] for r in forge.requests), timeout=60,
+                     what="the rejection posted", observe=lambda: forge.requests)
+        finally:
+            poster.stop()
+    post = next(r for r in forge.requests if bad in r["path"])
+    assert post["path"] == f"/projects/fleet%2Fpolicy/statuses/{bad}"
+    assert post["body"]["state"] == "failed"
+    assert post["body"]["name"] == "gpu-reconciler/prod-a"
+    assert post["body"]["description"].startswith(
+        f"rejected, nothing applied: {POLICY_PATH}:")
