@@ -5,6 +5,7 @@ gets ``failure`` on itself."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_pending_during_the_rollout_and_success_at_the_end_on_the_merged_commit(
     assert gate["body"]["description"].startswith("step 1/3")
     # no identical state was posted twice
     keys = [(r["body"]["state"], r["body"]["description"]) for r in posts]
-    assert all(a != b for a, b in zip(keys, keys[1:], strict=False))
+    assert all(a != b for a, b in pairwise(keys))
 
 
 def test_a_rejected_commit_gets_failure_on_itself(
