@@ -20,7 +20,7 @@ from reconciler.sync.forge_report import ForgeReport
 from reconciler.views.commit_status import PostGate
 from tests.gitops.forge_stub import serve_forge
 from tests.sync.conftest import NEW, POLICY_PATH, Person, Remote, SyncFactory, policy
-from tests.sync.helpers import source_commit, step_state, subjects
+from tests.sync.helpers import release_gate_to_the_end, source_commit, subjects
 
 pytestmark = pytest.mark.cluster
 
@@ -50,12 +50,8 @@ def test_pending_during_the_rollout_and_success_at_the_end_on_the_merged_commit(
             wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
                                  for s in subjects(policy_remote)),
                      timeout=30, what="the pause write-back")
-            alice.pull()
-            resume = alice.commit_and_push("Release the rest of prod-a",
-                                           {POLICY_PATH: policy(NEW, pause=False)})
-            sync.trigger()
-            wait_for(lambda: step_state(kube) == ("Idling", 3, "Completed"), timeout=90,
-                     what="the rollout completed", observe=lambda: step_state(kube))
+            resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
+                                             policy(NEW, pause=False))
             wait_for(lambda: any(r["body"]["state"] == "success" for r in forge.requests),
                      timeout=30, what="success posted", observe=lambda: forge.requests)
         finally:
