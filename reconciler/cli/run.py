@@ -234,6 +234,13 @@ class _Settings:
         ready = _duration(o["ready_timeout"], "--ready-timeout")
         if o["repo_config"]:
             o["repo_config_data"], o["repo_config_text"] = _read_repo_config(o["repo_config"])
+        if o["forge_url"]:  # refused before anything starts (SPEC 15)
+            from reconciler.policy.forge_config import ForgeConfigError, check_api_url
+
+            try:
+                check_api_url(o["forge_url"], key="--forge-url")
+            except ForgeConfigError as exc:
+                raise click.UsageError(str(exc)) from None
         lease = tuple(_duration(o[k], f"--{k.replace('_', '-')}") or 0.0
                       for k in ("lease_duration", "renew_deadline", "retry_period"))
         return cls(

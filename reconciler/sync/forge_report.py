@@ -49,6 +49,10 @@ class ForgeReport:
         except (GitOpsError, PolicyFileRefused) as exc:
             log.warning("%s: no commit status: %s", self.cluster, exc)
             return
+        except Exception as exc:  # a status is never worth a failed sync pass
+            log.warning("%s: no commit status: %s", self.cluster, type(exc).__name__,
+                        exc_info=exc)
+            return
         if status is not None:
             self.poster.offer(status)
 
