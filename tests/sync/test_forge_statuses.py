@@ -14,12 +14,14 @@ from reconciler.controller.loop import RolloutController
 from reconciler.gitops.forge_status import CommitStatuses
 from reconciler.kube.api import KubeApi
 from reconciler.policy.forge_config import ForgeConfig
+from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.sync.forge_report import ForgeReport
 from reconciler.views.commit_status import PostGate
 from tests.gitops.forge_stub import serve_forge
-from tests.sync.conftest import NEW, POLICY_PATH, Person, Remote, SyncFactory, policy
+from tests.sync.conftest import CLUSTER, NEW, POLICY_PATH, Person, Remote, SyncFactory, policy
+from tests.sync.daemon import Daemon, metric_value, wait_port_ready
 from tests.sync.helpers import release_gate_to_the_end, source_commit, subjects
 
 pytestmark = pytest.mark.cluster
@@ -100,3 +102,41 @@ def test_a_rejected_commit_gets_failure_on_itself(
     assert post["body"]["name"] == "gpu-reconciler/prod-a"
     assert post["body"]["description"].startswith(
         f"rejected, nothing applied: {POLICY_PATH}:")
+
+
+def test_reconciler_run_posts_with_its_forge_flags_and_never_logs_the_token(
+    kube: KubeApi, control_plane: ControlPlane, fleet10: Fleet, policy_remote: Remote,
+    alice: Person, tmp_path: Path,
+) -> None:
+    token = tmp_path / "forge-token"
+    token.write_text("gitea-token-6b1e0c\n")
+    with serve_forge() as forge:
+        daemon = Daemon(["--repo", policy_remote.url, "--cluster", CLUSTER, "--kubeconfig",
+                         str(control_plane.kubeconfig), "--fetch-interval", "1s",
+                         "--forge", "gitea", "--forge-url", forge.url + "/api/v1",
+                         "--forge-token-file", str(token), "--forge-repository", "fleet/policy",
+                         "--dashboard-url", "https://dash.example.com/",
+                         "--log-level", "debug"], workdir=tmp_path, name="forge")
+        try:
+            wait_port_ready(daemon)
+            seed = policy_remote.head()
+            wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+            merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
+            wait_for(lambda: any(merge in r["path"] and "manual gate" in r["body"]["description"]
+                                 for r in forge.requests), timeout=60,
+                     what="pending at the manual gate", observe=lambda: forge.requests)
+            wait_for(lambda: (metric_value(daemon.metrics(),
+                                           "gpu_reconciler_forge_status_posts_total",
+                                           forge="gitea", outcome="posted") or 0) >= 1,
+                     timeout=10, what="the posts counted")
+        finally:
+            code = daemon.stop()
+    assert code == 0, daemon.log()[-2000:]
+    post = next(r for r in forge.requests if "manual gate" in r["body"]["description"])
+    assert post["path"] == f"/api/v1/repos/fleet/policy/statuses/{merge}"
+    assert post["headers"]["authorization"] == "token gitea-token-6b1e0c"
+    assert post["body"]["state"] == "pending"
+    assert post["body"]["target_url"] == "https://dash.example.com/"
+    log = daemon.log()
+    assert "commit status gpu-reconciler/prod-a" in log
+    assert "gitea-token-6b1e0c" not in log
