@@ -5,6 +5,7 @@ gets ``failure`` on itself."""
 
 from __future__ import annotations
 
+import threading
 from itertools import pairwise
 from pathlib import Path
 
@@ -140,3 +141,36 @@ def test_reconciler_run_posts_with_its_forge_flags_and_never_logs_the_token(
     log = daemon.log()
     assert "commit status gpu-reconciler/prod-a" in log
     assert "gitea-token-6b1e0c" not in log
+
+
+def test_a_hanging_forge_does_not_hold_the_rollout(
+    kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
+    alice: Person, make_sync: SyncFactory, tmp_path: Path,
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("forge-token\n")
+    seed = policy_remote.head()
+    with serve_forge() as forge:
+        forge.hang = threading.Event()  # never answers while the rollout runs
+        sync = make_sync(policy_remote.url)
+        poster = CommitStatuses(ForgeConfig("gitea", forge.url, "fleet/policy"), token,
+                                gate=PostGate(interval=0.0)).start()
+        sync.shell.on_snapshot = ForgeReport(
+            sync.repo, poster, cluster="prod-a", record=sync.record, wall=sync.clock).snapshot
+        try:
+            wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+            alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
+            sync.trigger()
+            forge.wait_for(1, timeout=60)  # the poster is stuck in the forge from here on
+            wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
+                                 for s in subjects(policy_remote)),
+                     timeout=60, what="the pause write-back")
+            resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
+                                             policy(NEW, pause=False))
+            assert poster.posted == []  # the whole rollout ran while the forge hung
+            assert source_commit(kube) == resume
+            # every commit was applied as fast as without a forge (the SPEC's merge-to-apply)
+            assert all(seconds < 5.0 for _, seconds in sync.stats.applies), sync.stats.applies
+        finally:
+            forge.hang.set()
+            poster.stop()
