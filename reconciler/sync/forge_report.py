@@ -15,12 +15,16 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from reconciler.clock import Clock
+from reconciler.files import YamlRefused, parse_yaml
 from reconciler.fleet.promotion import payload_version
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.sync.record import SyncRecord, log
 from reconciler.views.commit_status import CommitStatus, commit_status
+
+#: after a start, the most commits to the cluster's folder looked at for the rollout's first
+WALK_LIMIT = 50
 
 
 class Poster(Protocol):
@@ -61,15 +65,42 @@ class ForgeReport:
         if applied is None:
             return None
         if applied != self._applied:
-            self._applied = applied
             version = payload_version(snapshot.get("spec"))
             if self._started is None or self._started[1] != version:
-                found = self.repo.mirror.last_person_commit_touching(
-                    applied, self._cluster_dir(applied))
-                self._started = (found.sha if found is not None else applied, version)
+                self._started = (self._first_at(applied, version, walk=self._started is None),
+                                 version)
+            self._applied = applied
         return self._started[0] if self._started is not None else None
 
-    def _cluster_dir(self, commit: str) -> str:
-        file = self.repo.reader.config_file(commit)
-        return (file.config.cluster_dir(self.cluster) if file.config is not None
-                else f"clusters/{self.cluster}")
+    def _first_at(self, applied: str, version: str | None, *, walk: bool) -> str:
+        """The newest commit of a person that changed the cluster's folder; after a start
+        (``walk``), the oldest of the newest run of them that name ``version``, so a gate
+        release found after a restart leads back to the commit that started the rollout."""
+        config = self.repo.reader.config(applied)
+        found = self.repo.mirror.person_commits_touching(
+            applied, config.cluster_dir(self.cluster), limit=WALK_LIMIT if walk else 1)
+        if not found:
+            return applied
+        start = found[0].sha
+        for info in found[1:]:
+            if self._version_at(info.sha) != version:
+                break
+            start = info.sha
+        return start
+
+    def _version_at(self, commit: str) -> str | None:
+        """The driver version the cluster's policy names at ``commit`` (None: unreadable)."""
+        try:
+            config = self.repo.reader.config(commit)
+            files = self.repo.reader.cluster_files(commit, self.cluster, config)
+        except (GitOpsError, PolicyFileRefused):
+            return None
+        for file in files:
+            try:
+                data = parse_yaml(file.data, file.path)
+            except YamlRefused:
+                continue
+            version = payload_version(data) if isinstance(data, Mapping) else None
+            if version is not None:
+                return version
+        return None
