@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from reconciler.clock import Clock
-from reconciler.files import YamlRefused, parse_yaml
 from reconciler.fleet.promotion import payload_version
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
+from reconciler.sync.baseline import Baseline
 from reconciler.sync.record import SyncRecord, log
 from reconciler.views.commit_status import CommitStatus, commit_status
 
@@ -78,11 +78,11 @@ class ForgeReport:
         release found after a restart leads back to the commit that started the rollout."""
         config = self.repo.reader.config(applied)
         found = self.repo.mirror.person_commits_touching(
-            applied, config.cluster_dir(self.cluster), limit=WALK_LIMIT if walk else 1)
+            applied, config.cluster_dir(self.cluster), limit=WALK_LIMIT)
         if not found:
             return applied
         start = found[0].sha
-        for info in found[1:]:
+        for info in found[1:] if walk else ():
             if self._version_at(info.sha) != version:
                 break
             start = info.sha
@@ -90,17 +90,5 @@ class ForgeReport:
 
     def _version_at(self, commit: str) -> str | None:
         """The driver version the cluster's policy names at ``commit`` (None: unreadable)."""
-        try:
-            config = self.repo.reader.config(commit)
-            files = self.repo.reader.cluster_files(commit, self.cluster, config)
-        except (GitOpsError, PolicyFileRefused):
-            return None
-        for file in files:
-            try:
-                data = parse_yaml(file.data, file.path)
-            except YamlRefused:
-                continue
-            version = payload_version(data) if isinstance(data, Mapping) else None
-            if version is not None:
-                return version
-        return None
+        return payload_version(Baseline(self.repo, cluster=self.cluster,
+                                        branch=self.repo.branch).object_at(commit))

@@ -19,8 +19,9 @@ from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.sync.forge_report import ForgeReport
+from reconciler.sync.loop import ClusterSync
 from reconciler.views.commit_status import PostGate
-from tests.gitops.forge_stub import serve_forge
+from tests.gitops.forge_stub import ForgeStub, serve_forge
 from tests.sync.conftest import CLUSTER, NEW, POLICY_PATH, Person, Remote, SyncFactory, policy
 from tests.sync.daemon import Daemon, metric_value, wait_port_ready
 from tests.sync.helpers import release_gate_to_the_end, source_commit, subjects
@@ -28,20 +29,28 @@ from tests.sync.helpers import release_gate_to_the_end, source_commit, subjects
 pytestmark = pytest.mark.cluster
 
 
+def _report_to(forge: ForgeStub, kind: str, sync: ClusterSync, tmp_path: Path, *,
+               interval: float = 0.2, target_url: str | None = None) -> CommitStatuses:
+    """The sync's snapshots as commit statuses to ``forge`` (as ``run --forge`` wires them)."""
+    token = tmp_path / "token"
+    token.write_text("forge-token\n")
+    poster = CommitStatuses(ForgeConfig(kind, forge.url, "fleet/policy"), token,
+                            gate=PostGate(interval=interval)).start()
+    sync.shell.on_snapshot = ForgeReport(sync.repo, poster, cluster="prod-a",
+                                         record=sync.record, wall=sync.clock,
+                                         target_url=target_url).snapshot
+    return poster
+
+
 def test_pending_during_the_rollout_and_success_at_the_end_on_the_merged_commit(
     kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
     alice: Person, make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
-    token = tmp_path / "token"
-    token.write_text("forge-token\n")
     seed = policy_remote.head()
     with serve_forge() as forge:
         sync = make_sync(policy_remote.url)
-        poster = CommitStatuses(ForgeConfig("github", forge.url, "fleet/policy"), token,
-                                gate=PostGate(interval=0.2)).start()
-        sync.shell.on_snapshot = ForgeReport(
-            sync.repo, poster, cluster="prod-a", record=sync.record, wall=sync.clock,
-            target_url="https://dash.example.com/").snapshot
+        poster = _report_to(forge, "github", sync, tmp_path,
+                            target_url="https://dash.example.com/")
         try:
             wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
             merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
@@ -81,14 +90,9 @@ def test_a_rejected_commit_gets_failure_on_itself(
     kube: KubeApi, fleet10: Fleet, policy_remote: Remote, alice: Person,
     make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
-    token = tmp_path / "token"
-    token.write_text("forge-token\n")
     with serve_forge() as forge:
         sync = make_sync(policy_remote.url)
-        poster = CommitStatuses(ForgeConfig("gitlab", forge.url, "fleet/policy"), token,
-                                gate=PostGate(interval=0.2)).start()
-        sync.shell.on_snapshot = ForgeReport(
-            sync.repo, poster, cluster="prod-a", record=sync.record, wall=sync.clock).snapshot
+        poster = _report_to(forge, "gitlab", sync, tmp_path)
         try:
             bad = alice.commit_and_push("Break prod-a", {
                 POLICY_PATH: policy(NEW, max_parallel='"-3"')})
@@ -147,16 +151,11 @@ def test_a_hanging_forge_does_not_hold_the_rollout(
     kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
     alice: Person, make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
-    token = tmp_path / "token"
-    token.write_text("forge-token\n")
     seed = policy_remote.head()
     with serve_forge() as forge:
         forge.hang = threading.Event()  # never answers while the rollout runs
         sync = make_sync(policy_remote.url)
-        poster = CommitStatuses(ForgeConfig("gitea", forge.url, "fleet/policy"), token,
-                                gate=PostGate(interval=0.0)).start()
-        sync.shell.on_snapshot = ForgeReport(
-            sync.repo, poster, cluster="prod-a", record=sync.record, wall=sync.clock).snapshot
+        poster = _report_to(forge, "gitea", sync, tmp_path, interval=0.0)
         try:
             wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
             alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
