@@ -96,6 +96,19 @@ def _duration(value: str | None, flag: str) -> float | None:
               help="Webhook HMAC secret file (else $RECONCILER_WEBHOOK_SECRET).")
 @click.option("--webhook-repository", envvar=f"{ENV}WEBHOOK_REPOSITORY", default=None,
               help="Repository the webhook must name: URL or owner/name (default: --repo).")
+@click.option("--forge", envvar=f"{ENV}FORGE", type=click.Choice(["github", "gitlab", "gitea"]),
+              default=None, help="Post commit statuses to this forge (also forge.type in "
+                                 "reconciler.yaml; off when neither).")
+@click.option("--forge-url", envvar=f"{ENV}FORGE_URL", default=None, metavar="URL",
+              help="The forge's API base URL, e.g. https://api.github.com, "
+                   "https://gitlab.example.com/api/v4, https://gitea.example.com/api/v1.")
+@click.option("--forge-token-file", envvar=f"{ENV}FORGE_TOKEN_FILE", default=None,
+              type=click.Path(dir_okay=False),
+              help="The forge API token, read again at each post.")
+@click.option("--forge-repository", envvar=f"{ENV}FORGE_REPOSITORY", default=None,
+              metavar="OWNER/NAME", help="The repository on the forge (default: from --repo).")
+@click.option("--dashboard-url", envvar=f"{ENV}DASHBOARD_URL", default=None, metavar="URL",
+              help="The target URL of commit statuses (the dashboard).")
 @click.option("--signature-mode", envvar=f"{ENV}SIGNATURE_MODE",
               type=click.Choice(["none", "gpg", "ssh", "any"]), default=None,
               help="Verify the head commit's signature; the repository's signatures.mode may "
@@ -221,6 +234,13 @@ class _Settings:
         ready = _duration(o["ready_timeout"], "--ready-timeout")
         if o["repo_config"]:
             o["repo_config_data"], o["repo_config_text"] = _read_repo_config(o["repo_config"])
+        if o["forge_url"]:  # refused before anything starts (SPEC 15)
+            from reconciler.policy.forge_config import ForgeConfigError, check_api_url
+
+            try:
+                check_api_url(o["forge_url"], key="--forge-url")
+            except ForgeConfigError as exc:
+                raise click.UsageError(str(exc)) from None
         lease = tuple(_duration(o[k], f"--{k.replace('_', '-')}") or 0.0
                       for k in ("lease_duration", "renew_deadline", "retry_period"))
         return cls(
@@ -503,6 +523,7 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
     except GitOpsError as exc:
         raise click.ClickException(str(exc)) from exc
     _settings_at_head(o, sync, live)
+    _start_forge_statuses(o, sync, metrics, leader.is_leader, shutdown)
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
     if s.mode == "operator":
@@ -512,6 +533,38 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
              redact(o["repo"]),
              o["branch"], o["cluster"], o["cluster_operator"], s.mode)
     return sync
+
+
+def _start_forge_statuses(o: dict[str, Any], sync: Any, metrics: Metrics,
+                          is_leader: Callable[[], bool], shutdown: Any) -> None:
+    """Commit statuses to the forge (SPEC 15): the flags, else reconciler.yaml's ``forge:``
+    (--repo-config's, else the branch head's); off when neither names one."""
+    from reconciler.gitops.forge_status import CommitStatuses
+    from reconciler.policy.forge_config import ForgeConfigError, forge_config
+    from reconciler.sync.forge_report import ForgeReport
+
+    section: Any = None
+    if o["repo_config"]:
+        section = o["repo_config_data"].get("forge")
+    elif (head := sync.repo.mirror.head(o["branch"])) is not None:
+        section = sync.repo.reader.config_file(head).raw.get("forge")
+    try:
+        forge = forge_config(kind=o["forge"], url=o["forge_url"],
+                             repository=o["forge_repository"], remote=o["repo"],
+                             file_section=section if isinstance(section, dict) else None)
+    except ForgeConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if forge is None:
+        return
+    if not o["forge_token_file"]:
+        raise click.UsageError(f"commit statuses to {forge.kind} need --forge-token-file")
+    poster = CommitStatuses(forge, Path(o["forge_token_file"]), is_leader=is_leader,
+                            metrics=metrics).start()
+    report = ForgeReport(sync.repo, poster, cluster=o["cluster"], record=sync.record,
+                         wall=sync.clock, target_url=o["dashboard_url"])
+    sync.shell.on_snapshot = report.snapshot
+    shutdown.on_shutdown("forge commit statuses", poster.stop)
+    log.info("commit statuses to %s %s (%s)", forge.kind, forge.repository, forge.url)
 
 
 def _verifier(s: _Settings, state_dir: Path | None, metrics: Metrics) -> CommitVerifier | None:

@@ -188,6 +188,13 @@ class Metrics:
             ["check", "result"],
             registry=r,
         )
+        self.forge_status_posts_total = Counter(
+            f"{PREFIX}_forge_status_posts_total",
+            "Commit statuses sent to the forge (SPEC 15), by forge and outcome (posted, "
+            "failed: one failed try, given_up: retries spent, dropped: queue full).",
+            ["forge", "outcome"],
+            registry=r,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica holds the leader Lease, 0 otherwise.",
@@ -266,6 +273,9 @@ class Metrics:
 
     def count_commit_verification(self, verdict: str) -> None:
         self.commit_verifications_total.labels(verdict=verdict).inc()
+
+    def count_forge_status_post(self, forge: str, outcome: str) -> None:
+        self.forge_status_posts_total.labels(forge=forge, outcome=outcome).inc()
 
     def set_leader(self, lease: str, leading: bool) -> None:
         self.leader.labels(lease=lease).set(1 if leading else 0)

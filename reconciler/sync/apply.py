@@ -67,6 +67,8 @@ class CommitShell:
         self.holds: Callable[[], list[dict[str, str]]] = list
         self.settings = settings
         self.install_times = InstallTimes(api)
+        #: each snapshot offered to Git also goes here (forge commit statuses, SPEC 15)
+        self.on_snapshot: Callable[[Mapping[str, Any]], None] | None = None
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
                recheck: bool = False) -> None:
@@ -200,6 +202,8 @@ class CommitShell:
                                   install_seconds=self.install_times.measured(
                                       upgrade if isinstance(upgrade, Mapping) else {}))
         self.repo.status.offer(snapshot)
+        if self.on_snapshot is not None:
+            self.on_snapshot(snapshot)
 
     def promote(self, view: CommitView) -> None:
         """``mode: branch`` and ``auto`` (SPEC 10): once a version the upstream completed

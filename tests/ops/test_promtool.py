@@ -58,6 +58,7 @@ def populate(m: Metrics) -> None:
     m.count_webhook_request("triggered")
     m.count_commit_verification("trusted")
     m.set_leader("gpu-reconciler/gpu-reconciler", True)
+    m.count_forge_status_post("github", "posted")
 
 
 @pytest.fixture

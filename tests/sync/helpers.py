@@ -9,7 +9,9 @@ from ruamel.yaml import YAML
 from reconciler.kube.api import JSON, KubeApi
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME, SOURCE_COMMIT_ANNOTATION
-from tests.gitops.conftest import Remote, git
+from reconciler.sim.waiting import wait_for
+from reconciler.sync.loop import ClusterSync
+from tests.gitops.conftest import Person, Remote, git
 
 
 def cluster_operator(kube: KubeApi) -> JSON:
@@ -53,3 +55,15 @@ def status_file(remote: Remote, cluster: str = "prod-a") -> dict[str, Any] | Non
 
 def file_at_head(remote: Remote, path: str) -> str:
     return remote.show(f"main:{path}")
+
+
+def release_gate_to_the_end(kube: KubeApi, person: Person, sync: ClusterSync, path: str,
+                            text: str) -> str:
+    """``person`` merges ``text`` (the policy with ``pause: false``) into ``path``; returns the
+    commit once the rollout completed."""
+    person.pull()
+    resume = person.commit_and_push("Release the rest of prod-a", {path: text})
+    sync.trigger()
+    wait_for(lambda: step_state(kube) == ("Idling", 3, "Completed"), timeout=90,
+             what="the rollout completed", observe=lambda: step_state(kube))
+    return resume

@@ -31,3 +31,11 @@ def test_usage_errors_name_the_flag() -> None:
 def test_status_from_cluster_needs_a_kubeconfig() -> None:
     result = CliRunner().invoke(cli, ["status", "--from", "cluster"], env={"KUBECONFIG": None})
     assert result.exit_code == 2 and "--from cluster needs --kubeconfig" in result.output
+
+
+def test_an_http_forge_url_off_loopback_is_refused_before_anything_starts() -> None:
+    code, out = _run("--repo", ".", "--cluster", "a", "--forge", "gitea", "--forge-url",
+                     "http://gitea.example.com/api/v1", "--forge-token-file", "/dev/null")
+    assert code == 2 and "--forge-url: http:// is refused for gitea.example.com" in out
+    code, out = _run("--repo", ".", "--cluster", "a", "--forge", "bitbucket")
+    assert code == 2 and "'bitbucket' is not one of" in out

@@ -28,6 +28,7 @@ from tests.sync.conftest import (
 from tests.sync.helpers import (
     driver,
     file_at_head,
+    release_gate_to_the_end,
     source_commit,
     status_file,
     step_state,
@@ -102,12 +103,8 @@ def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
     assert driver(kube)["upgradePolicy"]["pause"] is True
 
     # a person resumes by merging pause: false
-    alice.pull()
-    resume = alice.commit_and_push("Release the rest of prod-a",
-                                   {POLICY_PATH: policy(NEW, pause=False)})
-    sync.trigger()
-    wait_for(lambda: step_state(kube) == ("Idling", 3, "Completed"), timeout=90,
-             what="the rollout completed", observe=lambda: step_state(kube))
+    resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
+                                     policy(NEW, pause=False))
     assert source_commit(kube) == resume
     assert sorted(fleet10.ready_driver_nodes(NEW)) == sorted(fleet10.node_names)
     assert not fleet10.ready_driver_nodes(OLD)

@@ -1,0 +1,98 @@
+"""Where commit statuses go (SPEC 15): the forge's kind, API base URL and repository, from
+``run --forge ...`` or ``forge:`` in reconciler.yaml (never the token: that is a file the
+daemon reads at each post). Pure: checked here, posted by ``reconciler.gitops.forge_status``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from reconciler.policy.repo_config import RepoConfigError
+
+#: the forges commit statuses go to
+FORGES: Final = ("github", "gitlab", "gitea")
+#: ``git@host:owner/name.git``
+_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>(?!//).+)$")
+
+
+class ForgeConfigError(RepoConfigError):
+    """A forge setting that cannot work; the message names the key or flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForgeConfig:
+    kind: str  # github | gitlab | gitea
+    url: str  # the API base URL, without a trailing slash
+    repository: str  # owner/name (GitLab: group/subgroup/name)
+
+
+def is_loopback_host(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_api_url(url: str, *, key: str) -> str:
+    """The API base URL, refused unless ``https://`` (``http://`` only to a loopback
+    address: the token would travel in clear)."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ForgeConfigError(f"{key}: expected an https:// API URL, got {url!r}")
+    if parts.scheme == "http" and not is_loopback_host(parts.hostname):
+        raise ForgeConfigError(f"{key}: http:// is refused for {parts.hostname} (the token "
+                               "would travel in clear); use https://")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ForgeConfigError(f"{key}: give the API base URL alone (no credentials, query or "
+                               "fragment)")
+    return url.strip().rstrip("/")
+
+
+def repository_from_remote(remote: str) -> str | None:
+    """``owner/name`` of a remote URL: https, ssh (``ssh://git@host/o/n.git``) or scp-like
+    (``git@host:o/n.git``); a GitLab group path is kept whole. None for a local path."""
+    text = remote.strip()
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.scheme == "file" or not parts.hostname:
+            return None
+        path = parts.path
+    elif text.startswith(("/", ".", "~")):
+        return None
+    elif m := _SCP_LIKE.match(text):
+        path = m.group("path")
+    else:
+        return None
+    path = path.strip("/").removesuffix(".git").strip("/")
+    return path if path.count("/") >= 1 else None
+
+
+def forge_config(*, kind: str | None, url: str | None, repository: str | None,
+                 remote: str, file_section: Mapping[str, Any] | None = None,
+                 flag: str = "--forge") -> ForgeConfig | None:
+    """The forge from the flags, each missing one from reconciler.yaml's ``forge:``
+    (``file_section``); None when neither names a forge. Raises ForgeConfigError."""
+    section = file_section or {}
+    kind = kind or section.get("type")
+    if not kind:
+        return None
+    if kind not in FORGES:
+        raise ForgeConfigError(f"{flag}: expected one of {', '.join(FORGES)}, got {kind!r}")
+    where = "--forge-url" if url else "forge.url"
+    url = url or section.get("url")
+    if not isinstance(url, str) or not url:
+        raise ForgeConfigError(f"{flag} {kind} needs --forge-url (or forge.url in "
+                               "reconciler.yaml): the API base URL")
+    api = check_api_url(url, key=where)
+    repository = repository or section.get("repository") or repository_from_remote(remote)
+    if not isinstance(repository, str) or "/" not in repository.strip("/"):
+        raise ForgeConfigError(f"{flag}: the repository cannot be derived from {remote!r}; "
+                               "give --forge-repository OWNER/NAME")
+    return ForgeConfig(kind, api, repository.strip("/"))
