@@ -16,6 +16,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from reconciler.cli.main import cli
+from tests.health import test_simulate_health
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
@@ -29,23 +30,8 @@ PROD = EXAMPLES / "clusters/prod-100/cluster-operator.yaml"
 FW = EXAMPLES / "clusters/fw-lab-4/cluster-operator.yaml"
 REPO_CONFIG = EXAMPLES / "reconciler.yaml"
 
-HEALTH = """\
-health:
-  prometheus: {url: http://prometheus.monitoring:9090}
-  interval: 10s
-  nodeChecks:
-    - name: gpus-available
-      query: 'min(mx_gpu_state{Hostname="{{node}}"})'
-      expect: '== 1'
-      within: 2m
-  stepChecks:
-    - name: no-throttling
-      query: 'max(mx_clk_thr{Hostname=~"{{nodes}}"}) or vector(0)'
-      expect: '== 0'
-      for: 30s
-rollout:
-  readyTimeout: 5m
-"""
+# the health tests' section, with a readyTimeout of its own
+HEALTH = test_simulate_health.HEALTH + "rollout:\n  readyTimeout: 5m\n"
 
 # Files the cases name by key; written to CORPUS/inputs by --record, read from there by the test.
 INPUTS: dict[str, str] = {
