@@ -185,8 +185,9 @@ class CommitShell:
         if live is not None:
             self.offer_status(live)
 
-    def offer_status(self, live: Mapping[str, Any]) -> None:
-        """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
+    def offer_status(self, live: Mapping[str, Any]) -> dict[str, Any]:
+        """The status snapshot of ``live`` to Git (coalesced by the status writer); returned
+        for the notifications."""
         status = live.get("status")
         firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
         upgrade = status.get("upgradeStatus") if isinstance(status, Mapping) else None
@@ -200,6 +201,7 @@ class CommitShell:
                                   install_seconds=self.install_times.measured(
                                       upgrade if isinstance(upgrade, Mapping) else {}))
         self.repo.status.offer(snapshot)
+        return snapshot
 
     def promote(self, view: CommitView) -> None:
         """``mode: branch`` and ``auto`` (SPEC 10): once a version the upstream completed
