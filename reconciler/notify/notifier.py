@@ -124,7 +124,10 @@ class Notifier:
                 return
             self._offered.add((sink.name, event.key))
             heapq.heappush(self._heap, _Send(self.monotonic(), next(self._order), sink, event))
-            self._start_locked()
+            if self._thread is None:  # started by the first offer: no sinks, no thread
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"notify-{self.cluster}")
+                self._thread.start()
             self._cond.notify()
 
     def leadership_changed(self) -> None:
@@ -133,12 +136,6 @@ class Notifier:
             self._sent = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def _start_locked(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"notify-{self.cluster}",
-                                            daemon=True)
-            self._thread.start()
-
     def stop(self, timeout: float = 10.0) -> None:
         with self._cond:
             self._stopping = True

@@ -231,12 +231,7 @@ class RepoConfigFile:
         keeps the last good settings)."""
         from reconciler.policy.rollout_settings import RolloutSettings
 
-        if self.yaml_error is not None:
-            raise RepoConfigError(self.yaml_error)
-        label, value = self.section_for("rollout", cluster)
-        located = self._schema_error(label, path)
-        if located is not None:
-            raise RepoConfigError(located)
+        label, value = self._checked_section("rollout", cluster, path)
         try:
             return RolloutSettings.from_section(value, label=label)
         except RepoConfigError as exc:
@@ -247,16 +242,22 @@ class RepoConfigFile:
         repository-wide list). Raises ``RepoConfigError`` with the place in the file."""
         from reconciler.policy.notify_config import NotifyConfigError, read_notify
 
-        if self.yaml_error is not None:
-            raise RepoConfigError(self.yaml_error)
-        label, value = self.section_for("notify", cluster)
-        located = self._schema_error(label, path)
-        if located is not None:
-            raise RepoConfigError(located)
+        label, value = self._checked_section("notify", cluster, path)
         try:
             return read_notify(value, label=label)
         except NotifyConfigError as exc:
             raise RepoConfigError(f"{path}: {exc}") from None
+
+    def _checked_section(self, key: str, cluster: str | None, path: str) -> tuple[str, Any]:
+        """``section_for``, refused (``RepoConfigError``, located in the file named ``path``)
+        when the text is not YAML or the schema finds an error in the section."""
+        if self.yaml_error is not None:
+            raise RepoConfigError(self.yaml_error)
+        label, value = self.section_for(key, cluster)
+        located = self._schema_error(label, path)
+        if located is not None:
+            raise RepoConfigError(located)
+        return label, value
 
     def windows_for(self, cluster: str | None) -> WindowCalendar | None:
         """The cluster's maintenance windows; None: no ``windows`` section (always open). A
