@@ -103,16 +103,19 @@ class Notifier:
     def observe(self, snapshot: Mapping[str, Any]) -> list[Event]:
         """Offer the events ``snapshot`` shows; returns them (for tests)."""
         sinks = self.sinks()
-        previous, self._previous = self._previous, snapshot
-        if not sinks:
-            return []
-        events = derive_events(self.cluster, previous, snapshot, now=self.wall(),
-                               git=self.git(), object_name=self.object_name)
+        events = derive_events(self.cluster, self._previous, snapshot, now=self.wall(),
+                               git=self.git(), object_name=self.object_name) if sinks else []
         for event in events:
             for sink in sinks:
                 if sink.wants(event.kind):
                     self._offer(sink, event)
+        self._previous = snapshot
         return events
+
+    @property
+    def last_snapshot(self) -> Mapping[str, Any] | None:
+        """The snapshot ``observe`` saw last (its events are offered)."""
+        return self._previous
 
     def _offer(self, sink: NotifySink, event: Event) -> None:
         with self._cond:
