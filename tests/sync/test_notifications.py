@@ -6,7 +6,6 @@ folder) reads the annotation and sends nothing again. The sink's URL never reach
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,48 +16,34 @@ from reconciler.names import NOTIFIED_ANNOTATION
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.notify.receivers import receiver
-from tests.sync.conftest import (
-    NEW,
-    PAYLOAD,
-    POLICY_PATH,
-    REPO_CONFIG,
-    Person,
-    Remote,
-    SyncFactory,
-    policy,
-)
+from tests.sync import conftest as world
 from tests.sync.helpers import step_state
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def fleet2(fleet_factory: Callable[..., Fleet]) -> Fleet:
-    fleet = fleet_factory(nodes=2, payload=PAYLOAD, install_seconds=0.2)
-    wait_for(lambda: len(fleet.ready_driver_nodes()) == 2, timeout=60,
-             what="2 Ready driver pods", observe=fleet.driver_pods)
-    return fleet
-
-
 def test_a_gate_is_told_once_with_the_change_to_merge_across_a_takeover(
-    kube: KubeApi, fleet2: Fleet, controller: RolloutController,
-    policy_remote: Remote, alice: Person, make_sync: SyncFactory, tmp_path: Path,
+    kube: KubeApi, fleet10: Fleet, controller: RolloutController,
+    policy_remote: world.Remote, alice: world.Person, make_sync: world.SyncFactory,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="reconciler")
     with receiver(path="/services/T1/B1/secret-slack-key") as slack:
         url_file = tmp_path / "slack-url"
         url_file.write_text(slack.url + "\n")
-        config = REPO_CONFIG + f"notify:\n  - {{name: team, type: slack, urlFile: {url_file}}}\n"
-        alice.commit_and_push(f"Upgrade prod-a to {NEW}, telling the team",
-                              {"reconciler.yaml": config, POLICY_PATH: policy(NEW)})
+        config = (world.REPO_CONFIG
+                  + f"notify:\n  - {{name: team, type: slack, urlFile: {url_file}}}\n")
+        alice.commit_and_push(f"Upgrade prod-a to {world.NEW}, telling the team",
+                              {"reconciler.yaml": config,
+                               world.POLICY_PATH: world.policy(world.NEW)})
         sync = make_sync(policy_remote.url)
         wait_for(lambda: step_state(kube) == ("Progressing", 1, "StepPaused"), timeout=90,
                  what="step 1 paused at the manual gate", observe=lambda: step_state(kube))
         wait_for(lambda: slack.got, timeout=60, what="the gate told to Slack")
         text = slack.got[0].body.decode()
         assert "manual gate" in text
-        assert f"{POLICY_PATH}:" in text and "`pause: false`" in text
+        assert f"{world.POLICY_PATH}:" in text and "`pause: false`" in text
         wait_for(lambda: NOTIFIED_ANNOTATION in (kube.get(
             "/apis/gpu.metax-tech.com/v1alpha1/clusteroperators/cluster-operator")["metadata"]
             .get("annotations") or {}), timeout=30, what="the sent event recorded")
