@@ -24,6 +24,8 @@ CLUSTER_OPERATOR_NAME: Final = "cluster-operator"
 #: field managers of SPEC 4.6: the sync role and the rollout controller
 SYNC_FIELD_MANAGER: Final = "gpu-gitops-reconciler"
 CONTROLLER_FIELD_MANAGER: Final = "gpu-rollout-controller"
+#: the notifier's own (SPEC 15): the events it sent, in ``NOTIFIED_ANNOTATION``
+NOTIFY_FIELD_MANAGER: Final = "gpu-gitops-reconciler-notify"
 
 OPERATOR_NAMESPACE: Final = "metax-operator"
 DRIVER_DAEMONSET: Final = "metax-driver"
@@ -43,6 +45,8 @@ VBIOS_VERSION_LABEL: Final = "metax-tech.com/gpu.vbios.version"
 ANNOTATION_PREFIX: Final = "gpu.metax-tech.com/"
 #: on the ClusterOperator: the commit the cluster runs (the sync role writes it)
 SOURCE_COMMIT_ANNOTATION: Final = ANNOTATION_PREFIX + "source-commit"
+#: on the ClusterOperator: the notification events already sent, per sink (JSON)
+NOTIFIED_ANNOTATION: Final = ANNOTATION_PREFIX + "notifications-sent"
 #: label that puts a node in front of the rollout order
 CANARY_LABEL: Final = ANNOTATION_PREFIX + "canary"
 

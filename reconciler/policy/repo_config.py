@@ -28,11 +28,12 @@ from reconciler.fieldpath import section
 
 if TYPE_CHECKING:
     from reconciler.fleet.windows import WindowCalendar
+    from reconciler.policy.notify_config import NotifySink
     from reconciler.policy.rollout_settings import RolloutSettings
 
 CONFIG_FILE = "reconciler.yaml"
 #: the sections ``clusters.<name>`` may replace as a whole (SPEC 10; promotion lives only there)
-CLUSTER_SECTIONS = ("rollout", "health", "windows", "promotion")
+CLUSTER_SECTIONS = ("rollout", "health", "windows", "promotion", "notify")
 PROMOTION_MODES = ("hold", "branch", "auto")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -230,16 +231,33 @@ class RepoConfigFile:
         keeps the last good settings)."""
         from reconciler.policy.rollout_settings import RolloutSettings
 
-        if self.yaml_error is not None:
-            raise RepoConfigError(self.yaml_error)
-        label, value = self.section_for("rollout", cluster)
-        located = self._schema_error(label, path)
-        if located is not None:
-            raise RepoConfigError(located)
+        label, value = self._checked_section("rollout", cluster, path)
         try:
             return RolloutSettings.from_section(value, label=label)
         except RepoConfigError as exc:
             raise RepoConfigError(self._located(label, str(exc))) from None
+
+    def notify_for(self, cluster: str | None, path: str = CONFIG_FILE) -> tuple[NotifySink, ...]:
+        """The cluster's notification sinks (SPEC 15: ``clusters.<cluster>.notify`` replaces the
+        repository-wide list). Raises ``RepoConfigError`` with the place in the file."""
+        from reconciler.policy.notify_config import NotifyConfigError, read_notify
+
+        label, value = self._checked_section("notify", cluster, path)
+        try:
+            return read_notify(value, label=label)
+        except NotifyConfigError as exc:
+            raise RepoConfigError(f"{path}: {exc}") from None
+
+    def _checked_section(self, key: str, cluster: str | None, path: str) -> tuple[str, Any]:
+        """``section_for``, refused (``RepoConfigError``, located in the file named ``path``)
+        when the text is not YAML or the schema finds an error in the section."""
+        if self.yaml_error is not None:
+            raise RepoConfigError(self.yaml_error)
+        label, value = self.section_for(key, cluster)
+        located = self._schema_error(label, path)
+        if located is not None:
+            raise RepoConfigError(located)
+        return label, value
 
     def windows_for(self, cluster: str | None) -> WindowCalendar | None:
         """The cluster's maintenance windows; None: no ``windows`` section (always open). A

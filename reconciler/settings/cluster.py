@@ -3,9 +3,9 @@ own (``clusters.<name>.<key>``) in their place, each typed and built once per fi
 parsed file in, a frozen value (or the reason it is refused) out.
 
 Refused, so the last good settings stay: a file that is not YAML, a wrong key the Git side uses,
-a ``rollout`` or ``firmware`` section that does not validate. ``health`` and ``windows`` never
-refuse a file: a section of theirs that does not validate fails closed (SPEC 9 and 10: no node
-starts, the status and an Event say why), so they carry their error instead."""
+a ``rollout``, ``firmware`` or ``notify`` section that does not validate. ``health`` and
+``windows`` never refuse a file: a section of theirs that does not validate fails closed (SPEC 9
+and 10: no node starts, the status and an Event say why), so they carry their error instead."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from reconciler.firmware.model import FirmwareSettings, SettingsError
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.section import HealthSection, read_health
+from reconciler.policy.notify_config import NotifySink
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfigError, RepoConfigFile
 from reconciler.policy.rollout_settings import RolloutSettings
 
@@ -34,6 +35,8 @@ class ClusterSettings:
     firmware: FirmwareSettings = field(default_factory=FirmwareSettings)
     #: where they come from, for messages: a commit id or a file name (not compared)
     source: str = field(default="defaults", compare=False)
+    #: where events go (SPEC 15; none: nothing is sent); last, so positional use stays as is
+    notify: tuple[NotifySink, ...] = ()
 
 
 def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
@@ -48,6 +51,10 @@ def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
     except RepoConfigError as exc:
         raise SettingsRefused(str(exc)) from None
     try:
+        notify = file.notify_for(cluster, path)
+    except RepoConfigError as exc:
+        raise SettingsRefused(str(exc)) from None
+    try:
         firmware = FirmwareSettings.from_config(file.raw.get("firmware"))
     except SettingsError as exc:
         raise SettingsRefused(f"{path}: {exc}") from None
@@ -56,5 +63,6 @@ def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
         health=read_health(file.text, path, cluster),
         windows=file.windows_for(cluster),
         firmware=firmware,
+        notify=notify,
         source=source,
     )

@@ -187,8 +187,9 @@ class CommitShell:
         if live is not None:
             self.offer_status(live)
 
-    def offer_status(self, live: Mapping[str, Any]) -> None:
-        """The status snapshot of ``live`` to Git (coalesced by the status writer)."""
+    def offer_status(self, live: Mapping[str, Any]) -> dict[str, Any]:
+        """The status snapshot of ``live`` to Git (coalesced by the status writer); returned
+        for the notifications."""
         status = live.get("status")
         firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
         upgrade = status.get("upgradeStatus") if isinstance(status, Mapping) else None
@@ -204,6 +205,7 @@ class CommitShell:
         self.repo.status.offer(snapshot)
         if self.on_snapshot is not None:
             self.on_snapshot(snapshot)
+        return snapshot
 
     def promote(self, view: CommitView) -> None:
         """``mode: branch`` and ``auto`` (SPEC 10): once a version the upstream completed

@@ -27,6 +27,7 @@ from typing import Any
 from reconciler import clock as clocks
 from reconciler.clock import Clock
 from reconciler.controller.worker_core import PassFailures, Worker
+from reconciler.dashboard.audit import pause_line
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.errors import GitOpsError
@@ -39,6 +40,8 @@ from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER
+from reconciler.notify.ledger import AnnotationLedger
+from reconciler.notify.notifier import Notifier
 from reconciler.ops.metrics import Metrics
 from reconciler.settings.live import LiveSettings
 from reconciler.sync.apply import CommitShell
@@ -48,8 +51,9 @@ from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.observe import observe_commit
 from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.rollout_metrics import RolloutMetrics, commit_kind
-from reconciler.sync.steps import plan_commit
+from reconciler.sync.steps import plan_commit, policy_document
 from reconciler.trust.signatures import CommitVerifier
+from reconciler.views.waits import GitContext
 
 FIRST_BACKOFF = 0.2
 #: a change the promotion gate holds is judged again at least this often (seconds)
@@ -161,6 +165,14 @@ class ClusterSync:
             write_backs=self.write_backs, metrics=metrics, wall=clock, monotonic=monotonic,
             set_live=self._set_live, settings=self.settings,
         )
+        #: where the applied commit's policy lives, for the notifications' exact change
+        self._git = GitContext(branch=branch)
+        #: events to chat and webhooks (SPEC 15): offered by the passes (the leader's only)
+        self.notifier = Notifier(
+            cluster, sinks=lambda: self.settings.current().notify,
+            ledger=AnnotationLedger(api, cluster_operator), is_leader=lambda: self.is_leader(),
+            git=lambda: self._git, object_name=cluster_operator, wall=clock,
+            monotonic=monotonic)
         self.failures = SyncFailures(cluster=cluster, monotonic=monotonic, stats=self.stats,
                                      metrics=metrics)
         self.worker = Worker(
@@ -210,6 +222,7 @@ class ClusterSync:
     def stop(self) -> None:
         """Stop acting, then flush what waits for Git (a snapshot not yet due is queued)."""
         self.worker.stop_thread(15)
+        self.notifier.stop()
         self.watch.stop()
         self.repo.stop()
 
@@ -233,6 +246,7 @@ class ClusterSync:
         with self._lock:
             self._resync = True
             self._live_dirty = True
+        self.notifier.leadership_changed()
         self.worker.kick()
 
     def stop_acting(self) -> None:
@@ -325,6 +339,10 @@ class ClusterSync:
             baseline=self.baseline.current(), flag_mode=self.signature_mode,
             verifier=self.verifier, now=self.clock(),
         )
+        document = policy_document(view)
+        if document is not None:
+            self._git = GitContext(policy_file=document.path,
+                                   pause_line=pause_line(document.data), branch=self.branch)
         self.shell.settle(view, plan_commit(view), seen_at=seen_at, recheck=recheck)
 
     def _settings_at(self, commit: str) -> None:
@@ -341,7 +359,7 @@ class ClusterSync:
     def _cluster_changed(self, live: JSON) -> None:
         """The status to Git, the metrics, write-backs of the controller's changes, and Git's
         values again where the cluster drifted."""
-        self.shell.offer_status(live)
+        self.notifier.observe(self.shell.offer_status(live))
         if self.rollout_metrics is not None:
             self.rollout_metrics.observe(live)
         baseline = self.baseline.current()
