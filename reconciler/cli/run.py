@@ -93,7 +93,8 @@ def _duration(value: str | None, flag: str) -> float | None:
               metavar="HOST:PORT", help="Serve the push webhook here (off when not set).")
 @click.option("--webhook-secret-file", envvar=f"{ENV}WEBHOOK_SECRET_FILE", default=None,
               type=click.Path(dir_okay=False),
-              help="Webhook HMAC secret file (else $RECONCILER_WEBHOOK_SECRET).")
+              help="The push webhook's secret: each forge's HMAC key or token "
+                   "(else $RECONCILER_WEBHOOK_SECRET).")
 @click.option("--webhook-repository", envvar=f"{ENV}WEBHOOK_REPOSITORY", default=None,
               help="Repository the webhook must name: URL or owner/name (default: --repo).")
 @click.option("--forge", envvar=f"{ENV}FORGE", type=click.Choice(["github", "gitlab", "gitea"]),
