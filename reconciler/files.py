@@ -68,11 +68,16 @@ def too_large(path: str, size: int, limit: int) -> FileRefused:
     )
 
 
-def read_bounded(path: Path | str, *, limit: int = MAX_FILE_BYTES) -> bytes:
+def read_bounded(path: Path | str, *, limit: int = MAX_FILE_BYTES,
+                 follow_links: bool = False) -> bytes:
     """The bytes of the regular file ``path``; raises :class:`FileRefused` for a symbolic link,
-    anything that is not a regular file, a file over ``limit`` bytes, or an OS error."""
+    anything that is not a regular file, a file over ``limit`` bytes, or an OS error.
+    ``follow_links``: a secret's file, which a mounted Secret volume makes a link (a FIFO or a
+    device behind it is still refused, never waited on)."""
     name = os.fspath(path)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
     try:
         fd = os.open(name, flags)
     except OSError as exc:

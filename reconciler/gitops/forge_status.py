@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
+from reconciler.files import FileRefused, read_bounded
 from reconciler.policy.forge_config import ForgeConfig
 from reconciler.views.commit_status import CommitStatus, PostGate, forge_state
 
@@ -82,12 +83,13 @@ def status_request(forge: ForgeConfig, status: CommitStatus, token: str) -> Stat
 
 def read_token(path: Path) -> str:
     """The token, read now (a rotated file takes effect at the next post)."""
-    try:  # a Secret's mounted file is a link: followed, like --git-password-file
-        with path.open("rb") as file:
-            token = file.read(_MAX_TOKEN_BYTES).decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ForgePostError(f"the forge token file {path} is unreadable: "
-                             f"{type(exc).__name__}") from None
+    try:  # a Secret's mounted file is a link: followed; a FIFO is refused, not waited on
+        token = read_bounded(path, limit=_MAX_TOKEN_BYTES, follow_links=True).decode(
+            "utf-8").strip()
+    except FileRefused as exc:
+        raise ForgePostError(f"the forge token file {path} is unusable: {exc.reason}") from None
+    except UnicodeDecodeError:
+        raise ForgePostError(f"the forge token file {path} is not UTF-8") from None
     if not token:
         raise ForgePostError(f"the forge token file {path} is empty")
     return token

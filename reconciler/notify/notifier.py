@@ -27,6 +27,7 @@ from typing import Any
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
+from reconciler.files import FileRefused, read_bounded
 from reconciler.notify.events import Event, derive_events
 from reconciler.notify.ledger import SentLedger, remember
 from reconciler.notify.sinks import SecretRefused, build_request
@@ -267,10 +268,10 @@ def _read(path: str | None) -> str:
     """A URL or secret file (a Secret's volume links its files: links are followed)."""
     if path is None:
         raise SecretRefused("no file named")
-    with open(path, "rb") as file:
-        data = file.read(_SECRET_BYTES + 1)
-    if len(data) > _SECRET_BYTES:
-        raise SecretRefused(f"a URL or secret file over {_SECRET_BYTES} bytes")
+    try:
+        data = read_bounded(path, limit=_SECRET_BYTES, follow_links=True)
+    except FileRefused as exc:
+        raise SecretRefused(f"a URL or secret file refused: {exc.reason}") from None
     return data.decode("utf-8").strip()
 
 

@@ -6,6 +6,7 @@ forge settings (http:// refused off loopback, the repository from the remote URL
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,12 @@ from typing import Any
 
 import pytest
 
-from reconciler.gitops.forge_status import CommitStatuses, ForgePostError, post_status
+from reconciler.gitops.forge_status import (
+    CommitStatuses,
+    ForgePostError,
+    post_status,
+    read_token,
+)
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.forge_config import (
     ForgeConfig,
@@ -205,3 +211,18 @@ def test_a_repository_that_cannot_be_derived_is_a_located_error() -> None:
     with pytest.raises(ForgeConfigError, match="--forge-repository"):
         forge_config(kind="github", url="https://api.github.com", repository=None,
                      remote="/srv/git/policy")
+
+
+def test_a_token_file_behind_a_link_is_read_and_a_fifo_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    # a mounted Secret's file is a link; a FIFO with no writer would block an open() forever
+    real = tmp_path / "..data-token"
+    real.write_text("t0ken\n")
+    link = tmp_path / "token"
+    link.symlink_to(real)
+    assert read_token(link) == "t0ken"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ForgePostError, match="unusable: a FIFO"):
+        read_token(fifo)

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -213,3 +214,28 @@ def test_no_sinks_derive_nothing() -> None:
     n = notifier([])
     assert n.observe(gate()) == []
     n.stop()
+
+
+def test_a_secret_file_that_is_a_fifo_is_given_up_at_once_and_others_still_send(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a FIFO with no writer would block the sender's open() forever: refused, never waited on
+    fifo = tmp_path / "secret-fifo"
+    os.mkfifo(fifo)
+    with receiver() as slack:
+        link = tmp_path / "slack-url"
+        link.symlink_to(write(tmp_path, "..data-slack-url", slack.url))  # a Secret's link
+        sent = notifier([
+            NotifySink(name="hooked", type="webhook", url=slack.url, secret_file=str(fifo)),
+            NotifySink(name="team", type="slack", url_file=str(link)),
+        ])
+        try:
+            with caplog.at_level(logging.DEBUG):
+                sent.observe(gate())
+                wait_for(lambda: len(slack.got) == 1, timeout=10, what="slack's message",
+                         observe=lambda: slack.got)
+                wait_for(lambda: "FIFO" in caplog.text, timeout=10, what="the FIFO refused",
+                         observe=lambda: caplog.text)
+        finally:
+            sent.stop()
+    assert slack.url not in caplog.text
