@@ -71,6 +71,24 @@ ANN_HEALTH_STEP: Final = ANNOTATION_PREFIX + "health-step"
 #: ``{"revision", "started", "passed", "failure"}`` as JSON
 ANN_VENDOR_HEALTH: Final = ANNOTATION_PREFIX + "vendor-health"
 
+# -- live clusters (SPEC 13, 14) ---------------------------------------------------------------
+#: when the node's drain began (its cordon): ``drain.timeout`` and ``waitFor.timeout`` run from it
+ANN_DRAIN_STARTED: Final = ANNOTATION_PREFIX + "drain-started-at"
+#: the drain settings the node started with (JSON; SPEC 13: settings apply from the next node
+#: that starts, so a node in flight keeps its own)
+ANN_DRAIN_SETTINGS: Final = ANNOTATION_PREFIX + "drain-settings"
+#: a node the rollout skipped (value: the target revision it was skipped for), so a restart
+#: keeps the decision (SPEC 13)
+ANN_SKIPPED: Final = ANNOTATION_PREFIX + "upgrade-skipped"
+#: a node label: not a rollout node at all while it is ``true``
+LABEL_UPGRADE_SKIP: Final = ANNOTATION_PREFIX + "upgrade.skip"
+#: a pod label: never evicted by the drain
+LABEL_DRAIN_SKIP: Final = ANNOTATION_PREFIX + "drain.skip"
+#: the cluster autoscaler leaves a node alone while it carries this (``"true"``)
+ANN_SCALE_DOWN_DISABLED: Final = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+#: a static pod's mirror on the API server carries this annotation
+ANN_MIRROR_POD: Final = "kubernetes.io/config.mirror"
+
 # Values of ANN_STATE (annotation values, so plain strings). Each is meaningful only together
 # with ANN_TARGET.
 STATE_UPGRADING: Final = "upgrading"  # old pod deleted for the target, new pod not yet Ready
@@ -79,6 +97,9 @@ STATE_UPGRADING: Final = "upgrading"  # old pod deleted for the target, new pod 
 STATE_CORDONED: Final = "cordoned"
 STATE_FAILED: Final = "failed"  # the attempt failed; waits for a retry, a person or a rollback
 STATE_DONE: Final = "done"  # Ready on the target revision, schedulability restored
+#: cordoned and in flight, its workload pods being evicted (``rollout.drain``) or waited for
+#: (``rollout.waitFor``); the driver pod is deleted once the node is idle
+STATE_DRAINING: Final = "draining"
 
 
 class Phase(StrEnum):

@@ -62,8 +62,28 @@ class Uncordon(_Schedulability):
     """Mark the node schedulable again."""
 
 
-#: the node-maintenance vocabulary both planners speak (eviction joins it next); each is
-#: idempotent against the state it was planned from
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    """Ask the Eviction API (``policy/v1``) to evict a workload pod of a draining node: a
+    PodDisruptionBudget may refuse (HTTP 429), and the executor then waits at least 5 s
+    (jittered) before asking again for the same pod."""
+
+    node: str
+    namespace: str
+    pod: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePod:
+    """Delete a workload pod of a draining node outright (``drain.onTimeout: delete``)."""
+
+    node: str
+    namespace: str
+    pod: str
+
+
+#: the node-maintenance vocabulary both planners speak; each is idempotent against the state it
+#: was planned from
 NodeAction = Cordon | Uncordon | AnnotateNode | DeleteDriverPod
 #: its members, for ``isinstance``
 NODE_ACTIONS: tuple[type[NodeAction], ...] = get_args(NodeAction)

@@ -304,7 +304,10 @@ class RolloutController(WatchDrivenWorker):
         if self.config is None:
             return self.settings
         rollout = self.config().rollout
-        return dataclasses.replace(self.settings, ready_timeout=rollout.ready_timeout)
+        return dataclasses.replace(
+            self.settings, ready_timeout=rollout.ready_timeout, drain=rollout.drain,
+            wait_for=rollout.wait_for, unavailable_nodes=rollout.unavailable_nodes,
+            topology=rollout.topology)
 
     def _report_windows_error(self, windows: WindowCalendar | None, co: JSON) -> None:
         """A ``windows`` section that does not validate fails closed (SPEC 9/10): the planner

@@ -222,8 +222,12 @@ class RepoConfigFile:
 
     def ready_timeout_for(self, cluster: str | None) -> float:
         """``rollout.readyTimeout`` for the cluster (an unusable value keeps the default)."""
-        return _ready_timeout_or_default(self.section_for("rollout", cluster)[1],
-                                         RepoConfig().ready_timeout)
+        from reconciler.policy.rollout_settings import merge_rollout_sections
+
+        label, own = self.section_for("rollout", cluster)
+        value = (merge_rollout_sections(self.raw.get("rollout"), own)
+                 if label != "rollout" else own)
+        return _ready_timeout_or_default(value, RepoConfig().ready_timeout)
 
     def rollout_for(self, cluster: str | None, path: str = CONFIG_FILE) -> RolloutSettings:
         """The cluster's ``rollout`` section, typed. Raises ``RepoConfigError`` with the place
@@ -232,8 +236,10 @@ class RepoConfigFile:
         from reconciler.policy.rollout_settings import RolloutSettings
 
         label, value = self._checked_section("rollout", cluster, path)
+        # key by key over the repository-wide section (SPEC 13), itself checked
+        wide = self._checked_section("rollout", None, path)[1] if label != "rollout" else None
         try:
-            return RolloutSettings.from_section(value, label=label)
+            return RolloutSettings.from_sections(wide, value, label=label)
         except RepoConfigError as exc:
             raise RepoConfigError(self._located(label, str(exc))) from None
 

@@ -17,6 +17,7 @@ from reconciler.policy.document import MAX_FILE_BYTES, ParsedDocument, parse_doc
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.fleet_rules import fleet_rules
 from reconciler.policy.health_rules import health_rules
+from reconciler.policy.rollout_rules import rollout_rules
 from reconciler.policy.rules import RuleContext, semantic_rules
 from reconciler.policy.schema import schema_findings
 from reconciler.policy.transitions import previous_spec_of, transition_rules
@@ -56,6 +57,7 @@ def validate_document(
     if kind == "repo-config":
         result.findings.extend(health_rules(doc))
         result.findings.extend(fleet_rules(doc, known_clusters))
+        result.findings.extend(rollout_rules(doc))
     if kind == "clusteroperator":
         ctx = RuleContext(doc, previous_spec_of(previous), phase, firmware_phase)
         result.findings.extend(semantic_rules(ctx))

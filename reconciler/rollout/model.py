@@ -53,6 +53,13 @@ from reconciler.names import (
 from reconciler.names import (
     STATE_UPGRADING as STATE_UPGRADING,
 )
+from reconciler.policy.label_selector import LabelSelector
+from reconciler.policy.rollout_settings import (
+    DrainSettings,
+    TopologySettings,
+    UnavailableNodes,
+    WaitForSettings,
+)
 from reconciler.policy.upgrade_policy import UpgradePolicy
 
 #: the node labels the planner reads (a view carries only these)
@@ -78,6 +85,50 @@ class DriverPod:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadPod:
+    """A pod on a node other than the driver pod, as the drain sees it (SPEC 13)."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: requests metax-tech.com/gpu or metax-tech.com/vfio-gpu
+    gpu: bool = True
+    #: the kind of its controller owner (ReplicaSet, Job, StatefulSet, DaemonSet, ...); None:
+    #: a bare pod (drain does not evict it: nothing would recreate it)
+    controller_kind: str | None = "ReplicaSet"
+    #: a static pod's mirror (never evicted)
+    mirror: bool = False
+    #: has an emptyDir volume (evicted only with ``deleteEmptyDir``)
+    empty_dir: bool = False
+    #: deletionTimestamp set: waited for, its grace period is its own
+    terminating: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget as the disruption controller last computed it."""
+
+    namespace: str
+    name: str
+    #: None: selects no pod
+    selector: LabelSelector | None
+    #: ``status.disruptionsAllowed``: evictions the API server allows now
+    disruptions_allowed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def covers(self, pod: WorkloadPod) -> bool:
+        return (self.selector is not None and pod.namespace == self.namespace
+                and self.selector.matches(pod.labels))
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutNode:
     """A node that runs the driver DaemonSet, with its driver pod and GPU workloads."""
 
@@ -92,6 +143,9 @@ class RolloutNode:
     #: the node's last driver pod that went away: when its deletion was asked for (0: unknown,
     #: e.g. it went before the controller started)
     pod_deleted_at: float = 0.0
+    #: the node's pods besides the driver pod, for the drain and waitFor (SPEC 13); filled
+    #: by a caller when either is set (empty otherwise: ``workloads`` alone decides)
+    pods: tuple[WorkloadPod, ...] = ()
 
     @property
     def canary(self) -> bool:
@@ -146,6 +200,9 @@ class RolloutSnapshot:
     #: the cluster's maintenance windows (SPEC 10; None: always open): fresh node starts
     #: happen only when the calendar is open at the planner's ``now``
     windows: WindowCalendar | None = None
+    #: the PodDisruptionBudgets of the namespaces with pods on rollout nodes, by
+    #: ``namespace/name`` (filled when ``drain`` is set)
+    budgets: Mapping[str, DisruptionBudget] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +218,12 @@ class PlannerSettings:
     #: the current step, while the nodes before them upgrade: a freed slot is then refilled by
     #: the pod deletion alone, and no new GPU job lands on a node about to go offline
     cordon_ahead: bool = True
+    #: ``rollout.drain`` (None: off, busy nodes wait) and the rest of ``rollout`` in
+    #: reconciler.yaml (SPEC 13, 14), as of the latest commit
+    drain: DrainSettings | None = None
+    wait_for: WaitForSettings | None = None
+    unavailable_nodes: UnavailableNodes = "count"
+    topology: TopologySettings | None = None
 
     def backoff(self, attempt: int) -> float:
         """Back-off after the ``attempt``-th failed attempt (1-based)."""

@@ -45,7 +45,7 @@ def test_spec_example_is_valid_and_parses_into_the_settings() -> None:
     assert config.windows_for("lab-10") is None
 
 
-def test_a_cluster_section_replaces_the_repository_wide_one_as_a_whole() -> None:
+def test_a_cluster_section_replaces_the_repository_wide_one_and_rollout_key_by_key() -> None:
     text = """\
 rollout: {readyTimeout: 20m}
 windows:
@@ -59,8 +59,9 @@ clusters:
 """
     assert errors(text) == []
     config = RepoConfigFile.parse(text)
-    # prod-100's rollout section has no readyTimeout: the default, not the top-level 20m
-    assert config.ready_timeout_for("prod-100") == 600.0
+    # rollout is replaced key by key (SPEC 13): prod-100's section has no readyTimeout, so the
+    # repository-wide 20m applies
+    assert config.ready_timeout_for("prod-100") == 1200.0
     assert config.ready_timeout_for("lab-10") == 1200.0
     prod = config.windows_for("prod-100")
     assert prod is not None and prod.allow == () and prod.timezone == "UTC"  # no merge

@@ -1,0 +1,68 @@
+"""Semantic rules of ``rollout`` in ``reconciler.yaml`` (SPEC 13, 14), at the top level and in
+``clusters.<name>``: what the schema cannot say. A label selector that does not parse, a label
+key that is not one, and a ``waitFor.timeout`` without ``drain`` in the settings a cluster ends
+up with (its own keys over the repository-wide ones, key by key), each located in the file.
+
+Like the other rules they judge only values whose type the schema accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from reconciler.policy.document import ParsedDocument
+from reconciler.policy.findings import Finding, join_pointer
+from reconciler.policy.label_selector import LabelSelector, LabelSelectorError, label_key_error
+
+
+def rollout_rules(doc: ParsedDocument) -> Iterator[Finding]:
+    obj = doc.obj
+    if not isinstance(obj, dict):
+        return
+    wide = obj.get("rollout")
+    wide = wide if isinstance(wide, dict) else {}
+    yield from _section(doc, "/rollout", wide)
+    clusters = obj.get("clusters")
+    if isinstance(clusters, dict):
+        for name, settings in clusters.items():
+            own = settings.get("rollout") if isinstance(settings, dict) else None
+            if isinstance(own, dict):
+                pointer = join_pointer(join_pointer("/clusters", name), "rollout")
+                yield from _section(doc, pointer, own)
+                yield from _wait_without_drain(doc, pointer, {**wide, **own}, own)
+    yield from _wait_without_drain(doc, "/rollout", wide, wide)
+
+
+def _section(doc: ParsedDocument, pointer: str, section: Mapping[str, Any]) -> Iterator[Finding]:
+    for key in ("drain", "waitFor"):
+        part = section.get(key)
+        selector = part.get("podSelector") if isinstance(part, dict) else None
+        if isinstance(selector, str):
+            try:
+                LabelSelector.parse(selector)
+            except LabelSelectorError as exc:
+                yield doc.finding(f"{pointer}/{key}/podSelector", "rollout-selector", str(exc))
+    topology = section.get("topology")
+    label_key = topology.get("key") if isinstance(topology, dict) else None
+    if isinstance(label_key, str):
+        error = label_key_error(label_key)
+        if error is not None:
+            yield doc.finding(f"{pointer}/topology/key", "rollout-label-key", error)
+
+
+def _wait_without_drain(doc: ParsedDocument, pointer: str, effective: Mapping[str, Any],
+                        own: Mapping[str, Any]) -> Iterator[Finding]:
+    """A ``waitFor.timeout`` drains the node after it: it needs ``drain``. Reported where the
+    timeout is written (a cluster that only removes nothing inherits it: reported once, at the
+    top level)."""
+    wait_for = effective.get("waitFor")
+    timeout = wait_for.get("timeout") if isinstance(wait_for, dict) else None
+    if timeout in (None, 0, "0s", "0") or effective.get("drain") is not None:
+        return
+    if "waitFor" not in own and "drain" not in own:
+        return  # the section it comes from is judged on its own
+    place = pointer if "waitFor" in own else "/rollout"
+    yield doc.finding(f"{place}/waitFor/timeout", "rollout-wait-without-drain",
+                      "waitFor.timeout drains the node after it, but drain is not set "
+                      "(set rollout.drain, or timeout: 0)")
