@@ -84,7 +84,7 @@ class DeletePod:
 
 #: the node-maintenance vocabulary both planners speak; each is idempotent against the state it
 #: was planned from
-NodeAction = Cordon | Uncordon | AnnotateNode | DeleteDriverPod
+NodeAction = Cordon | Uncordon | AnnotateNode | DeleteDriverPod | EvictPod | DeletePod
 #: its members, for ``isinstance``
 NODE_ACTIONS: tuple[type[NodeAction], ...] = get_args(NodeAction)
 

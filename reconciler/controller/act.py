@@ -9,13 +9,14 @@ could start a node twice).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 from reconciler.clock import Clock, wall
-from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
+from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.owned_apply import apply_keeping_owned
@@ -31,6 +32,8 @@ from reconciler.rollout.actions import (
     AnnotateNode,
     Cordon,
     DeleteDriverPod,
+    DeletePod,
+    EvictPod,
     NodeAction,
     RecordEvent,
     RestorePayload,
@@ -89,6 +92,11 @@ class ActionExecutor:
                 deleted = self.api.delete(path)
                 if deleted is not None and deleted.get("kind") == "Pod":
                     self.on_object("pod", deleted)
+            case EvictPod(namespace=namespace, pod=pod):
+                self._evict(namespace, pod)
+            case DeletePod(namespace=namespace, pod=pod):
+                with contextlib.suppress(NotFound):  # gone already
+                    self.api.delete(resource_path("v1", "pods", pod, namespace=namespace))
             case SetPolicyPause(pause=pause):
                 self._apply_spec({"upgradePolicy": {"pause": pause}})
             case RestorePayload(payload=payload):
@@ -131,12 +139,27 @@ class ActionExecutor:
                     patch.setdefault("spec", {})["unschedulable"] = isinstance(action, Cordon)
                     kind = type(action).__name__
                     self.counts[kind] = self.counts.get(kind, 0) + 1
-                case DeleteDriverPod():
+                case DeleteDriverPod() | EvictPod() | DeletePod():
                     flush()
                     self.execute(action, cluster_operator)
                 case _:
                     assert_never(action)
         flush()
+
+    def _evict(self, namespace: str, pod: str) -> None:
+        """Ask the Eviction API; a PodDisruptionBudget's refusal (429) leaves the pod running
+        and the planner asks again in a later pass."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod, "namespace": namespace}}
+        try:
+            self.api.create(
+                resource_path("v1", "pods", pod, namespace=namespace) + "/eviction", body)
+        except NotFound:
+            pass  # gone already
+        except KubeError as exc:
+            if exc.status != 429:
+                raise
+            log.info("eviction of %s/%s refused: %s", namespace, pod, exc)
 
     def _set_image(self, image: str) -> None:
         path = resource_path(

@@ -31,7 +31,15 @@ from reconciler.controller.worker import generation, newer, same_version
 from reconciler.kube.api import JSON
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.planning import AnnotateNode, Cordon, DeleteDriverPod, NodeAction, Uncordon
+from reconciler.planning import (
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    DeletePod,
+    EvictPod,
+    NodeAction,
+    Uncordon,
+)
 from reconciler.rollout.model import DriverPod, RolloutNode
 
 
@@ -60,6 +68,8 @@ class NodeIntent:
                 case DeleteDriverPod(pod=pod, at=at):
                     deleting.add(pod)
                     deletion_at = max(deletion_at, at)
+                case EvictPod() | DeletePod():
+                    pass  # a workload pod: its watch event says when it terminates
                 case _:
                     assert_never(action)
         return cls(annotations, unschedulable, frozenset(deleting), deletion_at)

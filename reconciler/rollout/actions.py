@@ -14,6 +14,8 @@ from reconciler.planning import NODE_ACTIONS as NODE_ACTIONS
 from reconciler.planning import AnnotateNode as AnnotateNode
 from reconciler.planning import Cordon as Cordon
 from reconciler.planning import DeleteDriverPod as DeleteDriverPod
+from reconciler.planning import DeletePod as DeletePod
+from reconciler.planning import EvictPod as EvictPod
 from reconciler.planning import NodeAction as NodeAction
 from reconciler.planning import RecordEvent as RecordEvent
 from reconciler.planning import Uncordon as Uncordon

@@ -9,9 +9,18 @@ DaemonSet's new pod, is the caller's world to model.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import assert_never
 
-from reconciler.planning import AnnotateNode, Cordon, DeleteDriverPod, NodeAction, Uncordon
+from reconciler.planning import (
+    AnnotateNode,
+    Cordon,
+    DeleteDriverPod,
+    DeletePod,
+    EvictPod,
+    NodeAction,
+    Uncordon,
+)
 from reconciler.rollout.model import DriverPod, RolloutNode
 
 
@@ -27,10 +36,12 @@ def apply_node_action(node: RolloutNode, action: NodeAction) -> RolloutNode:
                 else:
                     annotations[key] = value
             return RolloutNode(node.name, node.ready, node.unschedulable, node.labels,
-                               annotations, node.pod, node.workloads, node.pod_deleted_at)
+                               annotations, node.pod, node.workloads,
+                               node.pod_deleted_at, node.pods)
         case Cordon() | Uncordon():
             return RolloutNode(node.name, node.ready, isinstance(action, Cordon), node.labels,
-                               node.annotations, node.pod, node.workloads, node.pod_deleted_at)
+                               node.annotations, node.pod, node.workloads,
+                               node.pod_deleted_at, node.pods)
         case DeleteDriverPod(pod=name, at=at):
             pod = node.pod
             if pod is None or pod.name != name:
@@ -39,7 +50,16 @@ def apply_node_action(node: RolloutNode, action: NodeAction) -> RolloutNode:
                                  pod.restart_count, pod.created_at, True,
                                  pod.deletion_requested_at or at)
             return RolloutNode(node.name, node.ready, node.unschedulable, node.labels,
-                               node.annotations, deleting, node.workloads, node.pod_deleted_at)
+                               node.annotations, deleting, node.workloads,
+                               node.pod_deleted_at, node.pods)
+        case EvictPod() | DeletePod():
+            # the pod terminates (its grace period is the world's to model)
+            key = f"{action.namespace}/{action.pod}"
+            pods = tuple(dataclasses.replace(p, terminating=True) if p.key == key else p
+                         for p in node.pods)
+            return RolloutNode(node.name, node.ready, node.unschedulable, node.labels,
+                               node.annotations, node.pod, node.workloads, node.pod_deleted_at,
+                               pods)
         case _:
             assert_never(action)
 
@@ -50,4 +70,5 @@ def with_pod(node: RolloutNode, pod: DriverPod | None,
     given, when its previous pod's deletion was asked for)."""
     return RolloutNode(node.name, node.ready, node.unschedulable, node.labels, node.annotations,
                        pod, node.workloads,
-                       node.pod_deleted_at if pod_deleted_at is None else pod_deleted_at)
+                       node.pod_deleted_at if pod_deleted_at is None else pod_deleted_at,
+                       node.pods)

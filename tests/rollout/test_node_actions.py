@@ -16,31 +16,45 @@ from reconciler.planning import (
     AnnotateNode,
     Cordon,
     DeleteDriverPod,
+    DeletePod,
+    EvictPod,
     NodeAction,
     Uncordon,
 )
 from reconciler.rollout.actions import Action
-from reconciler.rollout.model import DriverPod, RolloutNode
+from reconciler.rollout.model import DriverPod, RolloutNode, WorkloadPod
 from reconciler.rollout.node_view import apply_node_action, with_pod
 
 POD = DriverPod("drv-a-0", "rev-old", ready=True, created_at=100.0)
-NODE = RolloutNode("a", annotations={"keep": "1", "drop": "x"}, pod=POD, pod_deleted_at=5.0)
+WEB, JOB = WorkloadPod("serve", "web-1"), WorkloadPod("train", "job-1", controller_kind="Job")
+NODE = RolloutNode("a", annotations={"keep": "1", "drop": "x"}, pod=POD, pod_deleted_at=5.0,
+                   pods=(WEB, JOB))
 
 #: one example of every node action, with the view once it landed
 LANDED: dict[type, tuple[NodeAction, RolloutNode]] = {
     Cordon: (Cordon("a"), RolloutNode("a", unschedulable=True,
                                       annotations={"keep": "1", "drop": "x"}, pod=POD,
-                                      pod_deleted_at=5.0)),
+                                      pod_deleted_at=5.0, pods=(WEB, JOB))),
     Uncordon: (Uncordon("a"), NODE),
     AnnotateNode: (AnnotateNode("a", {"drop": None, "new": "2", "absent": None}),
                    RolloutNode("a", annotations={"keep": "1", "new": "2"}, pod=POD,
-                               pod_deleted_at=5.0)),
+                               pod_deleted_at=5.0, pods=(WEB, JOB))),
     DeleteDriverPod: (DeleteDriverPod("a", "drv-a-0", at=200.0),
                       RolloutNode("a", annotations={"keep": "1", "drop": "x"},
                                   pod=DriverPod("drv-a-0", "rev-old", ready=True,
                                                 created_at=100.0, deleting=True,
                                                 deletion_requested_at=200.0),
-                                  pod_deleted_at=5.0)),
+                                  pod_deleted_at=5.0, pods=(WEB, JOB))),
+    # a workload pod evicted or deleted terminates on the view (its grace period is its own)
+    EvictPod: (EvictPod("a", "serve", "web-1"),
+               RolloutNode("a", annotations={"keep": "1", "drop": "x"}, pod=POD,
+                           pod_deleted_at=5.0,
+                           pods=(WorkloadPod("serve", "web-1", terminating=True), JOB))),
+    DeletePod: (DeletePod("a", "train", "job-1"),
+                RolloutNode("a", annotations={"keep": "1", "drop": "x"}, pod=POD,
+                            pod_deleted_at=5.0,
+                            pods=(WEB, WorkloadPod("train", "job-1", controller_kind="Job",
+                                                   terminating=True)))),
 }
 
 
@@ -88,5 +102,6 @@ def test_the_new_pod_replaces_the_deleted_one_with_the_deletion_time() -> None:
     deleted = apply_node_action(NODE, DeleteDriverPod("a", "drv-a-0", at=200.0))
     new = DriverPod("drv-a-1", "rev-new", created_at=201.0)
     assert with_pod(deleted, new, 200.0) == RolloutNode(
-        "a", annotations={"keep": "1", "drop": "x"}, pod=new, pod_deleted_at=200.0)
+        "a", annotations={"keep": "1", "drop": "x"}, pod=new, pod_deleted_at=200.0,
+        pods=(WEB, JOB))
     assert with_pod(deleted, new).pod_deleted_at == 5.0
