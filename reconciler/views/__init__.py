@@ -5,9 +5,10 @@ cluster is read) and ``now``.
 ``reconciler status``, the dashboard and the demo read it; notifications and forge commit
 statuses call the same functions:
 
-- ``nodes``: the node states (old, cordoned ahead, in flight, verifying, failed, upgraded, busy,
-  NotReady, left alone), classified in one place, and what they mean for a rollout
-  (``NodeStates``: busy, unavailable, failed, draining nodes);
+- ``nodes``: the node states (old, cordoned ahead, draining, in flight, verifying, failed,
+  upgraded, busy, NotReady, skipped, left alone), classified in one place, what they mean for a
+  rollout (``NodeStates``: busy, unavailable, failed, draining, skipped nodes) and the progress
+  per topology domain (``domain_progress``, SPEC 14);
 - ``waits``: what the rollout waits for, one typed ``Wait`` per entry (``kind`` one of
   ``KINDS``), with a title, a detail and the exact action a person takes.
 

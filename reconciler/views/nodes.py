@@ -1,20 +1,24 @@
-"""Node states, classified once (SPEC 4.3, 11): one GPU node against the revision a rollout
-moves to, and what the states of all nodes mean for it (``NodeStates``)."""
+"""Node states, classified once (SPEC 4.3, 11, 13, 14): one GPU node against the revision a
+rollout moves to, what the states of all nodes mean for it (``NodeStates``), and the progress
+per topology domain (``domain_progress``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from reconciler.names import (
     ACTIVE_PHASES,
     ANN_FAILURE_REASON,
+    ANN_SKIPPED,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
+    LABEL_UPGRADE_SKIP,
     ROLLBACK_PHASES,
     STATE_CORDONED,
+    STATE_DRAINING,
     STATE_FAILED,
     STATE_UPGRADING,
 )
@@ -24,12 +28,14 @@ from reconciler.rollout.model import FAILURE_REASONS
 NODE_STATES: tuple[str, ...] = (
     "old",  # on the old version, not touched yet
     "cordoned",  # cordoned ahead: next to start
+    "draining",  # cordoned and in flight: its pods are evicted or waited for (SPEC 13)
     "in-flight",  # old pod deleted, new one not Ready yet
     "verifying",  # new pod Ready, the controller has not recorded the node done yet
     "failed",  # the new pod failed (image pull, crash loop, readyTimeout)
     "upgraded",  # Ready on the version the rollout moves to
     "busy",  # a GPU workload pod holds the node: it waits (not failed)
     "not-ready",  # the node is NotReady
+    "skipped",  # not moved by this rollout: the skip label, or skipped when its turn came
     "left-alone",  # no driver pod (not a rollout node), or cordoned by someone else
 )
 STATE_INDEX = {name: index for index, name in enumerate(NODE_STATES)}
@@ -63,6 +69,9 @@ class NodeFacts:
     annotations: Mapping[str, str] = field(default_factory=dict)
     pod: PodFacts | None = None
     workloads: tuple[str, ...] = ()  # "namespace/name" of pods requesting a GPU
+    #: the labels the read model reads: the skip label and the topology key (others may be left
+    #: out: at 10,000 nodes they are most of the memory)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def classify(node: NodeFacts, *, target: str, active: bool) -> str:
@@ -75,21 +84,27 @@ def classify(node: NodeFacts, *, target: str, active: bool) -> str:
     ready_target = on_target and pod is not None and pod.ready
     if pod is None:
         return "not-ready" if not node.ready else "left-alone"
+    if not on_target and (ann.get(ANN_SKIPPED) == target or (
+            recorded is None and node.labels.get(LABEL_UPGRADE_SKIP) == "true")):
+        # not a rollout node (SPEC 13): neither unavailable nor waited for, NotReady or not
+        return "skipped"
     if not node.ready:
         return "not-ready"
     if ready_target:
         # cordoned ahead with a pod on the target: moved (its start writes no record)
-        moved = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+        moved = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
         return "verifying" if active and recorded in moved else "upgraded"
     if recorded == STATE_FAILED or (on_target and pod.waiting_reason in FAILURE_REASONS):
         return "failed"
     if recorded == STATE_UPGRADING or (on_target and active) or (
-            recorded == STATE_CORDONED and pod.deleting):
+            recorded in (STATE_CORDONED, STATE_DRAINING) and pod.deleting):
         return "in-flight"
+    if recorded == STATE_DRAINING:
+        return "draining"
     if recorded == STATE_CORDONED:
         return "cordoned"
     by_us = ann.get(ANN_WAS_UNSCHEDULABLE) == "false" and ann.get(ANN_STATE) in (
-        STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+        STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
     if node.unschedulable and not by_us:
         return "left-alone"
     if active and node.workloads:
@@ -167,16 +182,24 @@ class NodeStates:
     unavailable: Mapping[str, str] = field(default_factory=dict)
     #: node -> why its move failed
     failed: Mapping[str, str] = field(default_factory=dict)
-    #: node -> the pods being evicted from it before it upgrades (the drain; next issue)
+    #: node -> the GPU pods on it while it drains (SPEC 13; which pods and budgets hold it is
+    #: the status's ``upgradeStatus.draining``)
     draining: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: nodes this rollout does not move (SPEC 13), by name
+    skipped: tuple[str, ...] = ()
+    #: the progress per topology domain (SPEC 14), when the rollout has a topology key
+    domains: tuple[DomainProgress, ...] = ()
 
 
-def node_states(lines: Iterable[NodeLine]) -> NodeStates:
+def node_states(lines: Iterable[NodeLine], *,
+                domains: Sequence[DomainProgress] = ()) -> NodeStates:
     """The summary of classified nodes. A GPU node without a driver pod is not a rollout node
-    (SPEC 4.3): left alone, it is not unavailable."""
+    (SPEC 4.3): left alone, it is not unavailable; nor is a skipped node (SPEC 13)."""
     busy: dict[str, tuple[str, ...]] = {}
     unavailable: dict[str, str] = {}
     failed: dict[str, str] = {}
+    draining: dict[str, tuple[str, ...]] = {}
+    skipped: list[str] = []
     for line in lines:
         if line.state == "busy":
             busy[line.name] = tuple(line.busy_pods)
@@ -184,13 +207,100 @@ def node_states(lines: Iterable[NodeLine]) -> NodeStates:
             unavailable[line.name] = UNAVAILABLE_WHY[line.state]
         elif line.state == "failed":
             failed[line.name] = line.failure_reason or line.pod_reason
-    return NodeStates(busy=busy, unavailable=unavailable, failed=failed)
+        elif line.state == "draining":
+            draining[line.name] = tuple(line.busy_pods)
+        elif line.state == "skipped":
+            skipped.append(line.name)
+    return NodeStates(busy=busy, unavailable=unavailable, failed=failed, draining=draining,
+                      skipped=tuple(sorted(skipped)), domains=tuple(domains))
 
 
 def classify_all(nodes: Iterable[NodeFacts], *, upgrade: Mapping[str, Any],
                  current_revision: str = "") -> NodeStates:
     """``node_states`` of ``nodes`` against the rollout ``upgrade`` (``status.upgradeStatus``)
-    describes."""
+    describes, with the progress per domain when it has a topology key."""
     target = target_revision(upgrade, current_revision)
     active = upgrade.get("phase") in ACTIVE_PHASES
-    return node_states(classified(n, target=target, active=active) for n in nodes)
+    facts = list(nodes)
+    lines = [classified(n, target=target, active=active) for n in facts]
+    key = topology_key(upgrade)
+    domains = domain_progress(zip(facts, (line.state for line in lines), strict=True),
+                              key=key) if key else []
+    return node_states(lines, domains=domains)
+
+
+# ----------------------------------------------------------------------------- topology
+
+#: the progress columns of a domain: each a sum of node states (``DomainProgress.to_json``)
+PROGRESS_COLUMNS: Final = (
+    ("upgraded", ("upgraded", "verifying")),  # on the new version, Ready
+    ("inFlight", ("draining", "in-flight")),  # holding a slot (a draining node is in flight)
+    ("draining", ("draining",)),
+    ("failed", ("failed",)),
+    ("skipped", ("skipped",)),
+    ("pending", ("old", "cordoned", "busy")),  # not started yet
+    ("unavailable", ("not-ready", "left-alone")),
+)
+#: how a status or the page names the domain of the nodes without the label
+UNLABELLED: Final = "(no label)"
+#: domain states that end a domain under ``order: sequential`` (SPEC 14)
+_FINISHED: Final = frozenset({"upgraded", "verifying", "failed", "skipped"})
+
+
+def topology_key(upgrade: Mapping[str, Any]) -> str:
+    """The topology key frozen in the status when the rollout started
+    (``upgradeStatus.topology.key``), or ``""``."""
+    topology = upgrade.get("topology")
+    key = topology.get("key") if isinstance(topology, Mapping) else None
+    return key if isinstance(key, str) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class DomainProgress:
+    """One topology domain: its nodes' states counted."""
+
+    #: the key's value; None: the nodes without the label (one domain, last)
+    domain: str | None
+    states: Mapping[str, int]
+    canary: bool = False  # holds a canary node (such domains go first)
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.states.values())
+
+    def count(self, *states: str) -> int:
+        return sum(self.states.get(s, 0) for s in states)
+
+    @property
+    def done(self) -> bool:
+        """Every node upgraded, failed or skipped: under ``sequential`` the next domain may
+        start."""
+        return all(s in _FINISHED for s, n in self.states.items() if n)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"domain": self.domain, "nodes": self.nodes}
+        out.update({name: self.count(*states) for name, states in PROGRESS_COLUMNS})
+        out["done"] = self.done
+        out["states"] = {s: n for s, n in self.states.items() if n}
+        return out
+
+
+def domain_progress(nodes: Iterable[tuple[NodeFacts, str]], *, key: str) -> list[DomainProgress]:
+    """The GPU nodes with a driver pod (``(node, its state)``) by their value of the label
+    ``key``, counted per state, in the rollout's domain order (SPEC 14): domains holding canary
+    nodes first (canary nodes go first), then by value as strings; the nodes without the label
+    form one domain, last (of its group). Skipped nodes count in their domain, as ``skipped``."""
+    counts: dict[str | None, dict[str, int]] = {}
+    canary: set[str | None] = set()
+    for node, state in nodes:
+        if node.pod is None and state != "skipped":
+            continue  # not a rollout node
+        domain = node.labels.get(key)
+        per = counts.setdefault(domain, {})
+        per[state] = per.get(state, 0) + 1
+        if node.canary and state != "skipped":
+            canary.add(domain)
+    order = sorted(counts, key=lambda d: (d not in canary, d is None, d or ""))
+    return [DomainProgress(domain=d, states=dict(sorted(
+        counts[d].items(), key=lambda item: STATE_INDEX[item[0]])), canary=d in canary)
+        for d in order]

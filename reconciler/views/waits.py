@@ -191,7 +191,8 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
         out += _health(_mapping(_mapping(snapshot.get("upgradeStatus")).get("health")), holds)
         out += [_window(h, now=now) for h in holds if h.get("kind") == "window"]
     out += _promotion(_mapping(snapshot.get("promotion")))
-    out += _draining(nodes, [h for h in holds if h.get("kind") == "draining"])
+    out += _draining(nodes, [h for h in holds if h.get("kind") == "draining"],
+                     draining_entries(_mapping(snapshot.get("upgradeStatus"))))
     if nodes.busy:
         out.append(_per_node(
             "busy", {n: ", ".join(p) for n, p in nodes.busy.items()},
@@ -376,21 +377,62 @@ def _promotion(promotion: Mapping[str, Any]) -> list[Wait]:
     return out
 
 
-def _draining(nodes: NodeStates, holds: Sequence[Mapping[str, Any]]) -> list[Wait]:
-    """Nodes whose pods are being evicted before they upgrade (the drain: next issue),
-    from the node states or a recorded hold."""
-    if not nodes.draining and not holds:
+def draining_entries(upgrade: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``upgradeStatus.draining`` (SPEC 13): per draining node (name order, at most 20) ``{node,
+    since, pods, budgets, waitingFor}``: the pods the drain still has to evict, the budgets
+    (disruptionsAllowed 0) that hold them, the pods it waits for (with why)."""
+    raw = upgrade.get("draining")
+    return [e for e in raw if isinstance(e, Mapping) and isinstance(e.get("node"), str)] \
+        if isinstance(raw, list) else []
+
+
+def _names(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def draining_line(entry: Mapping[str, Any]) -> str:
+    """One draining node's entry in words: what it evicts, what holds it, what it waits for."""
+    parts = []
+    pods, budgets, waiting = (_names(entry.get(k)) for k in ("pods", "budgets", "waitingFor"))
+    if pods:
+        parts.append("evicting " + ", ".join(pods))
+    if budgets:
+        parts.append(("held by budget " if len(budgets) == 1 else "held by budgets ")
+                     + ", ".join(budgets))
+    if waiting:
+        parts.append("waiting for " + ", ".join(waiting))
+    return "; ".join(parts) or "its pods are going"
+
+
+def _draining(nodes: NodeStates, holds: Sequence[Mapping[str, Any]],
+              entries: Sequence[Mapping[str, Any]]) -> list[Wait]:
+    """Nodes whose pods are being evicted (or waited for) before they upgrade (SPEC 13): from
+    the node states, the status's ``draining`` list (pods and the budgets that hold them) and
+    a recorded hold."""
+    if not nodes.draining and not holds and not entries:
         return []
-    detail = "; ".join(str(h.get("detail") or "") for h in holds if h.get("detail"))
+    recorded = {str(e["node"]): e for e in entries}
+    reasons = {n: ", ".join(pods) or "its pods are going" for n, pods in nodes.draining.items()}
+    reasons.update({n: draining_line(e) for n, e in recorded.items()})
+    named = sorted(reasons)
+    budgets = sorted({b for e in entries for b in _names(e.get("budgets"))})
+    details = [str(h.get("detail") or "") for h in holds if h.get("detail")]
+    if budgets:
+        details.append("PodDisruptionBudgets hold evictions: " + ", ".join(budgets))
+    detail = "; ".join(details)
     until = next((str(h["until"]) for h in holds if h.get("until")), None)
-    count = len(nodes.draining)
+    count = len(named)
     title = (f"draining nodes: {count} wait for their pods to be evicted" if count
              else "draining nodes: pods are being evicted")
-    return [Wait(
-        kind="draining", title=title, detail=detail, until=until,
-        nodes=tuple(nodes.draining),
-        items=tuple(f"{n}: {', '.join(p)}" for n, p in nodes.draining.items()),
-        action="nothing: the nodes upgrade once their pods are evicted (a PodDisruptionBudget "
-               "may hold an eviction: `kubectl get pdb -A`)",
-        text=title + (f" ({detail})" if detail else ""),
-    )]
+    action = ("nothing: the nodes upgrade once their pods are evicted (a PodDisruptionBudget "
+              "may hold an eviction: `kubectl get pdb -A`)")
+    if budgets:
+        action = ("nothing: evictions go on as the budgets allow (" + ", ".join(budgets)
+                  + ": `kubectl get pdb -A`); to go faster, let a budget allow a disruption "
+                    "(more replicas, or a looser minAvailable); after drain.timeout, "
+                    "onTimeout decides (wait, fail or delete)")
+    items = tuple(f"{n}: {reasons[n]}" for n in named)
+    text = title + (": " + "; ".join(items) if items else "") + (f" ({detail})" if detail
+                                                                  else "")
+    return [Wait(kind="draining", title=title, detail=detail, until=until, nodes=tuple(named),
+                 items=items, action=action, text=text)]

@@ -17,7 +17,7 @@ from reconciler import clock
 from reconciler.cli.main import cli
 from reconciler.dashboard.model import ClusterFacts, build_view
 from reconciler.gitops.edits import render_status
-from reconciler.names import ANN_FAILURE_REASON, ANN_STATE, ANN_TARGET
+from reconciler.names import ANN_FAILURE_REASON, ANN_STATE, ANN_TARGET, LABEL_UPGRADE_SKIP
 from reconciler.policy.validation import validate_status_snapshot
 from reconciler.sync.status_view import parse_time, report
 from reconciler.views.nodes import NodeFacts, PodFacts, classify_all
@@ -36,7 +36,7 @@ def snap(state: str = "StepUpgrade", *, phase: str = "Progressing", index: int =
     del data["upgradeStatus"]["status"]["recheckTime"]  # the helper's '' is no time
     data["cluster"] = "c-" + state.lower()
     for key, value in extra.items():
-        if key in ("conditions", "holds", "health"):
+        if key in ("conditions", "holds", "health", "draining", "skipped", "topology"):
             data["upgradeStatus"]["condition" if key == "conditions" else key] = value
         elif key == "recheck":
             data["upgradeStatus"]["status"]["recheckTime"] = value
@@ -71,6 +71,11 @@ PROMOTION = {
                            "finishedAt": "2026-11-30T07:00:00Z",
                            "message": "upstream lab-10 rolled 2.33.0.9 back at "
                                       "2026-11-30T07:00:00Z"}}
+DRAINING = [
+    {"node": "node-0003", "since": "2026-11-30T09:50:00Z", "pods": ["serve/web-1"],
+     "budgets": ["serve/web-pdb"], "waitingFor": []},
+    {"node": "node-0005", "since": "2026-11-30T09:55:00Z", "pods": [], "budgets": [],
+     "waitingFor": ["train/job-2 (waitFor)"]}]
 FIRMWARE = {"phase": "AwaitingReboot", "nodes": {"node-0002": "awaiting-reboot",
                                                  "node-0003": "verified"}}
 
@@ -98,6 +103,14 @@ CASES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, list[str]]] = [
      ["promotion", "promotion"]),
     ("draining", snap(holds=[{"kind": "draining", "detail": "node-0003: 2 pods to evict",
                               "until": "2026-11-30T10:10:00Z"}]), None, ["draining"]),
+    ("draining-held-by-a-budget", snap(draining=DRAINING, skipped=["node-0009"]), None,
+     ["draining"]),
+    ("draining-nodes", snap(draining=DRAINING[:1], topology={"key": "rack"}), [
+        node("node-0003", unschedulable=True, workloads=("serve/web-1",),
+             annotations={ANN_STATE: "draining", ANN_TARGET: NEW}),
+        node("node-0007", unschedulable=True, workloads=("train/job-1",),
+             annotations={ANN_STATE: "draining", ANN_TARGET: NEW}),
+        node("node-0009", labels={LABEL_UPGRADE_SKIP: "true"}, ready=False)], ["draining"]),
     ("firmware", snap("Completed", phase="Idling", index=3, firmware=FIRMWARE), None,
      ["firmware"]),
     ("fallback", snap("StepPaused", conditions=FAILED, pause=True), [
@@ -112,6 +125,8 @@ CASES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, list[str]]] = [
         node("node-0004", pod=None),  # no driver pod: not a rollout node
         node("node-0005")], ["busy", "unavailable"]),
 ]
+
+CASES_BY_NAME = {name: data for name, data, _, _ in CASES}
 
 
 def cluster_facts(data: dict[str, Any], nodes: Sequence[NodeFacts]) -> ClusterFacts:
@@ -226,3 +241,19 @@ def test_the_command_from_git_carries_the_page_s_entries(tmp_path: Path,
     text = CliRunner().invoke(cli, ["status", "--repo", str(repo), "--cluster", "window"])
     assert "a maintenance window (outside the maintenance windows)" in text.output
     assert "action: nothing: fresh node starts resume when the window opens" in text.output
+
+
+def test_a_draining_node_names_its_pods_and_the_budgets_that_hold_it() -> None:
+    (held,) = command_waits(CASES_BY_NAME["draining-held-by-a-budget"], None, None)
+    assert held["nodes"] == ["node-0003", "node-0005"]
+    assert held["items"] == [
+        "node-0003: evicting serve/web-1; held by budget serve/web-pdb",
+        "node-0005: waiting for train/job-2 (waitFor)"]
+    assert held["detail"] == "PodDisruptionBudgets hold evictions: serve/web-pdb"
+    assert "serve/web-pdb" in held["action"] and "onTimeout" in held["action"]
+    # from the cluster: a draining node the status's list leaves out is named with its pods;
+    # the skipped node is neither busy nor unavailable
+    (live,) = command_waits(CASES_BY_NAME["draining-nodes"],
+                            dict((c[0], c[2]) for c in CASES)["draining-nodes"], None)
+    assert live["items"] == ["node-0003: evicting serve/web-1; held by budget serve/web-pdb",
+                             "node-0007: train/job-1"]
