@@ -2,10 +2,12 @@
 
 ``--from git`` reads ``status/<cluster>.yaml`` at the head of the status branch (``--repo``);
 ``--from cluster`` reads the live ``ClusterOperator`` (``--kubeconfig``), and adds the busy and
-unavailable nodes. What the rollout waits for is the read model's (``reconciler.views``, the
-dashboard's too): ``--format json`` carries each entry typed under ``waits`` (kind, title,
-detail, action) and as a sentence under ``waitingFor``. Exit status: 0, 1 when the status
-cannot be read (the message says why), 2 on a usage error.
+unavailable nodes and, when the rollout has a topology, the progress per domain. What the rollout
+waits for is the read model's (``reconciler.views``, the dashboard's too): ``--format json``
+carries each entry typed under ``waits`` (kind, title, detail, action) and as a sentence under
+``waitingFor``; the draining nodes with the pods and budgets that hold them under ``draining``,
+the skipped nodes under ``skipped``, the domains under ``domains`` (SPEC 13, 14). Exit status:
+0, 1 when the status cannot be read (the message says why), 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -175,6 +177,7 @@ def _render(item: StatusReport) -> None:
                 console.print(_t(f"    action: {wait.action}"), style="dim")
     else:
         console.print("[bold]waiting for[/bold] nothing")
+    _render_live(console, item)
     failing = [c for c in item.conditions if c.get("status") == "True"
                and c.get("type") in ("BatchFailed", "RolledBack", "ManualGate",
                                      "HealthCheckFailed")]
@@ -214,6 +217,46 @@ def _render(item: StatusReport) -> None:
                 table.add_row(_t(node), _t(stage), _t(message))
             console.print(table)
     console.print()
+
+
+def _render_live(console: Any, item: StatusReport) -> None:
+    """What a live cluster adds (SPEC 13, 14): progress per domain, draining nodes with what
+    holds them, skipped nodes."""
+    from rich.table import Table
+
+    from reconciler.views.nodes import UNLABELLED
+
+    topology = item.topology or {}
+    if item.domains:
+        table = Table(title=_t(f"domains of {topology.get('key')} "
+                               f"({topology.get('order', 'sequential')})"),
+                      title_justify="left")
+        columns = ("domain", "nodes", "upgraded", "in flight", "draining", "failed", "skipped",
+                   "pending", "unavailable", "")
+        for column in columns:
+            table.add_column(column)
+        for d in item.domains:
+            domain = UNLABELLED if d["domain"] is None else d["domain"]
+            table.add_row(*map(_t, (domain, d["nodes"], d["upgraded"], d["inFlight"],
+                                    d["draining"], d["failed"], d["skipped"], d["pending"],
+                                    d["unavailable"], "done" if d["done"] else "")))
+        console.print(table)
+    elif topology:
+        console.print(_t(f"topology: {topology.get('key')} "
+                         f"({topology.get('order', 'sequential')}); progress per domain "
+                         "with --from cluster"))
+    if item.draining:
+        table = Table(title="draining nodes", title_justify="left")
+        for column in ("node", "since", "evicting", "held by budgets", "waiting for"):
+            table.add_column(column)
+        for entry in item.draining:
+            table.add_row(*map(_t, (
+                entry.get("node"), entry.get("since") or "",
+                *(", ".join(map(str, entry.get(k) or ()))
+                  for k in ("pods", "budgets", "waitingFor")))))
+        console.print(table)
+    if item.skipped:
+        console.print(_t(f"skipped nodes ({len(item.skipped)}): {', '.join(item.skipped)}"))
 
 
 def _t(value: object) -> Any:

@@ -22,8 +22,14 @@ from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.events import EVENT_NAMESPACE
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
-from reconciler.names import CANARY_LABEL, DRIVER_DAEMONSET, GPU_NODE_LABEL, OPERATOR_NAMESPACE
-from reconciler.views.nodes import NodeFacts, PodFacts
+from reconciler.names import (
+    CANARY_LABEL,
+    DRIVER_DAEMONSET,
+    GPU_NODE_LABEL,
+    LABEL_UPGRADE_SKIP,
+    OPERATOR_NAMESPACE,
+)
+from reconciler.views.nodes import NodeFacts, PodFacts, topology_key
 
 
 def _condition_since(obj: Mapping[str, Any], kind: str) -> tuple[bool, float | None]:
@@ -105,27 +111,32 @@ def facts_from_objects(
     old_nodes = memo.nodes if memo is not None else {}
     new_nodes: dict[str, tuple[tuple[Any, ...], NodeFacts]] = {}
     node_facts = []
+    # the labels the read model reads: the skip label and the rollout's topology key
+    upgrade = ((cluster_operator or {}).get("status") or {}).get("upgradeStatus") or {}
+    label_keys = tuple(k for k in (LABEL_UPGRADE_SKIP, topology_key(upgrade)) if k)
     for node in nodes:
         meta = node.get("metadata") or {}
         name = str(meta.get("name"))
         picked = _pick(driver_pods.get(name, []))
         held = tuple(sorted(workloads.get(name, ())))
         rv = _rv(node)
-        signature = (rv, picked, held)
+        signature = (rv, picked, held, label_keys)
         cached = old_nodes.get(name)
         if cached is not None and rv and cached[0] == signature:
             node_facts.append(cached[1])
             new_nodes[name] = cached
             continue
         ready, since = _condition_since(node, "Ready")
+        labels = meta.get("labels") or {}
         one = NodeFacts(
             name=name, ready=ready, ready_since=since,
             unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-            canary=(meta.get("labels") or {}).get(CANARY_LABEL) == "true",
+            canary=labels.get(CANARY_LABEL) == "true",
             annotations={k: str(v) for k, v in (meta.get("annotations") or {}).items()
                          if k.startswith("gpu.metax-tech.com/")},
             pod=picked,
             workloads=held,
+            labels={k: str(labels[k]) for k in label_keys if k in labels},
         )
         node_facts.append(one)
         new_nodes[name] = (signature, one)

@@ -18,7 +18,7 @@ from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
 from reconciler.views.nodes import NodeStates
-from reconciler.views.waits import GitContext, Wait, health_rows, waits
+from reconciler.views.waits import GitContext, Wait, draining_entries, health_rows, waits
 
 __all__ = ["StatusReport", "StepRow", "firmware_lines", "health_rows", "parse_time", "report"]
 
@@ -70,6 +70,18 @@ class StatusReport:
     #: each health check's last value and verdict (SPEC 9): check, node (node checks),
     #: state (Passed, Waiting, Failed), value, since
     health_checks: list[dict[str, str]] = field(default_factory=list)
+    # -- live clusters (SPEC 13, 14)
+    #: the topology the rollout started with (``upgradeStatus.topology``: key, order, ...)
+    topology: dict[str, Any] | None = None
+    #: progress per domain of the topology key (from the cluster's nodes only): domain (None:
+    #: the nodes without the label), nodes, upgraded, inFlight, draining, failed, skipped,
+    #: pending, unavailable, done, states
+    domains: list[dict[str, Any]] = field(default_factory=list)
+    #: ``upgradeStatus.draining`` as it is: node, since, pods, budgets, waitingFor
+    draining: list[dict[str, Any]] = field(default_factory=list)
+    #: the nodes the rollout skipped (``upgradeStatus.skipped``, and from the cluster the nodes
+    #: in state skipped), by name
+    skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -164,6 +176,12 @@ def report(snapshot: Mapping[str, Any], *, now: float,
         source=dict(_mapping(snapshot.get("git"))),
     )
     result.health_checks = health_rows(_mapping(upgrade.get("health")))
+    result.topology = dict(_mapping(upgrade.get("topology"))) or None
+    result.domains = [d.to_json() for d in states.domains]
+    result.draining = [dict(e) for e in draining_entries(upgrade)]
+    recorded_skips = upgrade.get("skipped")
+    skipped = {str(n) for n in recorded_skips} if isinstance(recorded_skips, list) else set()
+    result.skipped = sorted(skipped | set(states.skipped))
     result.waits = waits(snapshot, now=now, nodes=states, git=git)
     result.waiting_for = [w.text for w in result.waits]
     return result

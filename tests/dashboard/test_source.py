@@ -69,3 +69,28 @@ def test_objects_become_facts_and_the_memo_changes_nothing_but_the_work() -> Non
     # the workload leaves: the node's facts change although the node object did not
     third = facts_from_objects("lab", co, nodes, later[:3], None, [], events, memo=memo)
     assert third.nodes[1].workloads == ()
+
+
+def test_a_node_keeps_the_skip_label_and_the_rollout_s_topology_key_only() -> None:
+    def labelled(name: str, **labels: str) -> dict[str, Any]:
+        node = _node(name)
+        node["metadata"]["labels"] = labels
+        return node
+
+    nodes = [labelled("a", **{"example.com/rack": "r1", "gpu.metax-tech.com/upgrade.skip": "true",
+                              "kubernetes.io/hostname": "a"}),
+             labelled("b", **{"example.com/rack": "r2"})]
+    pods = [_driver("d-a", "a"), _driver("d-b", "b")]
+    memo = FactsMemo()
+    plain = facts_from_objects("lab", {"metadata": {"uid": "u"}}, nodes, pods, None, [], [],
+                               memo=memo)
+    assert [dict(n.labels) for n in plain.nodes] == [
+        {"gpu.metax-tech.com/upgrade.skip": "true"}, {}]
+    # the rollout froze a topology key: the same unchanged node objects now keep it (the memo
+    # knows the key changed)
+    co = {"metadata": {"uid": "u"}, "status": {"upgradeStatus": {
+        "topology": {"key": "example.com/rack", "order": "sequential"}}}}
+    keyed = facts_from_objects("lab", co, nodes, pods, None, [], [], memo=memo)
+    assert [dict(n.labels) for n in keyed.nodes] == [
+        {"gpu.metax-tech.com/upgrade.skip": "true", "example.com/rack": "r1"},
+        {"example.com/rack": "r2"}]
