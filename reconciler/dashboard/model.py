@@ -7,9 +7,11 @@ inputs, ``build_view`` derives everything, the server only serves its JSON. The 
 what the rollout waits for come from the read model ``reconciler.views`` (what ``reconciler
 status`` shows too), so the page and the command never disagree: "waiting for" is the list of
 typed entries (``Wait``) of every kind (``reconciler.views.waits.KINDS``: gate, pause timer,
-``pause: true``, failure fallback, health checks, maintenance window, promotion gate, busy and
-unavailable nodes, a rejected commit, the firmware reboot); the page renders any kind it is
-given.
+``pause: true``, failure fallback, health checks, maintenance window, promotion gate, draining,
+busy and unavailable nodes, a rejected commit, the firmware reboot); the page renders any kind it
+is given. A live cluster (SPEC 13, 14) adds the draining nodes with the pods and budgets that
+hold them, the skipped nodes and, when the rollout has a topology key, the map grouped by domain
+with each domain's progress.
 """
 
 from __future__ import annotations
@@ -39,14 +41,18 @@ from reconciler.timefmt import parse_time_or_none as parse_time
 from reconciler.views.nodes import (
     NODE_STATES,
     STATE_INDEX,
+    UNLABELLED,
+    DomainProgress,
     NodeFacts,
     PodFacts,
     classify,
+    domain_progress,
     node_states,
     pod_reason,
     target_revision,
+    topology_key,
 )
-from reconciler.views.waits import HOLDING_KINDS, GitContext, Wait, waits
+from reconciler.views.waits import HOLDING_KINDS, GitContext, Wait, draining_entries, waits
 
 #: the names the dashboard's callers import from here (the read model lives in reconciler.views)
 __all__ = ["NODE_STATES", "STATE_INDEX", "ClusterFacts", "DashboardView", "EventFacts",
@@ -97,12 +103,17 @@ class NodeRow:
     ready: bool = True
     #: room for health readings once health checks exist: (check, value) pairs
     health: tuple[tuple[str, str], ...] = ()
+    #: its value of the rollout's topology key (None: no label, or no topology)
+    domain: str | None = None
+    #: a draining node's entry of ``upgradeStatus.draining``: pods, budgets, waitingFor, since
+    drain: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["since"] = _rfc3339(self.since)
         data["busy_pods"] = list(self.busy_pods)
         data["health"] = [list(pair) for pair in self.health]
+        data["drain"] = dict(self.drain) if self.drain is not None else None
         return data
 
 
@@ -154,6 +165,13 @@ class DashboardView:
     audit: list[dict[str, Any]] | None  # None without --repo
     error: str | None = None
     conditions: list[dict[str, str]] = field(default_factory=list)
+    #: the rollout's topology (``upgradeStatus.topology``) and the progress per domain, in the
+    #: rollout's domain order (the map's groups then)
+    topology: Mapping[str, Any] | None = None
+    domains: list[DomainProgress] = field(default_factory=list)
+    #: ``upgradeStatus.draining`` (node, since, pods, budgets, waitingFor) and the skipped nodes
+    draining: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(NODE_STATES, 0)
@@ -167,7 +185,15 @@ class DashboardView:
         for row in self.nodes:
             digest.update(row.name.encode())
             digest.update(b"\0%d\0" % row.step)
+            if self.domains:
+                digest.update(b"\1" if row.domain is None else row.domain.encode() + b"\0")
         return digest.hexdigest()[:16]
+
+    def domain_indexes(self) -> list[int]:
+        """Per node of the map, its domain's index in ``domains`` (-1: not a rollout node)."""
+        rank = {d.domain: i for i, d in enumerate(self.domains)}
+        return [rank.get(row.domain, -1) if row.pod or row.state == "skipped" else -1
+                for row in self.nodes]
 
     def to_json(self, *, with_names: bool = True) -> dict[str, Any]:
         """The page's payload: small fields as they are, the map as compact arrays (names only
@@ -181,6 +207,9 @@ class DashboardView:
         if with_names:
             fleet["names"] = [row.name for row in self.nodes]
             fleet["steps"] = [row.step for row in self.nodes]
+            if self.domains:
+                # the map grouped by domain (SPEC 14): each node's domain, by index
+                fleet["domains"] = self.domain_indexes()
         return {
             "cluster": self.cluster,
             "object": self.object_name,
@@ -193,6 +222,11 @@ class DashboardView:
             "fleet": fleet,
             "audit": self.audit,
             "conditions": self.conditions,
+            "topology": dict(self.topology) if self.topology else None,
+            "domains": [{**d.to_json(), "name": UNLABELLED if d.domain is None else d.domain}
+                        for d in self.domains],
+            "draining": self.draining,
+            "skipped": self.skipped,
         }
 
     def node(self, name: str) -> NodeRow | None:
@@ -255,25 +289,47 @@ def _started_at(node: NodeFacts, target: str) -> float | None:
 
 
 def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequence[int],
-              epoch: str) -> list[NodeRow]:
+              epoch: str, topology: Mapping[str, Any] | None = None,
+              draining: Mapping[str, Mapping[str, Any]] | None = None) -> list[NodeRow]:
     """Every GPU node, in the order of the map: the nodes moved to ``target`` by when they
-    started, then the rest in the rollout's order (canary first, then by name); cut into steps
-    at the step targets."""
+    started, then the rest in the rollout's order (canary first, then by name; with a topology,
+    domain by domain or in turn, SPEC 14), skipped nodes last; cut into steps at the step
+    targets. With a topology key the map then shows the nodes grouped by domain, in the
+    rollout's domain order (each row's step kept)."""
+    key = topology_key({"topology": topology or {}})
+    states = {node.name: classify(node, target=target, active=active) for node in facts.nodes}
+    rank: dict[str | None, int] = {}
+    if key:
+        progress = domain_progress(((n, states[n.name]) for n in facts.nodes), key=key)
+        rank = {d.domain: i for i, d in enumerate(progress)}
+    spread = (topology or {}).get("order") == "spread"
     started: list[tuple[float, str, NodeFacts]] = []
-    waiting: list[tuple[bool, str, NodeFacts]] = []
-    for node in facts.nodes:
+    waiting: list[tuple[Any, ...]] = []
+    seen: dict[str | None, int] = {}
+    for node in sorted(facts.nodes, key=lambda n: (not n.canary, n.name)):
         at = _started_at(node, target) if target else None
         if at is not None:
             started.append((at, node.name, node))
+            continue
+        skipped = states[node.name] == "skipped"
+        domain = node.labels.get(key) if key else None
+        place = rank.get(domain, len(rank))
+        turn = seen[domain] = seen.get(domain, -1) + 1  # its place within its domain
+        if not key:
+            order: tuple[Any, ...] = (not node.canary, node.name)
+        elif spread:
+            order = (not node.canary, turn, place, node.name)
         else:
-            waiting.append((not node.canary, node.name, node))
-    ordered = [n for _, _, n in sorted(started)] + [n for _, _, n in sorted(waiting)]
+            order = (place, not node.canary, node.name)
+        waiting.append((skipped, *order, node))
+    ordered = [n for _, _, n in sorted(started)] + [w[-1] for w in sorted(
+        waiting, key=lambda w: w[:-1])]
     rows: list[NodeRow] = []
     step = 0
     for position, node in enumerate(ordered):
         while step < len(targets) and position >= targets[step]:
             step += 1
-        state = classify(node, target=target, active=active)
+        state = states[node.name]
         pod = node.pod
         ann = node.annotations
         failures = ann.get(ANN_FAILURES) or ""
@@ -292,7 +348,12 @@ def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequen
             attempt=st.int_or(ann.get(ANN_ATTEMPT), 0) if ann.get(ANN_TARGET) == target else 0,
             busy_pods=node.workloads,
             ready=node.ready,
+            domain=node.labels.get(key) if key else None,
+            drain=(draining or {}).get(node.name),
         ))
+    if key:
+        rows.sort(key=lambda r: rank.get(r.domain, len(rank)) if r.pod or r.state == "skipped"
+                  else len(rank) + 1)
     return rows
 
 
@@ -380,7 +441,10 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     except (ValueError, ZeroDivisionError):
         targets = []
     epoch = _epoch(upgrade, rep)
-    rows = node_rows(facts, target=target, active=active, targets=targets, epoch=epoch)
+    topology = _mapping(upgrade.get("topology"))
+    drains = [dict(e) for e in draining_entries(upgrade)]
+    rows = node_rows(facts, target=target, active=active, targets=targets, epoch=epoch,
+                     topology=topology, draining={str(e["node"]): e for e in drains})
     steps = _steps(rep, policy, targets, rows, facts.events, prediction, now=now)
     index = _int(inner.get("currentStepIndex"))
     waiting = waits(snapshot, now=now, nodes=node_states(rows), git=git,
@@ -422,7 +486,20 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
         error=facts.error if facts.cluster_operator is not None or facts.error else
         f"no ClusterOperator {object_name!r}",
         conditions=rep.conditions,
+        topology=topology or None,
+        domains=_domains(facts, rows, topology),
+        draining=drains,
+        skipped=sorted(set(rep.skipped) | {r.name for r in rows if r.state == "skipped"}),
     )
+
+
+def _domains(facts: ClusterFacts, rows: Sequence[NodeRow],
+             topology: Mapping[str, Any]) -> list[DomainProgress]:
+    key = topology_key({"topology": topology})
+    if not key:
+        return []
+    states = {row.name: row.state for row in rows}
+    return domain_progress(((n, states[n.name]) for n in facts.nodes), key=key)
 
 
 def _epoch(upgrade: Mapping[str, Any], rep: StatusReport) -> str:

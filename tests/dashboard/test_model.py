@@ -28,9 +28,11 @@ from reconciler.names import (
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
+    ANN_SKIPPED,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
+    LABEL_UPGRADE_SKIP,
 )
 from reconciler.rollout import status as st
 
@@ -304,3 +306,110 @@ def test_no_end_is_predicted_while_a_person_must_act() -> None:
     header = build_view(facts, now=NOW, prediction=prediction).header
     assert header["prediction"]["at"] is None
     assert header["prediction"]["note"].startswith("held: a person: the batch failed")
+
+
+# ----------------------------------------------------------------------------- live clusters
+
+RACK = "example.com/rack"
+
+
+def _live(nodes: list[NodeFacts], **upgrade: Any) -> ClusterFacts:
+    facts = _rollout(nodes, steps=[{"replicas": 2, "pauseDuration": {}},
+                                   {"replicas": "100%", "pauseDuration": 0}])
+    co: dict[str, Any] = dict(facts.cluster_operator or {})
+    co["status"]["upgradeStatus"].update(upgrade)
+    return dataclasses.replace(facts, cluster_operator=co)
+
+
+def test_draining_and_skipped_nodes_are_on_the_map_and_in_the_payload() -> None:
+    drain = {"node": "node-0002", "since": "2027-01-15T08:00:00Z", "pods": ["serve/web-1"],
+             "budgets": ["serve/web-pdb"], "waitingFor": []}
+    nodes = [
+        NodeFacts("node-0001", pod=_new_pod(ready=True), annotations=_ann("done")),
+        NodeFacts("node-0002", pod=_old_pod(), unschedulable=True, workloads=("serve/web-1",),
+                  annotations=_ann("draining", **{ANN_WAS_UNSCHEDULABLE: "false"})),
+        NodeFacts("node-0003", pod=_old_pod(), labels={LABEL_UPGRADE_SKIP: "true"}),
+        NodeFacts("node-0004", pod=_old_pod(), ready=False, annotations={ANN_SKIPPED: NEW_REV}),
+        NodeFacts("node-0005", pod=_old_pod()),
+    ]
+    view = build_view(_live(nodes, draining=[drain], skipped=["node-0004"]), now=NOW)
+    by_name = {r.name: r for r in view.nodes}
+    assert by_name["node-0002"].state == "draining"
+    assert by_name["node-0002"].drain == drain
+    assert (by_name["node-0003"].state, by_name["node-0004"].state) == ("skipped", "skipped")
+    # skipped nodes come last: they take no place of a rollout node in a step
+    assert [r.name for r in view.nodes][-2:] == ["node-0003", "node-0004"]
+    counts = view.counts()
+    assert (counts["draining"], counts["skipped"], counts["not-ready"]) == (1, 2, 0)
+    payload = view.to_json()
+    fleet = payload["fleet"]
+    assert fleet["legend"][ord(fleet["states"][fleet["names"].index("node-0002")]) - 48] == \
+        "draining"
+    assert payload["draining"] == [drain]
+    assert payload["skipped"] == ["node-0003", "node-0004"]
+    assert payload["domains"] == [] and payload["topology"] is None
+    assert "domains" not in fleet
+    (waiting,) = [w for w in view.waiting if w.kind == "draining"]
+    assert waiting.items == ("node-0002: evicting serve/web-1; held by budget serve/web-pdb",)
+    assert not [w for w in view.waiting if w.kind == "unavailable"]  # skipped: not counted
+
+
+def test_with_a_topology_the_map_is_grouped_by_domain_in_the_rollout_s_order() -> None:
+    def at(name: str, rack: str | None, **kw: Any) -> NodeFacts:
+        kw.setdefault("pod", _old_pod())
+        return NodeFacts(name, labels={RACK: rack} if rack is not None else {}, **kw)
+
+    nodes = [
+        at("node-0001", "r2", pod=_new_pod(ready=True), annotations=_ann("done")),
+        at("node-0002", "r2", unschedulable=True,
+           annotations=_ann("draining", **{ANN_WAS_UNSCHEDULABLE: "false"})),
+        at("node-0003", "r1"), at("node-0004", None), at("node-0005", "r1"),
+        at("node-0006", "r3", canary=True), at("node-0007", "r1", pod=None),
+    ]
+    topology = {"key": RACK, "order": "sequential", "maxUnavailablePerDomain": 1}
+    view = build_view(_live(nodes, topology=topology), now=NOW)
+    # the canary's domain first, then by value, the unlabelled last; a node without a driver
+    # pod is no domain's
+    assert [(d.domain, d.nodes) for d in view.domains] == [
+        ("r3", 1), ("r1", 2), ("r2", 2), (None, 1)]
+    assert [(r.name, r.domain) for r in view.nodes] == [
+        ("node-0006", "r3"), ("node-0003", "r1"), ("node-0005", "r1"), ("node-0001", "r2"),
+        ("node-0002", "r2"), ("node-0004", None), ("node-0007", "r1")]
+    # steps follow the rollout order (sequential: domain by domain): node-0001 started first
+    assert {r.name: r.step for r in view.nodes} == {
+        "node-0001": 1, "node-0006": 1, "node-0003": 2, "node-0005": 2, "node-0002": 2,
+        "node-0004": 2, "node-0007": 2}
+    payload = view.to_json()
+    assert payload["fleet"]["domains"] == [0, 1, 1, 2, 2, 3, -1]
+    assert payload["topology"] == topology
+    assert [(d["name"], d["upgraded"], d["inFlight"], d["draining"], d["pending"], d["done"])
+            for d in payload["domains"]] == [
+        ("r3", 0, 0, 0, 1, False), ("r1", 0, 0, 0, 2, False), ("r2", 1, 1, 1, 0, False),
+        ("(no label)", 0, 0, 0, 1, False)]
+    assert payload["domains"][3]["domain"] is None
+    # the map's key changes with the grouping: the page rebuilds its groups
+    plain = build_view(_live(nodes), now=NOW)
+    assert plain.fleet_key() != view.fleet_key()
+    assert "domains" not in plain.to_json()["fleet"]
+
+
+def test_spread_takes_the_domains_in_turn() -> None:
+    nodes = [NodeFacts(f"node-{i:04d}", pod=_old_pod(), labels={RACK: rack})
+             for i, rack in enumerate(["a", "a", "a", "b", "b", "c"], 1)]
+    topology = {"key": RACK, "order": "spread"}
+    view = build_view(_live(nodes, topology=topology), now=NOW)
+    # the first step (2 nodes) takes the first node of a and of b
+    assert {r.name for r in view.nodes if r.step == 1} == {"node-0001", "node-0004"}
+    assert [r.domain for r in view.nodes] == ["a", "a", "a", "b", "b", "c"]
+
+
+def test_the_page_has_a_colour_for_every_state_of_the_legend() -> None:
+    from pathlib import Path
+
+    from reconciler.views.nodes import NODE_STATES
+
+    css = (Path(__file__).parents[2] / "reconciler/dashboard/static/app.css").read_text()
+    for index, name in enumerate(NODE_STATES):
+        assert f"--{name}:" in css, name
+        if index:
+            assert f".cells i.s{index} {{ background: var(--{name}); }}" in css, name
