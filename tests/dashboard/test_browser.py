@@ -4,6 +4,7 @@ live dashboard of a dev cluster during a real rollout (counts, gate, failed node
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -22,9 +23,17 @@ from reconciler.dashboard.audit import GitAudit
 from reconciler.dashboard.model import ClusterFacts, NodeFacts
 from reconciler.dashboard.server import DashboardApp, serve
 from reconciler.dashboard.source import ClusterSource
-from reconciler.dashboard.synthetic import synthetic_facts
+from reconciler.dashboard.synthetic import NEW_REV, synthetic_facts
 from reconciler.kube.api import KubeApi, resource_path
-from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, OPERATOR_NAMESPACE
+from reconciler.names import (
+    ANN_STATE,
+    ANN_TARGET,
+    CLUSTER_OPERATOR_NAME,
+    GPU_NODE_LABEL,
+    LABEL_UPGRADE_SKIP,
+    OPERATOR_NAMESPACE,
+    STATE_DRAINING,
+)
 from reconciler.ops.http_server import BackgroundHTTPServer
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.faults import Fault, FaultKind
@@ -135,6 +144,56 @@ def test_hostile_node_names_messages_and_commit_subjects_render_as_text(
         assert (page.locator("#details .name").text_content() or "") == HOSTILE_NODE
         assert page.evaluate("window.__pwned") is None
         assert page.locator("#audit b, #waiting b, #map img").count() == 0
+    finally:
+        page.close()
+        server.stop()
+        app.stop()
+
+
+def test_a_live_cluster_shows_domains_draining_budgets_and_skipped_nodes(
+        browser: BrowserContext) -> None:
+    """Under a topology the map's groups are the domains with their progress; the draining
+    node has its own colour and the budget that holds it; skipped nodes are listed."""
+    now = time.time()
+    base = synthetic_facts(12, now=now, upgraded=0.25, in_flight=1, failed=0, busy=0,
+                           not_ready=0)
+    rack = "example.com/rack"
+    nodes = []
+    for index, node in enumerate(base.nodes):
+        labels = {rack: f"r{index // 4 + 1}"}
+        if node.name == "node-0005":
+            node = dataclasses.replace(node, unschedulable=True, annotations={
+                ANN_STATE: STATE_DRAINING, ANN_TARGET: NEW_REV})
+        if node.name == "node-0012":
+            labels[LABEL_UPGRADE_SKIP] = "true"
+        nodes.append(dataclasses.replace(node, labels=labels))
+    co: dict[str, Any] = json.loads(json.dumps(base.cluster_operator))
+    co["status"]["upgradeStatus"].update({
+        "topology": {"key": rack, "order": "sequential"},
+        "draining": [{"node": "node-0005", "since": "2027-01-15T08:00:00Z",
+                      "pods": ["serve/web-1"], "budgets": ["serve/web-pdb"],
+                      "waitingFor": []}],
+        "skipped": ["node-0012"]})
+    facts = dataclasses.replace(base, cluster_operator=co, nodes=nodes)
+    app = DashboardApp(lambda: facts, object_name="cluster-operator")
+    server = _serve(app)
+    page = browser.new_page()
+    try:
+        _open(page, server.url)
+        titles = page.locator("#map .group[data-domain] > h3").all_text_contents()
+        assert titles == ["r1: 3/4 upgraded, 1 in flight",
+                          "r2: 0/4 upgraded, 1 in flight, 1 draining",
+                          "r3: 0/4 upgraded, 1 skipped"]
+        draining = page.locator("#map [data-node=node-0005]")
+        assert draining.get_attribute("data-state") == "draining"
+        colour = draining.evaluate("c => getComputedStyle(c).backgroundColor")
+        assert colour == "rgb(230, 126, 34)"  # --draining
+        assert _counts(page)["draining"] == 1 and _counts(page)["skipped"] == 1
+        row = page.locator("#draining tbody tr[data-node=node-0005]").inner_text()
+        assert "serve/web-1" in row and "serve/web-pdb" in row
+        assert page.locator("#skipped").text_content() == "1: node-0012"
+        held = page.locator("#waiting > li[data-kind=draining]").inner_text()
+        assert "held by budget serve/web-pdb" in held
     finally:
         page.close()
         server.stop()

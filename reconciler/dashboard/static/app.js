@@ -79,19 +79,23 @@
   }
 
   // ---------------------------------------------------------------- map
+  // the map's groups: by step, or by topology domain when the rollout has a topology key
+  // (fleet.domains: each node's index in view.domains, -1 for nodes not in the rollout)
   function buildMap(fleet) {
     const map = $("map");
     clear(map);
     state.cells = new Array(fleet.names.length);
-    let group = null, cells = null, current = -1;
+    const byDomain = Array.isArray(fleet.domains);
+    let group = null, cells = null, current = null;
     const frag = document.createDocumentFragment();
     for (let i = 0; i < fleet.names.length; i++) {
-      const step = fleet.steps[i];
-      if (step !== current) {
-        current = step;
+      const at = byDomain ? fleet.domains[i] : fleet.steps[i];
+      if (at !== current) {
+        current = at;
         group = el("div", null, "group");
-        group.dataset.step = String(step);
-        group.appendChild(el("h3", step ? "step " + step : "nodes"));
+        if (byDomain) group.dataset.domain = String(at);
+        else group.dataset.step = String(at);
+        group.appendChild(el("h3", byDomain ? "" : at ? "step " + at : "nodes"));
         cells = el("div", null, "cells");
         group.appendChild(cells);
         frag.appendChild(group);
@@ -104,6 +108,43 @@
     }
     map.appendChild(frag);
     state.states = "";
+  }
+
+  // each domain group's title: the domain and its progress (live)
+  function renderDomains(view) {
+    const domains = view.domains || [];
+    for (const h3 of document.querySelectorAll("#map .group[data-domain] > h3")) {
+      const index = Number(h3.parentNode.dataset.domain);
+      const d = domains[index];
+      if (!d) { h3.textContent = "not in the rollout"; continue; }
+      const parts = [d.upgraded + "/" + d.nodes + " upgraded"];
+      if (d.inFlight) parts.push(d.inFlight + " in flight");
+      if (d.draining) parts.push(d.draining + " draining");
+      if (d.failed) parts.push(d.failed + " failed");
+      if (d.skipped) parts.push(d.skipped + " skipped");
+      if (d.unavailable) parts.push(d.unavailable + " unavailable");
+      if (d.done) parts.push("done");
+      h3.textContent = d.name + ": " + parts.join(", ");
+    }
+  }
+
+  // nodes being drained: the pods still to evict, the budgets that hold them (SPEC 13)
+  function renderDraining(view) {
+    const section = $("draining-section");
+    const rows = view.draining || [];
+    section.hidden = !rows.length;
+    const body = $("draining").tBodies[0];
+    clear(body);
+    for (const d of rows) {
+      const tr = el("tr");
+      tr.dataset.node = d.node;
+      for (const c of [d.node, when(d.since), (d.pods || []).join(", "),
+        (d.budgets || []).join(", "), (d.waitingFor || []).join(", ")]) tr.appendChild(el("td", c));
+      body.appendChild(tr);
+    }
+    const skipped = view.skipped || [];
+    $("skipped-section").hidden = !skipped.length;
+    setText("skipped", skipped.length + ": " + skipped.join(", "));
   }
 
   function paintMap(fleet) {
@@ -156,6 +197,12 @@
         add("failures this batch", row.failures || "");
         add("attempt", row.attempt || "");
         add("busy pods", (row.busy_pods || []).join(", "));
+        if (row.domain !== null && row.domain !== undefined) add("domain", row.domain);
+        if (row.drain) {
+          add("evicting", (row.drain.pods || []).join(", "));
+          add("held by budgets", (row.drain.budgets || []).join(", "));
+          add("waiting for", (row.drain.waitingFor || []).join(", "));
+        }
         for (const [check, value] of row.health || []) add(check, value);
       }
       box.appendChild(dl);
@@ -264,7 +311,9 @@
     renderHeader(view);
     renderLegend(fleet);
     paintMap(fleet);
+    renderDomains(view);
     renderWaiting(view);
+    renderDraining(view);
     renderSteps(view);
     renderAudit(view);
     state.version = data.version;
