@@ -416,23 +416,23 @@ def _draining(nodes: NodeStates, holds: Sequence[Mapping[str, Any]],
     reasons.update({n: draining_line(e) for n, e in recorded.items()})
     named = sorted(reasons)
     budgets = sorted({b for e in entries for b in _names(e.get("budgets"))})
-    details = [str(h.get("detail") or "") for h in holds if h.get("detail")]
-    if budgets:
-        details.append("PodDisruptionBudgets hold evictions: " + ", ".join(budgets))
-    detail = "; ".join(details)
+    held = "; ".join(str(h.get("detail") or "") for h in holds if h.get("detail"))
+    detail = "; ".join(filter(None, (held, "PodDisruptionBudgets hold evictions: "
+                                     + ", ".join(budgets) if budgets else "")))
     until = next((str(h["until"]) for h in holds if h.get("until")), None)
     count = len(named)
     title = (f"draining nodes: {count} wait for their pods to be evicted" if count
              else "draining nodes: pods are being evicted")
-    action = ("nothing: the nodes upgrade once their pods are evicted (a PodDisruptionBudget "
-              "may hold an eviction: `kubectl get pdb -A`)")
+    action = ("nothing: the nodes upgrade once their pods are evicted or have finished (a "
+              "PodDisruptionBudget may hold an eviction: `kubectl get pdb -A`; the pods "
+              "waitFor selects are waited for until waitFor.timeout)")
     if budgets:
         action = ("nothing: evictions go on as the budgets allow (" + ", ".join(budgets)
                   + ": `kubectl get pdb -A`); to go faster, let a budget allow a disruption "
                     "(more replicas, or a looser minAvailable); after drain.timeout, "
                     "onTimeout decides (wait, fail or delete)")
     items = tuple(f"{n}: {reasons[n]}" for n in named)
-    text = title + (": " + "; ".join(items) if items else "") + (f" ({detail})" if detail
-                                                                  else "")
+    # the items name the budgets already: the sentence adds only a recorded hold's detail
+    text = title + (": " + "; ".join(items) if items else "") + (f" ({held})" if held else "")
     return [Wait(kind="draining", title=title, detail=detail, until=until, nodes=tuple(named),
                  items=items, action=action, text=text)]
