@@ -15,10 +15,20 @@ from click.testing import CliRunner
 from reconciler import clock
 from reconciler.cli.main import cli
 from reconciler.gitops.edits import render_status
-from reconciler.names import ANN_SKIPPED, ANN_STATE, ANN_TARGET, LABEL_UPGRADE_SKIP
+from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.names import (
+    ANN_SKIPPED,
+    ANN_STATE,
+    ANN_TARGET,
+    CLUSTER_OPERATOR_NAME,
+    LABEL_UPGRADE_SKIP,
+)
 from reconciler.policy.validation import validate_status_snapshot
+from reconciler.sim.control_plane import ControlPlane
 from reconciler.sync.status_view import report
 from reconciler.views.nodes import NodeFacts, PodFacts, classify_all
+from tests.conftest import FleetFactory, wait_for
 from tests.sync.test_status_view import NOW, snapshot
 
 OLD, NEW = "rev-old", "rev-new"
@@ -132,3 +142,34 @@ def test_the_text_shows_the_domains_in_order(capsys: pytest.CaptureFixture[str],
                     ["r2", "3", "0", "0", "0", "0", "2", "1", "0"],
                     ["(no", "label)", "1", "0", "0", "0", "0", "0", "1", "0"]]
     assert "skipped nodes (2): node-0004, node-0005" in out
+
+
+@pytest.mark.cluster
+def test_the_command_reads_domains_from_the_live_nodes(fleet_factory: FleetFactory,
+                                                       kube: KubeApi,
+                                                       control_plane: ControlPlane) -> None:
+    """``--from cluster`` on a real API server: the node labels make the domains, a node
+    annotated draining and one labelled to be skipped are classified so, and the status's
+    draining list is printed as it is."""
+    labels = {"node-0001": {RACK: "r1"}, "node-0002": {RACK: "r1"},
+              "node-0003": {RACK: "r2"}, "node-0004": {RACK: "r2", LABEL_UPGRADE_SKIP: "true"}}
+    fleet = fleet_factory(nodes=4, node_labels=labels)
+    wait_for(lambda: len(fleet.ready_driver_nodes()) == 4, timeout=60,
+             what="4 Ready driver pods", observe=fleet.driver_pods)
+    kube.patch(resource_path("v1", "nodes", "node-0002"), {
+        "spec": {"unschedulable": True},
+        "metadata": {"annotations": {ANN_STATE: "draining", ANN_TARGET: NEW}}})
+    upgrade = live_snapshot()["upgradeStatus"]
+    del upgrade["skipped"]  # node-0004 is skipped by its label alone
+    kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status"),
+               {"status": {"upgradeStatus": upgrade}})
+    kubeconfig = str(control_plane.kubeconfig)
+    result = CliRunner().invoke(cli, ["status", "--from", "cluster", "--kubeconfig", kubeconfig,
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.output)
+    assert [(d["domain"], d["states"]) for d in printed["domains"]] == [
+        ("r1", {"draining": 1, "old": 1}), ("r2", {"old": 1, "skipped": 1})]
+    assert printed["draining"] == DRAINING
+    assert printed["skipped"] == ["node-0004"]
+    assert printed["unavailableNodes"] == {}
