@@ -27,6 +27,7 @@ from reconciler.names import (
     ACTIVE_PHASES,
     ANN_ATTEMPT,
     ANN_DELETED_AT,
+    ANN_DRAIN_STARTED,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
@@ -255,6 +256,8 @@ def _version_of(image: str) -> str:
 
 def _since(node: NodeFacts, state: str) -> float | None:
     ann = node.annotations
+    if state == "draining":
+        return _time(ann.get(ANN_DRAIN_STARTED))
     if state == "in-flight":
         return _time(ann.get(ANN_DELETED_AT)) or (node.pod.created_at if node.pod else None)
     if state == "failed":
@@ -279,7 +282,8 @@ def _started_at(node: NodeFacts, target: str) -> float | None:
     """When the node's move to ``target`` began (for grouping nodes by the step they went in)."""
     ann = node.annotations
     if ann.get(ANN_TARGET) == target:
-        at = _time(ann.get(ANN_DELETED_AT))
+        # a drained node started at its cordon (SPEC 13), before its pod's deletion
+        at = _time(ann.get(ANN_DRAIN_STARTED)) or _time(ann.get(ANN_DELETED_AT))
         if at is not None:
             return at
     pod = node.pod

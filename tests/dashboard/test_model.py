@@ -25,6 +25,7 @@ from reconciler.dashboard.predict import predict, prediction_key
 from reconciler.dashboard.synthetic import NEW_REV, OLD_REV, advance, synthetic_facts
 from reconciler.names import (
     ANN_DELETED_AT,
+    ANN_DRAIN_STARTED,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
@@ -327,7 +328,8 @@ def test_draining_and_skipped_nodes_are_on_the_map_and_in_the_payload() -> None:
     nodes = [
         NodeFacts("node-0001", pod=_new_pod(ready=True), annotations=_ann("done")),
         NodeFacts("node-0002", pod=_old_pod(), unschedulable=True, workloads=("serve/web-1",),
-                  annotations=_ann("draining", **{ANN_WAS_UNSCHEDULABLE: "false"})),
+                  annotations=_ann("draining", **{ANN_WAS_UNSCHEDULABLE: "false",
+                                                  ANN_DRAIN_STARTED: st.format_time(NOW - 60)})),
         NodeFacts("node-0003", pod=_old_pod(), labels={LABEL_UPGRADE_SKIP: "true"}),
         NodeFacts("node-0004", pod=_old_pod(), ready=False, annotations={ANN_SKIPPED: NEW_REV}),
         NodeFacts("node-0005", pod=_old_pod()),
@@ -336,6 +338,8 @@ def test_draining_and_skipped_nodes_are_on_the_map_and_in_the_payload() -> None:
     by_name = {r.name: r for r in view.nodes}
     assert by_name["node-0002"].state == "draining"
     assert by_name["node-0002"].drain == drain
+    # it started at its cordon: first on the map, since then
+    assert view.nodes[0].name == "node-0002" and by_name["node-0002"].since == NOW - 60
     assert (by_name["node-0003"].state, by_name["node-0004"].state) == ("skipped", "skipped")
     # skipped nodes come last: they take no place of a rollout node in a step
     assert [r.name for r in view.nodes][-2:] == ["node-0003", "node-0004"]
