@@ -62,8 +62,9 @@ def test_a_node_under_repair_and_a_labelled_node_are_skipped_and_the_rollout_com
                           and inner.get("currentStepState") == "Completed"
                           and inner.get("totalUpgradeReadyReplicas") == 2) else None
 
-    status: dict[str, Any] = wait_for(done, timeout=90, what="the rollout to complete",
-                                      observe=lambda: upgrade_status(kube))
+    status = wait_for(done, timeout=90, what="the rollout to complete",
+                      observe=lambda: upgrade_status(kube))
+    assert status is not None
     assert status["skipped"] == ["node-0002", "node-0004"]
     assert status["status"]["totalUpgradeReplicas"] == 2
     conditions = {c["type"]: c for c in status["condition"]}
