@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from reconciler.gitops.status_policy import last_rollout
 from reconciler.names import ANN_SKIPPED, ANN_STATE, LABEL_UPGRADE_SKIP, STATE_CORDONED
+from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import AnnotateNode, Cordon, RecordEvent, Uncordon
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.skipped import COND_NODES_SKIPPED
@@ -280,3 +284,59 @@ def test_events_name_each_label_skip_once() -> None:
         w.settle(t)
     # (settle may plan more than once a pass: the first pass records it, none after)
     assert [e.node for e in events] == ["node-0003"]
+
+
+# ------------------------------------------------------------------ any fleet
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> dict[str, Any]:
+    n = draw(st.integers(2, 10))
+    names = [f"node-{i:04d}" for i in range(1, n + 1)]
+    kind = st.sampled_from(["ok", "ok", "labelled", "cordoned", "notready"])
+    percents = sorted(set(draw(st.lists(st.integers(1, 100), min_size=1, max_size=3))))
+    if percents[-1] != 100:
+        percents.append(100)
+    return {
+        "nodes": dict(zip(names, draw(st.lists(kind, min_size=n, max_size=n)), strict=True)),
+        "steps": [(f"{p}%", 0) for p in percents],
+        "max_parallel": draw(st.integers(1, 3)),
+        "canary": draw(st.lists(st.sampled_from(names), max_size=2, unique=True)),
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(fleets())
+def test_skip_completes_any_fleet_without_touching_a_skipped_node(fleet: dict[str, Any]) -> None:
+    w = World(len(fleet["nodes"]),
+              policy(upgradeSteps=steps(*fleet["steps"]), maxParallel=fleet["max_parallel"]),
+              canary=fleet["canary"], settings=SKIP)
+    for name, kind in fleet["nodes"].items():
+        if kind == "labelled":
+            w.set(name, labels={LABEL_UPGRADE_SKIP: "true"})
+        elif kind == "cordoned":
+            w.set(name, unschedulable=True)
+        elif kind == "notready":
+            w.set(name, ready=False)
+    expected = sorted(n for n, kind in fleet["nodes"].items() if kind != "ok")
+    policy_ = UpgradePolicy.from_spec(w.policy_raw)
+    t = 0.0
+    for _ in range(60):
+        w.settle(t)
+        listed = w.status.get("skipped") or []
+        index = int(w.inner.get("currentStepIndex") or 0)
+        n = len(w.nodes) - len(listed)
+        if n and index:
+            # never past the step's target, resolved against N without the skipped nodes
+            assert len(w.on(NEW_REV)) <= policy_.step_targets(n)[index - 1]
+        if w.status.get("phase") != "Progressing":
+            break
+        w.ready_all_in_flight()
+        t += 60
+    assert completed(w)  # also when every node was skipped (no rollout node left)
+    assert w.status.get("skipped", []) == expected
+    assert sorted(w.on(OLD_REV)) == expected
+    assert {node for node, _ in w.deleted}.isdisjoint(expected)
+    assert w.inner["totalUpgradeReplicas"] == len(w.nodes) - len(expected)
+    if expected:
+        assert all(name in skipped_condition(w)["message"] for name in expected)
