@@ -340,3 +340,24 @@ def test_skip_completes_any_fleet_without_touching_a_skipped_node(fleet: dict[st
     assert w.inner["totalUpgradeReplicas"] == len(w.nodes) - len(expected)
     if expected:
         assert all(name in skipped_condition(w)["message"] for name in expected)
+
+
+def test_a_rollback_leaves_a_skipped_node_on_the_previous_driver_and_completes() -> None:
+    w = World(3, policy(fallback="rollback"), settings=SKIP)
+    w.set("node-0001", unschedulable=True)  # skipped at its turn
+    w.settle(0)
+    assert w.status["skipped"] == ["node-0001"]
+    assert [n for n, _ in w.deleted] == ["node-0002"]
+    w.pod("node-0002", waiting_reason="ErrImagePull")
+    t = 60.0
+    for _ in range(10):
+        w.settle(t)
+        if w.status["phase"] != "Terminating":
+            break
+        w.ready_all_in_flight()
+        t += 60
+    assert w.conditions()["RolledBack"]["status"] == "True"
+    assert w.status["phase"] == "Idling"
+    assert sorted(w.ready_on(OLD_REV)) == ["node-0001", "node-0002", "node-0003"]
+    assert all(node != "node-0001" for node, _ in w.deleted)
+    assert COND_NODES_SKIPPED not in w.conditions()  # it did not complete
