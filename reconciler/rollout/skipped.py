@@ -97,6 +97,7 @@ def skip(p: Pass, node: RolloutNode, revision: str, why: str) -> None:
     """Skip ``node`` for ``revision`` now: recorded on the node, listed, out of N."""
     p.actions.append(AnnotateNode(node.name, {ANN_SKIPPED: revision}))
     p.total -= 1
+    p.set(total_upgrade_replicas=p.total)
     if node.name not in p.s.skipped:
         p.set(skipped=tuple(sorted((*p.s.skipped, node.name))))
     p.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
