@@ -1,27 +1,15 @@
-"""What the firmware planner asks the controller to do. Small, frozen and idempotent."""
+"""What the firmware planner asks the controller to do. Small, frozen and idempotent. Nodes are
+cordoned, recorded and restored in the node vocabulary both planners speak
+(``reconciler.planning.NodeAction``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reconciler.planning import AnnotateNode as AnnotateNode
+from reconciler.planning import Cordon as Cordon
 from reconciler.planning import RecordEvent as RecordEvent
-
-
-@dataclass(frozen=True, slots=True)
-class CordonNode:
-    """Cordon the node and record, in the same patch, the flow's annotations (``annotations``;
-    ``firmware-cordoned-before`` only when the node does not carry it yet)."""
-
-    node: str
-    annotations: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreNode:
-    """Remove the flow's annotations; uncordon when the node was not cordoned before."""
-
-    node: str
-    uncordon: bool
+from reconciler.planning import Uncordon as Uncordon
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,4 +31,6 @@ class RunRebootHook:
     token: str
 
 
-FirmwareAction = CordonNode | RestoreNode | ApplyFirmwareSpec | RunRebootHook | RecordEvent
+#: the node actions the flow uses: cordon (with its record), annotate, uncordon
+FirmwareNodeAction = AnnotateNode | Cordon | Uncordon
+FirmwareAction = FirmwareNodeAction | ApplyFirmwareSpec | RunRebootHook | RecordEvent

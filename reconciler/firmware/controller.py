@@ -28,12 +28,14 @@ from reconciler.controller.worker import (
     with_failure_condition,
 )
 from reconciler.firmware.actions import (
+    AnnotateNode,
     ApplyFirmwareSpec,
-    CordonNode,
+    Cordon,
     FirmwareAction,
+    FirmwareNodeAction,
     RecordEvent,
-    RestoreNode,
     RunRebootHook,
+    Uncordon,
 )
 from reconciler.firmware.model import (
     FirmwareNode,
@@ -45,6 +47,7 @@ from reconciler.firmware.planner import Plan, plan
 from reconciler.firmware.request import RequestError, parse_request
 from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
+from reconciler.kube.node_patch import node_patch
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.owned_apply import apply_keeping_owned
 from reconciler.kube.watch import ListWatch, object_key
@@ -52,9 +55,7 @@ from reconciler.names import (
     API_VERSION,
     CLUSTER_OPERATOR_NAME,
     CONTROLLER_FIELD_MANAGER,
-    CORDONED_BEFORE_ANNOTATION,
     DONE_ANNOTATION,
-    FLOW_ANNOTATIONS,
     GPU_NODE_LABEL,
     KIND,
     NODE_NEED_REBOOT_REASON,
@@ -269,12 +270,26 @@ class FirmwareController(WatchDrivenWorker):
         self.stats.passes += 1
         self.last_plan = result
         hooks = [a for a in result.actions if isinstance(a, RunRebootHook)]
+        #: one node's consecutive node actions, sent as one patch
+        node_actions: list[FirmwareNodeAction] = []
         for action in result.actions:
             if not self.is_leader():
                 return self.clock() + 0.5
+            if isinstance(action, AnnotateNode | Cordon | Uncordon):
+                if node_actions and node_actions[-1].node != action.node:
+                    self._patch_node(node_actions[-1].node, node_patch(node_actions))
+                    node_actions = []
+                self._count(action)
+                node_actions.append(action)
+                continue
+            if node_actions:
+                self._patch_node(node_actions[-1].node, node_patch(node_actions))
+                node_actions = []
             if isinstance(action, RunRebootHook):
                 continue
             self._execute(action, co)
+        if node_actions:
+            self._patch_node(node_actions[-1].node, node_patch(node_actions))
         if hooks:
             self._run_hooks(hooks)
         if result.changed:
@@ -293,18 +308,8 @@ class FirmwareController(WatchDrivenWorker):
     def _execute(self, action: FirmwareAction, co: Mapping[str, Any]) -> None:
         self._count(action)
         match action:
-            case CordonNode(node=node, annotations=annotations):
-                body: JSON = {"spec": {"unschedulable": True}}
-                if annotations:
-                    body["metadata"] = {"annotations": dict(annotations)}
-                self._patch_node(node, body)
-            case RestoreNode(node=node, uncordon=uncordon):
-                removed: dict[str, None] = dict.fromkeys(
-                    (*FLOW_ANNOTATIONS, CORDONED_BEFORE_ANNOTATION))
-                restore: JSON = {"metadata": {"annotations": removed}}
-                if uncordon:
-                    restore["spec"] = {"unschedulable": False}
-                self._patch_node(node, restore)
+            case AnnotateNode() | Cordon() | Uncordon():
+                self._patch_node(action.node, node_patch([action]))
             case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
                 self._apply_spec(policy, virt, done)
             case RecordEvent():

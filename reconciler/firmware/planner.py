@@ -17,12 +17,13 @@ from typing import Any
 
 from reconciler import planning
 from reconciler.firmware.actions import (
+    AnnotateNode,
     ApplyFirmwareSpec,
-    CordonNode,
+    Cordon,
     FirmwareAction,
     RecordEvent,
-    RestoreNode,
     RunRebootHook,
+    Uncordon,
 )
 from reconciler.firmware.model import (
     STAGES,
@@ -37,6 +38,7 @@ from reconciler.names import (
     BOOT_ID_ANNOTATION,
     CORDONED_BEFORE_ANNOTATION,
     FLOW_ANNOTATION,
+    FLOW_ANNOTATIONS,
     VBIOS_BEFORE_ANNOTATION,
 )
 from reconciler.names import FIRMWARE_DONE_PHASES as DONE_PHASES
@@ -314,9 +316,19 @@ def _cordon_all(p: _Pass) -> bool:
             if CORDONED_BEFORE_ANNOTATION not in node.annotations:
                 annotations.append(
                     (CORDONED_BEFORE_ANNOTATION, "true" if node.unschedulable else "false"))
-        p.actions.append(CordonNode(name, tuple(annotations)))
+        if annotations:  # recorded in the cordon's own patch (the controller merges them)
+            p.actions.append(AnnotateNode(name, dict(annotations)))
+        p.actions.append(Cordon(name))
         done = False
     return done
+
+
+def _restore(p: _Pass, name: str, *, uncordon: bool) -> None:
+    """Remove the flow's records; uncordon a node that was not cordoned before (one patch)."""
+    p.actions.append(AnnotateNode(
+        name, dict.fromkeys((*FLOW_ANNOTATIONS, CORDONED_BEFORE_ANNOTATION))))
+    if uncordon:
+        p.actions.append(Uncordon(name))
 
 
 def _workloads_gone(p: _Pass) -> bool:
@@ -492,9 +504,8 @@ def _finish(p: _Pass, request: FirmwareRequest) -> None:
         if node is None or (nodes[name]["stage"] != "verified" and not aborted):
             continue
         if any(k in node.annotations for k in (FLOW_ANNOTATION, CORDONED_BEFORE_ANNOTATION)):
-            p.actions.append(RestoreNode(
-                name, uncordon=node.annotations.get(CORDONED_BEFORE_ANNOTATION) == "false"))
-    if p.actions and any(isinstance(a, ApplyFirmwareSpec | RestoreNode) for a in p.actions):
+            _restore(p, name, uncordon=node.annotations.get(CORDONED_BEFORE_ANNOTATION) == "false")
+    if p.actions and any(isinstance(a, ApplyFirmwareSpec | AnnotateNode) for a in p.actions):
         status["message"] = "setting fwUpgradePolicy: Never and uncordoning verified nodes"
         return
     status["finishedAt"] = format_seconds(p.now)

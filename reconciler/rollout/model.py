@@ -37,7 +37,7 @@ from reconciler.names import (
 from reconciler.names import (
     ANNOTATION_PREFIX as ANNOTATION_PREFIX,
 )
-from reconciler.names import CANARY_LABEL
+from reconciler.names import CANARY_LABEL, LABEL_UPGRADE_SKIP
 from reconciler.names import (
     GPU_RESOURCES as GPU_RESOURCES,
 )
@@ -63,7 +63,7 @@ from reconciler.policy.rollout_settings import (
 from reconciler.policy.upgrade_policy import UpgradePolicy
 
 #: the node labels the planner reads (a view carries only these)
-PLANNER_LABELS = frozenset({CANARY_LABEL})
+PLANNER_LABELS = frozenset({CANARY_LABEL, LABEL_UPGRADE_SKIP})
 
 #: waiting reasons of a driver pod that mean the attempt failed
 FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff"})

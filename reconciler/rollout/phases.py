@@ -8,7 +8,7 @@ from typing import Any
 
 from reconciler.names import ANN_STATE, STATE_CORDONED
 from reconciler.policy.payload import Payload
-from reconciler.rollout import health_judgement, node_states, rollback, steps
+from reconciler.rollout import health_judgement, node_states, rollback, skipped, steps
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import DeleteDriverPod, SetDaemonSetImage
 from reconciler.rollout.pass_state import Pass
@@ -69,6 +69,7 @@ def idle(p: Pass) -> None:
 def start(p: Pass, before: dict[str, Any], desired: Payload, old_revision: str) -> None:
     message = f"upgrading driver {before.get('version')} -> {desired.version}"
     p.health_status = {}
+    skipped.start_clears(p)
     p.set(
         last_co_driver_spec={"payload": before},
         last_applied_spec={"payload": dict(p.snap.payload)},
@@ -120,11 +121,18 @@ def progressing(p: Pass) -> None:
         [adopted.get(n.name, n) for n in nodes] if adopted else nodes, revision,
         now=p.now, epoch=p.s.epoch(), ready_timeout=p.settings.ready_timeout,
         verifying=verifying, health_failed=health_failed,
+        skipped=frozenset(p.s.skipped),
+        skip_unavailable=p.settings.unavailable_nodes == skipped.SKIP,
     )
+    if scan.skipped:
+        skipped.found(p, scan.skipped)
     node_states.settle(p, scan, revision, counted=True)
     node_states.unrecorded(p, scan, revision, True)
     p.in_flight = scan.in_flight
     steps.run(p, scan, revision)
+    if p.s.skipped:
+        note = skipped.message(p)
+        p.set(step_message=f"{p.s.step_message}; {note}" if p.s.step_message else note)
     # a rollback releases them itself; a step just begun (``again``) starts them next
     if p.s.phase == st.PHASE_PROGRESSING and not p.again:
         started = {a.node for a in p.actions if isinstance(a, DeleteDriverPod)}

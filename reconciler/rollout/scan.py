@@ -13,9 +13,11 @@ from reconciler.names import (
     ANN_DELETED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
+    ANN_SKIPPED,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
+    LABEL_UPGRADE_SKIP,
     STATE_CORDONED,
     STATE_FAILED,
     STATE_UPGRADING,
@@ -23,6 +25,7 @@ from reconciler.names import (
 )
 from reconciler.rollout import status as st
 from reconciler.rollout.model import FAILURE_REASONS, RolloutNode
+from reconciler.rollout.skipped import unavailable_at_turn
 from reconciler.timefmt import parse_time_or
 
 #: stored timestamps carry milliseconds; instants closer than this count as reached, so a
@@ -58,7 +61,9 @@ class NodeScan:
     epoch_failures: int = 0
     ready_other: int = 0  # rollback: still Ready on the revision being rolled back
     deadlines: list[float] = field(default_factory=list)
-
+    #: not rollout nodes of this rollout (SPEC 13, ``skipped``): counted nowhere else (one
+    #: cordoned ahead is in ``stale_cordoned`` too, to be released)
+    skipped: list[RolloutNode] = field(default_factory=list)
 
 
 def deletion_time(node: RolloutNode, revision: str | None) -> float:
@@ -88,6 +93,13 @@ class _Look:
     rollback_from: str
     verifying: Set[str]
     health_failed: Set[str]
+    #: skipped nodes are told apart (a rollout; a rollback moves every node back)
+    skipping: bool = False
+    #: the nodes the status lists as skipped (frozen for the rollout)
+    skipped: Set[str] = frozenset()
+    #: ``unavailableNodes: skip``: a node not started yet that is NotReady or cordoned by
+    #: someone else is not counted unavailable (it is skipped at its turn, or recovers first)
+    skip_unavailable: bool = False
 
 
 def scan_nodes(
@@ -100,6 +112,8 @@ def scan_nodes(
     rollback_from: str = "",
     verifying: Set[str] = frozenset(),
     health_failed: Set[str] = frozenset(),
+    skipped: Set[str] | None = None,
+    skip_unavailable: bool = False,
 ) -> NodeScan:
     """Classify every node against ``target``; detect completions and failures.
 
@@ -107,10 +121,14 @@ def scan_nodes(
     ``verifying``: moved nodes Ready on the target whose health checks have not passed yet
     (in flight, not upgraded); ``health_failed``: those whose check failed just now (SPEC 9).
     A node that failed a health check stays failed with its pod Ready until it is retried.
+    ``skipped``: the nodes the rollout skipped so far (None: none are told apart, as in a
+    rollback); nodes labelled ``upgrade.skip`` before their start or recorded as skipped for
+    ``target`` join them (``NodeScan.skipped``). ``skip_unavailable``: ``unavailableNodes:
+    skip`` (SPEC 13).
     """
     scan = NodeScan()
     look = _Look(target, now, epoch + "|", ready_timeout, rollback_from, verifying,
-                 health_failed)
+                 health_failed, skipped is not None, skipped or frozenset(), skip_unavailable)
     for node in nodes:
         _classify(scan, look, node)
     return scan
@@ -121,8 +139,16 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     upgrading), then the function of its state (``_upgrading``, ``_failed``, ``_not_moved``),
     then availability (SPEC 4.3 step 5: in flight, or else unavailable when not Ready, held by
     its checks, or cordoned by someone other than us). Counted inline: this runs once per node
-    and pass."""
+    and pass. A node skipped in this rollout (``skipped``) counts nowhere."""
     ann = node.annotations
+    if look.skipping and (
+        ann.get(ANN_SKIPPED) == look.target
+        or (node.labels and node.labels.get(LABEL_UPGRADE_SKIP) == "true"
+            and not _begun(node, look.target))
+        or (look.skipped and node.name in look.skipped)
+    ):
+        _skipped(scan, node)
+        return
     recorded = ann.get(ANN_STATE)
     pod = node.pod
     target = look.target
@@ -180,8 +206,35 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
         or (node.unschedulable and not (
             recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
             and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"))
-    ):
+    ) and not (look.skip_unavailable and _skip_pending(scan, node, waiting, state)):
         scan.unavailable += 1
+
+
+def _begun(node: RolloutNode, target: str) -> bool:
+    """The node's move to ``target`` began (a label put on it now does not skip it: it
+    finishes); a node cordoned ahead whose old pod is still there has not begun."""
+    ann = node.annotations
+    recorded = ann.get(ANN_STATE)
+    if not recorded or ann.get(ANN_TARGET) != target:
+        return False
+    pod = node.pod
+    return not (recorded == STATE_CORDONED and pod is not None and not pod.deleting
+                and pod.revision != target)
+
+
+def _skipped(scan: NodeScan, node: RolloutNode) -> None:
+    scan.skipped.append(node)
+    pod = node.pod
+    if node.annotations.get(ANN_STATE) == STATE_CORDONED and (pod is None or not pod.deleting):
+        scan.stale_cordoned.append(node)  # our cordon ahead goes back
+
+
+def _skip_pending(scan: NodeScan, node: RolloutNode, waiting: bool, state: str | None) -> bool:
+    """Not started yet (cordoned ahead, or just found untouched), and NotReady or cordoned by
+    someone else: ``unavailableNodes: skip`` skips it at its turn unless it recovers first."""
+    if not (waiting or (state is None and scan.untouched and scan.untouched[-1] is node)):
+        return False
+    return unavailable_at_turn(node)
 
 
 def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from reconciler.names import ANN_ATTEMPT, ANN_FAILED_AT, ANN_STATE, ANN_TARGET, STATE_CORDONED
-from reconciler.rollout import node_states
+from reconciler.rollout import node_states, skipped
 from reconciler.rollout import status as st
 from reconciler.rollout.model import RolloutNode
 from reconciler.rollout.pass_state import Pass
@@ -63,11 +63,13 @@ def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
 
 
 def fresh_starts(
-    p: Pass, candidates: list[RolloutNode], target: str, count: int, ahead: int
+    p: Pass, candidates: list[RolloutNode], target: str, count: int, ahead: int,
+    turns: skipped.Turns | None = None,
 ) -> tuple[int, frozenset[str]]:
     """Start up to ``count`` nodes not started yet, in rollout order, and cordon the next
     ``ahead`` ones; busy nodes wait. Returns how many started and the nodes cordoned ahead
-    (kept or new)."""
+    (kept or new). ``turns``: ``unavailableNodes: skip``, a node unavailable at its turn is
+    skipped (and ``count`` follows the smaller N)."""
     started = 0
     kept: set[str] = set()
     blocked: list[str] = []
@@ -75,6 +77,9 @@ def fresh_starts(
     for node in in_order(candidates):
         if started >= count and len(kept) >= ahead:
             break
+        if turns is not None and started < count and turns.skips(node):
+            count = turns.count
+            continue
         if not node.ready:
             continue
         if node.workloads:
@@ -140,8 +145,10 @@ def start_nodes(
         # a retried node is in flight now, and in-flight nodes are not unavailable
         unavailable = scan.unavailable - retried
         if unavailable <= max_unavailable:
+            turns = (skipped.Turns(p, revision, p.s.current_step_index, occupied, count)
+                     if count and p.settings.unavailable_nodes == skipped.SKIP else None)
             fresh, p.keep_cordoned = fresh_starts(
-                p, scan.cordoned + scan.untouched, revision, count, ahead
+                p, scan.cordoned + scan.untouched, revision, count, ahead, turns
             )
         else:
             # the nodes next in line stay cordoned (no churn while availability flickers)

@@ -284,6 +284,11 @@ class UpgradeStatus:
     #: ``holds`` (not a SPEC 4.1 field; absent when empty): what holds fresh node starts back,
     #: as data (``{kind, until, detail}``), for the read model (``reconciler.views``)
     holds: tuple[Mapping[str, Any], ...] = ()
+    # -- skipped nodes (SPEC 13)
+    #: ``skipped`` (not a SPEC 4.1 field; absent when empty): the nodes this rollout skipped
+    #: (labelled ``upgrade.skip``, or ``unavailableNodes: skip``), in name order; a decision
+    #: is frozen for the rollout (a node listed stays skipped), a new rollout starts empty
+    skipped: tuple[str, ...] = ()
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -315,6 +320,7 @@ class UpgradeStatus:
             health=_mapping(source.get("health")),
             rolled_back_spec=_mapping(source.get("rolledBackSpec")),
             holds=tuple(h for h in _list(source.get("holds")) if isinstance(h, Mapping)),
+            skipped=tuple(n for n in _list(source.get("skipped")) if isinstance(n, str)),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
@@ -339,6 +345,11 @@ class UpgradeStatus:
                 result["holds"] = [dict(h) for h in self.holds]
             else:
                 result.pop("holds", None)  # a new key, left out when empty
+        if self.skipped != read.skipped:
+            if self.skipped:
+                result["skipped"] = list(self.skipped)
+            else:
+                result.pop("skipped", None)
         return result
 
     def evolve(self, **changes: Any) -> Self:

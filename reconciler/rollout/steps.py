@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from reconciler.health.checks import HealthFailure, HealthState
 from reconciler.names import ConditionType
-from reconciler.rollout import health_judgement, rollback, selection
+from reconciler.rollout import health_judgement, rollback, selection, skipped
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import SetPolicyPause
 from reconciler.rollout.pass_state import Pass
@@ -202,6 +202,7 @@ def advance(p: Pass, index: int, revision: str) -> bool:
             message=message,
         )
         p.condition(st.COND_PROGRESSING, "False", "RolloutCompleted", message)
+        skipped.completed(p)
         p.event("RolloutCompleted", message, step=index)
         return False
     targets = p.policy.step_targets(p.total)

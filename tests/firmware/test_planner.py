@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from reconciler.firmware.actions import (
+    AnnotateNode,
     ApplyFirmwareSpec,
-    CordonNode,
+    Cordon,
     RecordEvent,
-    RestoreNode,
     RunRebootHook,
 )
 from reconciler.firmware.model import FirmwareRequest, FirmwareSettings, StageTimeouts
@@ -85,7 +85,7 @@ def test_full_flow_with_manual_reboots() -> None:
     world.request = REQUEST
     world.settle()
     # cordon everything first, remembering who was cordoned, then PreferCloud
-    cordons = [a for a in world.actions if isinstance(a, CordonNode)]
+    cordons = [a for a in world.actions if isinstance(a, Cordon)]
     applies = [a for a in world.actions if isinstance(a, ApplyFirmwareSpec)]
     assert len(cordons) == 4 and applies == [ApplyFirmwareSpec("PreferCloud", False)]
     assert world.actions.index(applies[0]) > max(world.actions.index(c) for c in cordons)
@@ -120,7 +120,9 @@ def test_full_flow_with_manual_reboots() -> None:
     assert all(not any(k.startswith("gpu.metax-tech.com/firmware-") for k in n.annotations)
                for n in world.nodes.values())
     never = [a for a in world.actions if isinstance(a, ApplyFirmwareSpec)][-1]
-    first_restore = next(a for a in world.actions if isinstance(a, RestoreNode))
+    # the restore: the flow's records removed (one patch with the uncordon)
+    first_restore = next(a for a in world.actions if isinstance(a, AnnotateNode)
+                         and a.annotations.get(CORDONED_BEFORE_ANNOTATION, "") is None)
     assert never == ApplyFirmwareSpec("Never", False, done=f"{world.status['flow']}:Completed")
     assert world.actions.index(never) < world.actions.index(first_restore)
     assert world.events[-1].reason == "FirmwareUpgradeCompleted"
@@ -297,7 +299,7 @@ def test_restart_mid_flow_resumes_from_status_and_annotations() -> None:
     # the records made before the restart are kept, nothing is cordoned or rebooted twice
     assert {n: node.annotations[BOOT_ID_ANNOTATION]
             for n, node in clone.nodes.items()} == boot_ids
-    assert not [a for a in clone.actions if isinstance(a, CordonNode | RunRebootHook)]
+    assert not [a for a in clone.actions if isinstance(a, Cordon | RunRebootHook)]
     for name in ("node-0002", "node-0003"):
         clone.reboot(name)
     clone.settle()

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.firmware.actions import (
+    AnnotateNode,
     ApplyFirmwareSpec,
-    CordonNode,
+    Cordon,
     FirmwareAction,
     RecordEvent,
-    RestoreNode,
     RunRebootHook,
+    Uncordon,
 )
 from reconciler.firmware.model import (
     FirmwareNode,
@@ -104,17 +105,15 @@ class World:
     def apply(self, action: FirmwareAction) -> None:
         self.actions.append(action)
         match action:
-            case CordonNode(node=name, annotations=annotations):
+            case Cordon(node=name) | Uncordon(node=name):
+                self.nodes[name].unschedulable = isinstance(action, Cordon)
+            case AnnotateNode(node=name, annotations=changes):
                 node = self.nodes[name]
-                node.unschedulable = True
-                node.annotations.update(dict(annotations))
-            case RestoreNode(node=name, uncordon=uncordon):
-                node = self.nodes[name]
-                for key in [k for k in node.annotations if k.startswith(
-                        "gpu.metax-tech.com/firmware-")]:
-                    del node.annotations[key]
-                if uncordon:
-                    node.unschedulable = False
+                for key, value in changes.items():
+                    if value is None:
+                        node.annotations.pop(key, None)
+                    else:
+                        node.annotations[key] = value
             case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
                 if done is not None:
                     self.done = done

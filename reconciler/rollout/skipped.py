@@ -1,0 +1,147 @@
+"""Skipped nodes (SPEC 13): nodes that are not rollout nodes of this rollout. A node is skipped
+when it carries the label ``gpu.metax-tech.com/upgrade.skip=true`` before its start, or, with
+``rollout.unavailableNodes: skip``, when it is cordoned by someone else or NotReady at the
+moment it would be the next fresh start (its turn).
+
+A skipped node keeps its old driver, is not in N (the step targets and maxUnavailable are
+resolved again against the smaller N, as when a node leaves) and is never counted unavailable.
+Decisions are frozen for the rollout (SPEC 13 decision): a node listed in
+``upgradeStatus.skipped`` stays skipped even if its label goes or it recovers; a skip for being
+unavailable is also recorded on the node (``ANN_SKIPPED`` = the target revision) so a restart
+keeps it even when the status write was lost. A new rollout starts with an empty list and clears
+the old records (a record of another revision is ignored anyway).
+
+A label put on a node whose move already began (in flight, failed, done) does not skip it: the
+label counts before the node's start, and a node in flight finishes (and is retried, when it
+failed, like any rollout node). A node cordoned ahead and not started yet is skipped and released.
+
+The decision itself is in ``scan`` (frozen and labelled nodes: one cheap look per node, none of
+it when nothing is skipped) and ``selection.fresh_starts`` (unavailable at its turn, ``Turns``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from reconciler.names import (
+    ANN_SKIPPED,
+    ANN_STATE,
+    ANN_WAS_UNSCHEDULABLE,
+    LABEL_UPGRADE_SKIP,
+    STATE_CORDONED,
+    STATE_FAILED,
+    STATE_UPGRADING,
+)
+from reconciler.rollout.actions import AnnotateNode
+from reconciler.rollout.model import RolloutNode
+
+if TYPE_CHECKING:  # the scan reads the node predicates: no import of the pass at run time
+    from reconciler.rollout.pass_state import Pass
+
+#: the condition of a completed rollout that skipped nodes: names every one (SPEC 13)
+COND_NODES_SKIPPED: Final = "NodesSkipped"
+#: ``unavailableNodes`` value that skips nodes unavailable at their turn
+SKIP: Final = "skip"
+
+
+def labelled(node: RolloutNode) -> bool:
+    """The node carries ``upgrade.skip=true``."""
+    return bool(node.labels) and node.labels.get(LABEL_UPGRADE_SKIP) == "true"
+
+
+def cordoned_by_other(node: RolloutNode) -> bool:
+    """Unschedulable, and not by our own cordon (SPEC 4.3 step 5)."""
+    if not node.unschedulable:
+        return False
+    ann = node.annotations
+    return not (ann.get(ANN_STATE) in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+                and ann.get(ANN_WAS_UNSCHEDULABLE) == "false")
+
+
+def unavailable_at_turn(node: RolloutNode) -> bool:
+    """What ``unavailableNodes: skip`` skips when the node's turn comes."""
+    return not node.ready or cordoned_by_other(node)
+
+
+def start_clears(p: Pass) -> None:
+    """A new rollout: no node is skipped yet, and the records of earlier rollouts go (a later
+    rollout to the same template would have the same revision hash)."""
+    p.set(skipped=())
+    for node in p.snap.nodes.values():
+        if ANN_SKIPPED in node.annotations:
+            p.actions.append(AnnotateNode(node.name, {ANN_SKIPPED: None}))
+    p.total -= sum(1 for n in p.snap.nodes.values() if labelled(n))
+
+
+def found(p: Pass, nodes: Iterable[RolloutNode]) -> None:
+    """The scan's skipped nodes: N without them, the status lists them (a newly listed one
+    gets an Event)."""
+    known = set(p.s.skipped)
+    new: list[str] = []
+    for node in nodes:
+        p.total -= 1
+        if node.name in known:
+            continue
+        new.append(node.name)
+        why = (f"labelled {LABEL_UPGRADE_SKIP}=true" if labelled(node)
+               else "recorded as skipped for this revision")
+        p.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
+                node=node.name, step=p.step_index())
+    if new:
+        p.set(skipped=tuple(sorted(known.union(new))))
+
+
+def skip(p: Pass, node: RolloutNode, revision: str, why: str) -> None:
+    """Skip ``node`` for ``revision`` now: recorded on the node, listed, out of N."""
+    p.actions.append(AnnotateNode(node.name, {ANN_SKIPPED: revision}))
+    p.total -= 1
+    p.set(total_upgrade_replicas=p.total)
+    if node.name not in p.s.skipped:
+        p.set(skipped=tuple(sorted((*p.s.skipped, node.name))))
+    p.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
+            warning=True, node=node.name, step=p.step_index())
+
+
+@dataclass(slots=True)
+class Turns:
+    """``unavailableNodes: skip`` in one pass's fresh starts: a node unavailable when its turn
+    comes is skipped, and the step's target is resolved again against the smaller N, so the
+    starts of this pass never go past it (``count``)."""
+
+    p: Pass
+    revision: str
+    #: the current step (1-based) and the nodes that already fill its target
+    index: int
+    occupied: int
+    #: fresh starts still wanted in this pass
+    count: int
+
+    def skips(self, node: RolloutNode) -> bool:
+        """True when ``node`` is skipped now (``count`` may have shrunk)."""
+        if not unavailable_at_turn(node):
+            return False
+        why = "NotReady" if not node.ready else "cordoned by someone else"
+        skip(self.p, node, self.revision, f"{why} at its turn, unavailableNodes: skip")
+        p = self.p
+        target = p.policy.step_targets(p.total)[self.index - 1] if p.total > 0 else 0
+        self.count = min(self.count, max(target - self.occupied, 0))
+        p.again = True  # N shrank: the step may be done; plan again once this is stored
+        return True
+
+
+def message(p: Pass) -> str:
+    """The step message's part about skipped nodes ("" when none)."""
+    if not p.s.skipped:
+        return ""
+    count = len(p.s.skipped)
+    return f"{count} node{'s' if count != 1 else ''} skipped: {p.named(list(p.s.skipped))}"
+
+
+def completed(p: Pass) -> None:
+    """The rollout completed: ``NodesSkipped`` names every skipped node."""
+    if not p.s.skipped:
+        return
+    p.condition(COND_NODES_SKIPPED, "True", COND_NODES_SKIPPED,
+                f"skipped, still on the previous driver: {', '.join(p.s.skipped)}")
