@@ -50,6 +50,7 @@ from reconciler.views.nodes import (
     domain_progress,
     node_states,
     pod_reason,
+    recorded_skips,
     target_revision,
     topology_key,
 )
@@ -294,14 +295,16 @@ def _started_at(node: NodeFacts, target: str) -> float | None:
 
 def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequence[int],
               epoch: str, topology: Mapping[str, Any] | None = None,
-              draining: Mapping[str, Mapping[str, Any]] | None = None) -> list[NodeRow]:
+              draining: Mapping[str, Mapping[str, Any]] | None = None,
+              skipped: frozenset[str] = frozenset()) -> list[NodeRow]:
     """Every GPU node, in the order of the map: the nodes moved to ``target`` by when they
     started, then the rest in the rollout's order (canary first, then by name; with a topology,
     domain by domain or in turn, SPEC 14), skipped nodes last; cut into steps at the step
     targets. With a topology key the map then shows the nodes grouped by domain, in the
     rollout's domain order (each row's step kept)."""
     key = topology_key({"topology": topology or {}})
-    states = {node.name: classify(node, target=target, active=active) for node in facts.nodes}
+    states = {node.name: classify(node, target=target, active=active, skipped=skipped)
+              for node in facts.nodes}
     rank: dict[str | None, int] = {}
     if key:
         progress = domain_progress(((n, states[n.name]) for n in facts.nodes), key=key)
@@ -315,7 +318,7 @@ def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequen
         if at is not None:
             started.append((at, node.name, node))
             continue
-        skipped = states[node.name] == "skipped"
+        last = states[node.name] == "skipped"  # takes no rollout node's place in a step
         domain = node.labels.get(key) if key else None
         place = rank.get(domain, len(rank))
         turn = seen[domain] = seen.get(domain, -1) + 1  # its place within its domain
@@ -325,7 +328,7 @@ def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequen
             order = (not node.canary, turn, place, node.name)
         else:
             order = (place, not node.canary, node.name)
-        waiting.append((skipped, *order, node))
+        waiting.append((last, *order, node))
     ordered = [n for _, _, n in sorted(started)] + [w[-1] for w in sorted(
         waiting, key=lambda w: w[:-1])]
     rows: list[NodeRow] = []
@@ -448,7 +451,8 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     topology = _mapping(upgrade.get("topology"))
     drains = [dict(e) for e in draining_entries(upgrade)]
     rows = node_rows(facts, target=target, active=active, targets=targets, epoch=epoch,
-                     topology=topology, draining={str(e["node"]): e for e in drains})
+                     topology=topology, draining={str(e["node"]): e for e in drains},
+                     skipped=recorded_skips(upgrade))
     steps = _steps(rep, policy, targets, rows, facts.events, prediction, now=now)
     index = _int(inner.get("currentStepIndex"))
     waiting = waits(snapshot, now=now, nodes=node_states(rows), git=git,

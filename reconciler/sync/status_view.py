@@ -17,7 +17,7 @@ from reconciler.firmware.status_view import firmware_rows, firmware_summary
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
-from reconciler.views.nodes import NodeStates
+from reconciler.views.nodes import NodeStates, recorded_skips
 from reconciler.views.waits import GitContext, Wait, draining_entries, health_rows, waits
 
 __all__ = ["StatusReport", "StepRow", "firmware_lines", "health_rows", "parse_time", "report"]
@@ -179,9 +179,7 @@ def report(snapshot: Mapping[str, Any], *, now: float,
     result.topology = dict(_mapping(upgrade.get("topology"))) or None
     result.domains = [d.to_json() for d in states.domains]
     result.draining = [dict(e) for e in draining_entries(upgrade)]
-    recorded_skips = upgrade.get("skipped")
-    skipped = {str(n) for n in recorded_skips} if isinstance(recorded_skips, list) else set()
-    result.skipped = sorted(skipped | set(states.skipped))
+    result.skipped = sorted(recorded_skips(upgrade) | set(states.skipped))
     result.waits = waits(snapshot, now=now, nodes=states, git=git)
     result.waiting_for = [w.text for w in result.waits]
     return result

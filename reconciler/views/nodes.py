@@ -4,7 +4,7 @@ per topology domain (``domain_progress``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -74,8 +74,11 @@ class NodeFacts:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def classify(node: NodeFacts, *, target: str, active: bool) -> str:
-    """One node's state against the revision the rollout moves to (``target``)."""
+def classify(node: NodeFacts, *, target: str, active: bool,
+             skipped: Collection[str] = ()) -> str:
+    """One node's state against the revision the rollout moves to (``target``). ``skipped``:
+    the nodes the rollout recorded as skipped (``upgradeStatus.skipped``: frozen for the
+    rollout, even when a label goes or a node recovers)."""
     ann = node.annotations
     pod = node.pod
     ours = ann.get(ANN_TARGET) == target
@@ -84,9 +87,11 @@ def classify(node: NodeFacts, *, target: str, active: bool) -> str:
     ready_target = on_target and pod is not None and pod.ready
     if pod is None:
         return "not-ready" if not node.ready else "left-alone"
-    if not on_target and (ann.get(ANN_SKIPPED) == target or (
-            recorded is None and node.labels.get(LABEL_UPGRADE_SKIP) == "true")):
-        # not a rollout node (SPEC 13): neither unavailable nor waited for, NotReady or not
+    if not on_target and (node.name in skipped or ann.get(ANN_SKIPPED) == target or (
+            recorded in (None, STATE_CORDONED)
+            and node.labels.get(LABEL_UPGRADE_SKIP) == "true")):
+        # not a rollout node (SPEC 13): neither unavailable nor waited for, NotReady or not; a
+        # label counts before the node's start (cordoned ahead is not started yet)
         return "skipped"
     if not node.ready:
         return "not-ready"
@@ -128,6 +133,12 @@ def target_revision(upgrade: Mapping[str, Any], current_revision: str = "") -> s
     return current_revision or new or last
 
 
+def recorded_skips(upgrade: Mapping[str, Any]) -> frozenset[str]:
+    """The nodes ``upgradeStatus.skipped`` lists (SPEC 13)."""
+    raw = upgrade.get("skipped")
+    return frozenset(str(n) for n in raw) if isinstance(raw, list) else frozenset()
+
+
 def pod_reason(pod: PodFacts | None) -> str:
     """The driver pod's state in a word: its waiting reason, Ready, not Ready, or none."""
     if pod is None:
@@ -162,8 +173,9 @@ class ClassifiedNode:
     busy_pods: tuple[str, ...] = ()
 
 
-def classified(node: NodeFacts, *, target: str, active: bool) -> ClassifiedNode:
-    state = classify(node, target=target, active=active)
+def classified(node: NodeFacts, *, target: str, active: bool,
+               skipped: Collection[str] = ()) -> ClassifiedNode:
+    state = classify(node, target=target, active=active, skipped=skipped)
     return ClassifiedNode(
         name=node.name, state=state, pod=node.pod.name if node.pod else "",
         pod_reason=pod_reason(node.pod),
@@ -222,7 +234,8 @@ def classify_all(nodes: Iterable[NodeFacts], *, upgrade: Mapping[str, Any],
     target = target_revision(upgrade, current_revision)
     active = upgrade.get("phase") in ACTIVE_PHASES
     facts = list(nodes)
-    lines = [classified(n, target=target, active=active) for n in facts]
+    skipped = recorded_skips(upgrade)
+    lines = [classified(n, target=target, active=active, skipped=skipped) for n in facts]
     key = topology_key(upgrade)
     domains = domain_progress(zip(facts, (line.state for line in lines), strict=True),
                               key=key) if key else []

@@ -333,8 +333,10 @@ def test_draining_and_skipped_nodes_are_on_the_map_and_in_the_payload() -> None:
         NodeFacts("node-0003", pod=_old_pod(), labels={LABEL_UPGRADE_SKIP: "true"}),
         NodeFacts("node-0004", pod=_old_pod(), ready=False, annotations={ANN_SKIPPED: NEW_REV}),
         NodeFacts("node-0005", pod=_old_pod()),
+        NodeFacts("node-0006", pod=_old_pod()),  # its label went: the status's list holds
     ]
-    view = build_view(_live(nodes, draining=[drain], skipped=["node-0004"]), now=NOW)
+    view = build_view(_live(nodes, draining=[drain], skipped=["node-0004", "node-0006"]),
+                      now=NOW)
     by_name = {r.name: r for r in view.nodes}
     assert by_name["node-0002"].state == "draining"
     assert by_name["node-0002"].drain == drain
@@ -342,15 +344,15 @@ def test_draining_and_skipped_nodes_are_on_the_map_and_in_the_payload() -> None:
     assert view.nodes[0].name == "node-0002" and by_name["node-0002"].since == NOW - 60
     assert (by_name["node-0003"].state, by_name["node-0004"].state) == ("skipped", "skipped")
     # skipped nodes come last: they take no place of a rollout node in a step
-    assert [r.name for r in view.nodes][-2:] == ["node-0003", "node-0004"]
+    assert [r.name for r in view.nodes][-3:] == ["node-0003", "node-0004", "node-0006"]
     counts = view.counts()
-    assert (counts["draining"], counts["skipped"], counts["not-ready"]) == (1, 2, 0)
+    assert (counts["draining"], counts["skipped"], counts["not-ready"]) == (1, 3, 0)
     payload = view.to_json()
     fleet = payload["fleet"]
     assert fleet["legend"][ord(fleet["states"][fleet["names"].index("node-0002")]) - 48] == \
         "draining"
     assert payload["draining"] == [drain]
-    assert payload["skipped"] == ["node-0003", "node-0004"]
+    assert payload["skipped"] == ["node-0003", "node-0004", "node-0006"]
     assert payload["domains"] == [] and payload["topology"] is None
     assert "domains" not in fleet
     (waiting,) = [w for w in view.waiting if w.kind == "draining"]

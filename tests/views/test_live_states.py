@@ -60,6 +60,12 @@ STATES: list[tuple[str, NodeFacts, bool, str]] = [
      NodeFacts("n", pod=_new(), annotations=_ann("draining")), True, "verifying"),
     ("skip label, not moved", NodeFacts("n", pod=_old(), labels=SKIP), True, "skipped"),
     ("skip label, no rollout", NodeFacts("n", pod=_old(), labels=SKIP), False, "skipped"),
+    ("skip label on a node cordoned ahead, not started yet: skipped",
+     NodeFacts("n", pod=_old(), unschedulable=True, labels=SKIP, annotations=_ann("cordoned")),
+     True, "skipped"),
+    ("skip label on a draining node: it started, it finishes",
+     NodeFacts("n", pod=_old(), unschedulable=True, labels=SKIP, annotations=_ann("draining")),
+     True, "draining"),
     ("skip label on a node in flight: it finishes",
      NodeFacts("n", pod=_new(False), labels=SKIP, annotations=_ann("upgrading")), True,
      "in-flight"),
@@ -179,3 +185,16 @@ def test_classify_all_groups_by_the_status_s_topology_key() -> None:
     assert [(d.domain, d.to_json()["upgraded"], d.to_json()["inFlight"], d.to_json()["skipped"],
              d.to_json()["pending"]) for d in states.domains] == [
         ("a", 1, 1, 0, 0), ("b", 0, 0, 1, 1), (None, 0, 0, 0, 1)]
+
+
+def test_the_status_s_skipped_list_is_frozen_for_the_rollout() -> None:
+    """A node in ``upgradeStatus.skipped`` stays skipped when its label goes or it recovers
+    (SPEC 13: decisions frozen for the rollout), unless it is on the target already."""
+    back = NodeFacts("back", pod=_old())  # label removed, Ready again
+    assert classify(back, target=NEW, active=True) == "old"
+    assert classify(back, target=NEW, active=True, skipped={"back"}) == "skipped"
+    moved = NodeFacts("moved", pod=_new())
+    assert classify(moved, target=NEW, active=True, skipped={"moved"}) == "upgraded"
+    states = classify_all([back, NodeFacts("other", pod=_old())],
+                          upgrade={**UPGRADE, "skipped": ["back"]})
+    assert states.skipped == ("back",)
