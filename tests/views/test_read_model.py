@@ -76,6 +76,7 @@ DRAINING = [
      "budgets": ["serve/web-pdb"], "waitingFor": []},
     {"node": "node-0005", "since": "2026-11-30T09:55:00Z", "pods": [], "budgets": [],
      "waitingFor": ["train/job-2 (waitFor)"]}]
+TOPOLOGY = {"key": "rack", "order": "spread"}
 FIRMWARE = {"phase": "AwaitingReboot", "nodes": {"node-0002": "awaiting-reboot",
                                                  "node-0003": "verified"}}
 
@@ -105,7 +106,7 @@ CASES: list[tuple[str, dict[str, Any], list[NodeFacts] | None, list[str]]] = [
                               "until": "2026-11-30T10:10:00Z"}]), None, ["draining"]),
     ("draining-held-by-a-budget", snap(draining=DRAINING, skipped=["node-0009"]), None,
      ["draining"]),
-    ("draining-nodes", snap(draining=DRAINING[:1], topology={"key": "rack"}), [
+    ("draining-nodes", snap(draining=DRAINING[:1], topology=TOPOLOGY), [
         node("node-0003", unschedulable=True, workloads=("serve/web-1",),
              annotations={ANN_STATE: "draining", ANN_TARGET: NEW}),
         node("node-0007", unschedulable=True, workloads=("train/job-1",),
