@@ -229,7 +229,8 @@ def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
     if not node.unschedulable:
         p.actions.append(Cordon(node.name))
     p.event("NodeDrainStarted",
-            f"{node.name}: draining {len(found.evict)} pods, waiting for {len(found.waiting)}",
+            f"{node.name}: drain started ({len(found.evict)} pods to evict, "
+            f"{len(found.waiting)} to wait for)",
             node=node.name, step=p.step_index())
     drain_node(p, seen, counted=p.s.phase == st.PHASE_PROGRESSING, found=found)
 
