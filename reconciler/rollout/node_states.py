@@ -306,8 +306,6 @@ def drain_node(p: Pass, node: RolloutNode, *, counted: bool,
         note = (f" (drain timed out after {settings.timeout:g}s, onTimeout "
                 f"{'wait' if on_timeout == 'fail' else on_timeout})")
     p.drain_notes[node.name] = _drain_note(node.name, held, found) + note
-    p.set(step_message="draining " + p.named(
-        [p.drain_notes[n] for n in sorted(p.drain_notes)], separator="; ", more="; and "))
     return True
 
 
