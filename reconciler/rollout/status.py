@@ -289,6 +289,10 @@ class UpgradeStatus:
     #: (labelled ``upgrade.skip``, or ``unavailableNodes: skip``), in name order; a decision
     #: is frozen for the rollout (a node listed stays skipped), a new rollout starts empty
     skipped: tuple[str, ...] = ()
+    # -- issue 32 (live clusters), drain: its own block
+    #: ``draining`` (not a SPEC 4.1 field; absent when empty): the draining nodes, by name, at
+    #: most ``drain.STATUS_LIMIT``: ``{node, since, pods, budgets, waitingFor}``
+    draining: tuple[Mapping[str, Any], ...] = ()
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -321,6 +325,7 @@ class UpgradeStatus:
             rolled_back_spec=_mapping(source.get("rolledBackSpec")),
             holds=tuple(h for h in _list(source.get("holds")) if isinstance(h, Mapping)),
             skipped=tuple(n for n in _list(source.get("skipped")) if isinstance(n, str)),
+            draining=tuple(d for d in _list(source.get("draining")) if isinstance(d, Mapping)),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
@@ -350,6 +355,11 @@ class UpgradeStatus:
                 result["skipped"] = list(self.skipped)
             else:
                 result.pop("skipped", None)
+        if self.draining != read.draining:
+            if self.draining:
+                result["draining"] = [copy.deepcopy(dict(d)) for d in self.draining]
+            else:
+                result.pop("draining", None)  # left out when empty, like ``holds``
         return result
 
     def evolve(self, **changes: Any) -> Self:
