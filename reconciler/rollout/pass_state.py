@@ -18,6 +18,7 @@ from reconciler.rollout import status as st
 from reconciler.rollout.actions import Action, RecordEvent
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
 from reconciler.rollout.status import UpgradeStatus
+from reconciler.rollout.topology import Topology
 from reconciler.timefmt import format_time
 
 
@@ -57,6 +58,9 @@ class Pass:
     health_status: dict[str, Any] = field(default_factory=dict)
     #: ``upgradeStatus.holds`` as this pass leaves it: what holds fresh starts back, as data
     holds: list[dict[str, Any]] = field(default_factory=list)
+    #: the topology the rollout started with (SPEC 14): the order, the sequential gate and
+    #: the per-domain budgets; None: the order of SPEC 3
+    topology: Topology | None = None
 
     @classmethod
     def begin(cls, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> Pass:

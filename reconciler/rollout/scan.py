@@ -58,7 +58,22 @@ class NodeScan:
     epoch_failures: int = 0
     ready_other: int = 0  # rollback: still Ready on the revision being rolled back
     deadlines: list[float] = field(default_factory=list)
+    #: per topology domain (a value of the key's label, None: no label; SPEC 14), counted
+    #: only when the scan is given ``domain_key``
+    domains: dict[str | None, DomainCount] = field(default_factory=dict)
 
+
+@dataclass(slots=True)
+class DomainCount:
+    """One topology domain's rollout nodes as the scan found them."""
+
+    nodes: int = 0
+    #: upgraded or failed: under ``sequential`` the next domain waits for every node here
+    settled: int = 0
+    in_flight: int = 0
+    #: names of its unavailable nodes (SPEC 4.3 step 5): a fresh start of one of them does
+    #: not add to the domain's budget, it only moves it to in flight
+    unavailable: set[str] = field(default_factory=set)
 
 
 def deletion_time(node: RolloutNode, revision: str | None) -> float:
@@ -88,6 +103,7 @@ class _Look:
     rollback_from: str
     verifying: Set[str]
     health_failed: Set[str]
+    domain_key: str | None = None
 
 
 def scan_nodes(
@@ -100,6 +116,7 @@ def scan_nodes(
     rollback_from: str = "",
     verifying: Set[str] = frozenset(),
     health_failed: Set[str] = frozenset(),
+    domain_key: str | None = None,
 ) -> NodeScan:
     """Classify every node against ``target``; detect completions and failures.
 
@@ -107,10 +124,11 @@ def scan_nodes(
     ``verifying``: moved nodes Ready on the target whose health checks have not passed yet
     (in flight, not upgraded); ``health_failed``: those whose check failed just now (SPEC 9).
     A node that failed a health check stays failed with its pod Ready until it is retried.
+    ``domain_key``: count per domain of this node label too (``NodeScan.domains``).
     """
     scan = NodeScan()
     look = _Look(target, now, epoch + "|", ready_timeout, rollback_from, verifying,
-                 health_failed)
+                 health_failed, domain_key)
     for node in nodes:
         _classify(scan, look, node)
     return scan
@@ -169,6 +187,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     elif (look.rollback_from and pod is not None and pod.ready
           and pod.revision == look.rollback_from):
         scan.ready_other += 1
+    unavailable = False
     if in_flight:
         scan.in_flight += 1
     elif (
@@ -182,6 +201,28 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
             and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"))
     ):
         scan.unavailable += 1
+        unavailable = True
+    if look.domain_key is not None:
+        _count_domain(scan, node, look.domain_key, in_flight, unavailable,
+                      ready_target and not held)
+
+
+def _count_domain(scan: NodeScan, node: RolloutNode, key: str, in_flight: bool,
+                  unavailable: bool, upgraded: bool) -> None:
+    """The node in its domain's counts (a node ``_classify`` just sorted)."""
+    domain = node.labels.get(key)
+    count = scan.domains.get(domain)
+    if count is None:
+        count = scan.domains[domain] = DomainCount()
+    count.nodes += 1
+    failed = bool((scan.failed and scan.failed[-1] is node)
+                  or (scan.new_failures and scan.new_failures[-1][0] is node))
+    if upgraded or failed:
+        count.settled += 1
+    if in_flight:
+        count.in_flight += 1
+    if unavailable:
+        count.unavailable.add(node.name)
 
 
 def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,

@@ -284,6 +284,10 @@ class UpgradeStatus:
     #: ``holds`` (not a SPEC 4.1 field; absent when empty): what holds fresh node starts back,
     #: as data (``{kind, until, detail}``), for the read model (``reconciler.views``)
     holds: tuple[Mapping[str, Any], ...] = ()
+    # -- issue 32: one block per helper (keys left out of the JSON when empty)
+    #: ``topology`` (absent when the rollout started without one): ``rollout.topology``
+    #: frozen when the rollout started (``{key, order, maxUnavailablePerDomain}``, SPEC 14)
+    topology: Mapping[str, Any] = field(default_factory=dict)
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -315,6 +319,7 @@ class UpgradeStatus:
             health=_mapping(source.get("health")),
             rolled_back_spec=_mapping(source.get("rolledBackSpec")),
             holds=tuple(h for h in _list(source.get("holds")) if isinstance(h, Mapping)),
+            topology=_mapping(source.get("topology")),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
@@ -339,6 +344,11 @@ class UpgradeStatus:
                 result["holds"] = [dict(h) for h in self.holds]
             else:
                 result.pop("holds", None)  # a new key, left out when empty
+        if self.topology != read.topology:
+            if self.topology:
+                result["topology"] = copy.deepcopy(dict(self.topology))
+            else:
+                result.pop("topology", None)
         return result
 
     def evolve(self, **changes: Any) -> Self:
