@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from jsonschema import Draft202012Validator
+
 from reconciler.names import ANN_STATE, CANARY_LABEL
 from reconciler.policy.quantity import Quantity
 from reconciler.policy.rollout_settings import TopologySettings
+from reconciler.policy.schema import load_schema
 from reconciler.rollout import topology
 from reconciler.rollout.actions import Cordon
 from reconciler.rollout.model import PlannerSettings, RolloutNode
@@ -124,6 +127,9 @@ def test_the_topology_is_frozen_when_the_rollout_starts() -> None:
     frozen = {"key": ZONE, "order": "spread", "maxUnavailablePerDomain": "50%"}
     assert world.status["topology"] == frozen
     assert topology.read(frozen) == settings
+    schema = load_schema("status-snapshot")
+    Draft202012Validator({**schema["$defs"]["UpgradeStatus"], "$defs": schema["$defs"]}
+                         ).validate({"topology": world.status["topology"]})
     # changed or removed mid-rollout: the rollout keeps its own
     world.settings = dataclasses.replace(world.settings, topology=None)
     world.ready_all_in_flight()
