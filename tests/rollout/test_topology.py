@@ -8,13 +8,14 @@ import dataclasses
 
 from jsonschema import Draft202012Validator
 
+from reconciler.controller.index import NodeIndex
 from reconciler.names import ANN_STATE, CANARY_LABEL
 from reconciler.policy.quantity import Quantity
 from reconciler.policy.rollout_settings import TopologySettings
 from reconciler.policy.schema import load_schema
 from reconciler.rollout import topology
 from reconciler.rollout.actions import Cordon
-from reconciler.rollout.model import PlannerSettings, RolloutNode
+from reconciler.rollout.model import PLANNER_LABELS, PlannerSettings, RolloutNode
 from reconciler.rollout.topology import Topology
 
 from .world import World, deletions, of_type, policy, steps
@@ -161,3 +162,14 @@ def test_a_rollback_moves_nodes_back_in_the_topology_order() -> None:
     moved = [name for name, _ in world.deleted[3:]]
     assert moved[0] == "node-0009"
     assert sorted(moved) == ["node-0001", "node-0005", "node-0009"]
+
+
+def test_the_controllers_node_views_keep_the_topology_key_when_asked() -> None:
+    index = NodeIndex()
+    index.on_node("ADDED", {"metadata": {"name": "n1", "resourceVersion": "1", "labels": {
+        ZONE: "a", "kubernetes.io/os": "linux", CANARY_LABEL: "true"}}, "spec": {},
+        "status": {}})
+    assert index.views["n1"].labels == {CANARY_LABEL: "true"}
+    assert index.keep_labels(PLANNER_LABELS | {ZONE})
+    assert index.views["n1"].labels == {CANARY_LABEL: "true", ZONE: "a"}
+    assert not index.keep_labels(PLANNER_LABELS | {ZONE})
