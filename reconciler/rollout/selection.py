@@ -63,6 +63,8 @@ def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
             node=node.name,
             step=p.step_index(),
         )
+        if p.topology is not None:
+            p.topology.retried(node.name)
         started += 1
     return started
 

@@ -118,6 +118,15 @@ class Topology:
                    if c.settled < c.nodes]
         return min(waiting, default=None)
 
+    def retried(self, name: str) -> None:
+        """A failed node is in flight again: its domain is not done (the gate holds the
+        domains after it) and the node counts in flight instead of unavailable."""
+        count = self.counts.get(self.domain_of.get(name))
+        if count is not None and name in count.unavailable:
+            count.unavailable.discard(name)
+            count.settled -= 1
+            count.in_flight += 1
+
     def limit(self, domain: str | None) -> int | None:
         """The domain's budget of nodes in flight plus unavailable for fresh starts."""
         count = self.counts.get(domain)

@@ -88,6 +88,13 @@ def test_a_failed_node_lets_the_next_domain_go_on() -> None:
     world.ready("node-0001", "node-0002", "node-0003")
     world.pod("node-0004", waiting_reason="ErrImagePull")
     assert deletions(world.plan(60)) == ["node-0005", "node-0006", "node-0007", "node-0008"]
+    world.ready("node-0005", "node-0006", "node-0007", "node-0008")
+    # its retry (after the 30 s back-off) makes zone-1 not done again: zone-3 waits for it
+    assert deletions(world.plan(100)) == ["node-0004"]
+    assert "domain zone-3 waits until domain zone-1 is done (3/4 upgraded or failed)" in (
+        world.inner["message"])
+    world.ready("node-0004")
+    assert deletions(world.plan(160)) == ["node-0009", "node-0010", "node-0011", "node-0012"]
 
 
 def test_spread_takes_the_domains_in_turn_and_the_budget_holds_each_domain() -> None:
