@@ -99,15 +99,17 @@ def _domains(result: SimResult, config: SimConfig, topology: TopologySettings,
         rows[domain] = {"domain": domain, "nodes": 0, "upgraded": 0, "waves": 0,
                         "first_start": None, "last_ready": None}
         starts[domain] = set()
+    domain_of = {name: layout.domain(node) for name, node in
+                 ((node.name, node) for node in nodes)}
     for entry in result.nodes:
-        row = rows[layout.domain_of[entry["name"]]]
+        row = rows[domain_of[entry["name"]]]
         row["nodes"] += 1
         if entry["ready"] and entry["version"] == new_version:
             row["upgraded"] += 1
     for event in result.events:
-        if event.node is None or event.node not in layout.domain_of:
+        if event.node is None or event.node not in domain_of:
             continue
-        domain = layout.domain_of[event.node]
+        domain = domain_of[event.node]
         row = rows[domain]
         if event.type == "NodeUpgradeStarted":
             starts[domain].add(event.t)

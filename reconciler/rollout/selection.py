@@ -64,7 +64,7 @@ def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
             step=p.step_index(),
         )
         if p.topology is not None:
-            p.topology.retried(node.name)
+            p.topology.retried(node)
         started += 1
     return started
 
@@ -91,8 +91,10 @@ def fresh_starts(
     for node in in_order(candidates, topology):
         if started >= count and len(kept) >= ahead:
             break
+        if budgets is not None and len(kept) >= ahead and budgets.exhausted():
+            break  # every domain's budget is used up
         if gate is not None and topology is not None:
-            domain = topology.domain_of.get(node.name)
+            domain = topology.domain(node)
             if topology.rank.get(domain, gate + 1) > gate:
                 if started < count:
                     gated = _gate_message(topology, gate, domain)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any
 
+from reconciler.names import CANARY_LABEL
 from reconciler.policy.quantity import parse_quantity
 from reconciler.policy.rollout_settings import TopologySettings
 from reconciler.rollout.model import RolloutNode
@@ -70,38 +72,46 @@ class Topology:
     positions: dict[str, int]
     #: domain -> its place in the domain order
     rank: dict[str | None, int]
-    #: node name -> its domain
-    domain_of: dict[str, str | None]
     #: the scan's counts per domain (empty in a rollback: order only)
     counts: Mapping[str | None, DomainCount] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: TopologySettings, nodes: Iterable[RolloutNode],
            counts: Mapping[str | None, DomainCount] | None = None) -> Topology:
+        """The order of ``nodes`` (built in C-speed steps: it runs once per pass over the
+        fleet)."""
         key = settings.key
-        members: dict[str | None, list[tuple[bool, str]]] = {}
+        canaries: dict[str | None, list[str]] = {}
+        others: dict[str | None, list[str]] = {}
         for node in nodes:
-            members.setdefault(node.labels.get(key), []).append(
-                (not (node.labels and node.canary), node.name))
-        canary = {d: any(not other for other, _ in m) for d, m in members.items()}
-        domains = sorted(members, key=lambda d: (not canary[d], d is None, d or ""))
+            labels = node.labels
+            group = canaries if labels and labels.get(CANARY_LABEL) == "true" else others
+            domain = labels.get(key) if labels else None
+            names = group.get(domain)
+            if names is None:
+                group[domain] = [node.name]
+            else:
+                names.append(node.name)
+        domains = sorted({*canaries, *others},
+                         key=lambda d: (d not in canaries, d is None, d or ""))
         rank = {d: i for i, d in enumerate(domains)}
-        domain_of: dict[str, str | None] = {}
-        keyed: list[tuple[Any, ...]] = []
-        for domain in domains:
-            ordered = sorted(members[domain])
-            first_other = next((i for i, (other, _) in enumerate(ordered) if other),
-                               len(ordered))
-            for index, (other, name) in enumerate(ordered):
-                domain_of[name] = domain
-                if settings.order == "sequential":
-                    keyed.append((rank[domain], index, name))
-                else:  # the index among its own kind: canaries in turn, then the rest
-                    turn = index - first_other if other else index
-                    keyed.append((other, turn, rank[domain], name))
-        keyed.sort()
-        positions = {entry[-1]: i for i, entry in enumerate(keyed)}
-        return cls(settings, positions, rank, domain_of, counts or {})
+        empty: list[str] = []
+        for group in (canaries, others):
+            for names in group.values():
+                names.sort()
+        if settings.order == "sequential":
+            order = [name for d in domains
+                     for name in (*canaries.get(d, empty), *others.get(d, empty))]
+        else:  # in turn: the i-th of every domain, canaries first
+            order = []
+            for group in (canaries, others):
+                lists = [group[d] for d in domains if d in group]
+                order += [name for turn in zip_longest(*lists) for name in turn
+                          if name is not None]
+        return cls(settings, {name: i for i, name in enumerate(order)}, rank, counts or {})
+
+    def domain(self, node: RolloutNode) -> str | None:
+        return node.labels.get(self.settings.key)
 
     def in_order(self, nodes: Iterable[RolloutNode]) -> list[RolloutNode]:
         positions = self.positions
@@ -118,12 +128,12 @@ class Topology:
                    if c.settled < c.nodes]
         return min(waiting, default=None)
 
-    def retried(self, name: str) -> None:
+    def retried(self, node: RolloutNode) -> None:
         """A failed node is in flight again: its domain is not done (the gate holds the
         domains after it) and the node counts in flight instead of unavailable."""
-        count = self.counts.get(self.domain_of.get(name))
-        if count is not None and name in count.unavailable:
-            count.unavailable.discard(name)
+        count = self.counts.get(self.domain(node))
+        if count is not None and node.name in count.unavailable:
+            count.unavailable.discard(node.name)
             count.settled -= 1
             count.in_flight += 1
 
@@ -149,10 +159,16 @@ class Budgets:
     #: domains whose budget held a start back in this pass, with their limit
     held: dict[str | None, int] = field(default_factory=dict)
 
+    def exhausted(self) -> bool:
+        """Every domain's budget is used up: no further node can start in this pass."""
+        return len(self.held) >= len(self.topology.rank)
+
     def allows(self, node: RolloutNode) -> bool:
         """True when ``node`` may start fresh now; then counts it as started."""
         topology = self.topology
-        domain = topology.domain_of.get(node.name)
+        domain = topology.domain(node)
+        if domain in self.held:
+            return False
         limit = topology.limit(domain)
         if limit is None:
             return True
