@@ -180,3 +180,19 @@ def test_the_controllers_node_views_keep_the_topology_key_when_asked() -> None:
     assert index.keep_labels(PLANNER_LABELS | {ZONE})
     assert index.views["n1"].labels == {CANARY_LABEL: "true", ZONE: "a"}
     assert not index.keep_labels(PLANNER_LABELS | {ZONE})
+
+
+def test_a_topology_record_nobody_could_have_written_reads_as_none_or_without_a_limit() -> None:
+    assert topology.read({}) is None
+    assert topology.read({"key": 5, "order": "sequential"}) is None
+    assert topology.read({"key": ZONE, "order": "zigzag"}) is None
+    assert topology.read({"key": ZONE, "maxUnavailablePerDomain": "lots"}) == TopologySettings(
+        ZONE)
+    assert topology.read({"key": ZONE, "order": "spread", "maxUnavailablePerDomain": 0}) == (
+        TopologySettings(ZONE, "spread"))
+    # the planner goes on with what it can read
+    world = three_zones(TopologySettings(ZONE, "sequential"), maxParallel=1)
+    world.settle(0)
+    world.status = {**world.status, "topology": {"key": ["not", "a", "key"]}}
+    world.ready_all_in_flight()
+    assert deletions(world.plan(60)) == ["node-0002"]
