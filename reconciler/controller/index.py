@@ -40,7 +40,7 @@ from reconciler.planning import (
     NodeAction,
     Uncordon,
 )
-from reconciler.rollout.model import DriverPod, RolloutNode
+from reconciler.rollout.model import PLANNER_LABELS, DriverPod, RolloutNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +126,8 @@ class NodeIndex:
         #: node -> when the deletion of its last driver pod that went away was asked for (a
         #: move's start when the deletion's record is not written: see ``scan_nodes``)
         self.pod_deleted_at: dict[str, float] = {}
+        #: the node label keys a view keeps: the planner's, and a topology's key (SPEC 14)
+        self.labels: frozenset[str] = PLANNER_LABELS
 
     # -- what the watches (and the answers to our own writes) bring ----------------------------
 
@@ -227,6 +229,15 @@ class NodeIndex:
             self.intents.pop(node, None)
         self.refresh(node)
 
+    def keep_labels(self, keys: frozenset[str]) -> bool:
+        """Views keep these label keys from now on (every view rebuilt when they change);
+        True when a view changed."""
+        if keys == self.labels:
+            return False
+        self.labels = keys
+        changed = [self.refresh(name) for name in list(self.nodes)]
+        return any(changed)
+
     def refresh(self, name: str) -> bool:
         """Rebuilds a node's view; True when the planner's view of it changed (heartbeats,
         labels it does not read and such leave it as it was, and need no pass)."""
@@ -238,7 +249,7 @@ class NodeIndex:
         if intents:
             node, pods = with_intents(node, pods, intents)
         view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()),
-                         self.pod_deleted_at.get(name, 0.0))
+                         self.pod_deleted_at.get(name, 0.0), self.labels)
         if self.views.get(name) == view:
             return False
         self.views[name] = view
