@@ -10,6 +10,7 @@ DaemonSet's new pod, is the caller's world to model.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import assert_never
 
 from reconciler.planning import (
@@ -62,6 +63,34 @@ def apply_node_action(node: RolloutNode, action: NodeAction) -> RolloutNode:
                                pods)
         case _:
             assert_never(action)
+
+
+#: the actions ``apply_node_actions`` folds into one view
+Marking = AnnotateNode | Cordon | Uncordon
+
+
+def apply_node_actions(node: RolloutNode, actions: Sequence[Marking]) -> RolloutNode:
+    """``node`` with one node's consecutive annotations and (un)cordons landed, as
+    ``apply_node_action`` one after the other would leave it, built once (a wave's start and
+    its end are two or three such actions per node)."""
+    if len(actions) == 1:
+        return apply_node_action(node, actions[0])
+    annotations: dict[str, str] | None = None
+    unschedulable = node.unschedulable
+    for action in actions:
+        if type(action) is AnnotateNode:
+            if annotations is None:
+                annotations = dict(node.annotations)
+            for key, value in action.annotations.items():
+                if value is None:
+                    annotations.pop(key, None)
+                else:
+                    annotations[key] = value
+        else:
+            unschedulable = type(action) is Cordon
+    return RolloutNode(node.name, node.ready, unschedulable, node.labels,
+                       node.annotations if annotations is None else annotations, node.pod,
+                       node.workloads, node.pod_deleted_at, node.pods)
 
 
 def with_pod(node: RolloutNode, pod: DriverPod | None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -27,6 +27,7 @@ from reconciler.rollout.actions import (
     NODE_ACTIONS,
     Action,
     AnnotateNode,
+    Cordon,
     DeleteDriverPod,
     DeletePod,
     EvictPod,
@@ -34,6 +35,7 @@ from reconciler.rollout.actions import (
     RestorePayload,
     SetDaemonSetImage,
     SetPolicyPause,
+    Uncordon,
 )
 from reconciler.rollout.health_gate import pending_queries
 from reconciler.rollout.model import (
@@ -45,7 +47,12 @@ from reconciler.rollout.model import (
     RolloutNode,
     RolloutSnapshot,
 )
-from reconciler.rollout.node_view import apply_node_action, with_pod
+from reconciler.rollout.node_view import (
+    Marking,
+    apply_node_action,
+    apply_node_actions,
+    with_pod,
+)
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.sim_workloads import ServingFleet, ServingModel
 from reconciler.rollout.status import UpgradeStatus
@@ -283,6 +290,25 @@ class Simulation:
             return NoSample()
         return _failing(expect) if faulty else _passing(expect)
 
+    def _apply_all(self, actions: Sequence[Action]) -> None:
+        """The plan's actions in order; one node's consecutive annotations and (un)cordons
+        land as one view (``apply_node_actions``): the same nodes, built once."""
+        marks: list[Marking] = []
+        nodes = self.nodes
+        for action in actions:
+            if isinstance(action, (AnnotateNode, Cordon, Uncordon)):
+                if marks and marks[-1].node != action.node:
+                    nodes[marks[0].node] = apply_node_actions(nodes[marks[0].node], marks)
+                    marks = []
+                marks.append(action)
+                continue
+            if marks:
+                nodes[marks[0].node] = apply_node_actions(nodes[marks[0].node], marks)
+                marks = []
+            self._apply(action)
+        if marks:
+            nodes[marks[0].node] = apply_node_actions(nodes[marks[0].node], marks)
+
     def _apply(self, action: Action) -> None:
         cfg = self.config
         if isinstance(action, NODE_ACTIONS):
@@ -462,8 +488,11 @@ class Simulation:
         count = len(result.actions)
         if crashed:
             count = (self.calls * 7919 + cfg.crash_seed) % (count + 1)
-        for action in result.actions[:count]:
-            self._apply(action)
+        if self.serving is None:
+            self._apply_all(result.actions[:count])
+        else:
+            for action in result.actions[:count]:
+                self._apply(action)
         if cfg.observer is not None:
             cfg.observer(before, result, count)
         if crashed:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import get_args
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reconciler.controller.index import NodeIntent
 from reconciler.planning import (
@@ -23,7 +25,7 @@ from reconciler.planning import (
 )
 from reconciler.rollout.actions import Action
 from reconciler.rollout.model import DriverPod, RolloutNode, WorkloadPod
-from reconciler.rollout.node_view import apply_node_action, with_pod
+from reconciler.rollout.node_view import apply_node_action, apply_node_actions, with_pod
 
 POD = DriverPod("drv-a-0", "rev-old", ready=True, created_at=100.0)
 WEB, JOB = WorkloadPod("serve", "web-1"), WorkloadPod("train", "job-1", controller_kind="Job")
@@ -105,3 +107,18 @@ def test_the_new_pod_replaces_the_deleted_one_with_the_deletion_time() -> None:
         "a", annotations={"keep": "1", "drop": "x"}, pod=new, pod_deleted_at=200.0,
         pods=(WEB, JOB))
     assert with_pod(deleted, new).pod_deleted_at == 5.0
+
+
+@given(st.lists(st.one_of(
+    st.builds(AnnotateNode, st.just("a"), st.dictionaries(
+        st.sampled_from(["keep", "drop", "new", "x"]), st.one_of(st.none(), st.text(max_size=3)),
+        max_size=3)),
+    st.builds(Cordon, st.just("a")),
+    st.builds(Uncordon, st.just("a")),
+), min_size=1, max_size=6))
+def test_consecutive_markings_fold_into_one_view_as_one_by_one(
+        actions: list[AnnotateNode | Cordon | Uncordon]) -> None:
+    one_by_one = NODE
+    for action in actions:
+        one_by_one = apply_node_action(one_by_one, action)
+    assert apply_node_actions(NODE, actions) == one_by_one
