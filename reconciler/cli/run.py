@@ -316,6 +316,7 @@ def _serve(s: _Settings) -> int:
             health=HealthFeeder(lambda: live.current().health,
                                 on_result=metrics.count_health_check),
             config=live.current,
+            on_eviction=metrics.count_drain_eviction,
         )
         live.subscribe(controller.kick)  # a new setting takes effect at once
         controller.start()
