@@ -17,15 +17,15 @@ _serial = itertools.count(1)
 
 @pytest.fixture
 def workload_namespace(kube: KubeApi, fleet_factory: FleetFactory) -> Iterator[str]:
-    """A namespace of its own for Deployments, Jobs and budgets; their pods are gone before
-    the fleet (set up before, torn down after) stops, so nothing lands on another test's
-    nodes."""
+    """A namespace of its own for Deployments, DaemonSets, Jobs and budgets; their pods are
+    gone before the fleet (set up before, torn down after) stops, so nothing lands on another
+    test's nodes."""
     name = f"drain-{next(_serial)}-{int(time.monotonic() * 1000) % 100000}"
     kube.create(resource_path("v1", "namespaces"),
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
-    for plural, version in (("deployments", "apps/v1"), ("jobs", "batch/v1"),
-                            ("poddisruptionbudgets", "policy/v1")):
+    for plural, version in (("deployments", "apps/v1"), ("daemonsets", "apps/v1"),
+                            ("jobs", "batch/v1"), ("poddisruptionbudgets", "policy/v1")):
         kube.request("DELETE", resource_path(version, plural, namespace=name),
                      body={"kind": "DeleteOptions", "apiVersion": "v1",
                            "propagationPolicy": "Background"})
