@@ -88,6 +88,9 @@ LABEL_DRAIN_SKIP: Final = ANNOTATION_PREFIX + "drain.skip"
 ANN_SCALE_DOWN_DISABLED: Final = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 #: a static pod's mirror on the API server carries this annotation
 ANN_MIRROR_POD: Final = "kubernetes.io/config.mirror"
+#: the budgets (``ns/name``, comma-separated) holding a draining node's evictions when the last
+#: ``NodeDrainBlocked`` Event was recorded: the Event is recorded once per change, restarts included
+ANN_DRAIN_BLOCKED_BY: Final = ANNOTATION_PREFIX + "drain-blocked-by"
 
 # Values of ANN_STATE (annotation values, so plain strings). Each is meaningful only together
 # with ANN_TARGET.

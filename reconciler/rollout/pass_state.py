@@ -16,6 +16,7 @@ from reconciler.policy.quantity import Quantity
 from reconciler.policy.upgrade_policy import UpgradePolicy, UpgradeStep
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import Action, RecordEvent
+from reconciler.rollout.drain import Allowance
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
 from reconciler.rollout.status import UpgradeStatus
 from reconciler.timefmt import format_time
@@ -57,6 +58,13 @@ class Pass:
     health_status: dict[str, Any] = field(default_factory=dict)
     #: ``upgradeStatus.holds`` as this pass leaves it: what holds fresh starts back, as data
     holds: list[dict[str, Any]] = field(default_factory=list)
+    # -- the drain (SPEC 13)
+    #: this pass's copy of the budgets' disruptionsAllowed (made at the first eviction)
+    allowance: Allowance | None = None
+    #: ``upgradeStatus.draining`` as this pass leaves it
+    draining: list[dict[str, Any]] = field(default_factory=list)
+    #: node -> what holds it, for the step message
+    drain_notes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def begin(cls, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> Pass:
@@ -101,6 +109,12 @@ class Pass:
             st.COND_PROGRESSING, "True", reason, f"step {step} of {len(self.policy.steps)}",
             touch=True,
         )
+
+    def budgets(self) -> Allowance:
+        """The budgets' allowance left in this pass (SPEC 13)."""
+        if self.allowance is None:
+            self.allowance = Allowance(self.snap.budgets)
+        return self.allowance
 
     def version(self) -> str:
         """The version being rolled out (or rolled out last)."""

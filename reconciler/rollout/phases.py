@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.names import ANN_STATE, STATE_CORDONED
+from reconciler.names import ANN_STATE, STATE_CORDONED, STATE_DRAINING
 from reconciler.policy.payload import Payload
 from reconciler.rollout import health_judgement, node_states, rollback, steps
 from reconciler.rollout import status as st
-from reconciler.rollout.actions import DeleteDriverPod, SetDaemonSetImage
+from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod, SetDaemonSetImage
 from reconciler.rollout.pass_state import Pass
 from reconciler.rollout.scan import scan_nodes
 
@@ -21,7 +21,7 @@ def idle(p: Pass) -> None:
     # status someone reset, or a crash)
     node_states.release(p, [
         n for n in snap.nodes.values()
-        if n.annotations.get(ANN_STATE) == STATE_CORDONED
+        if n.annotations.get(ANN_STATE) in (STATE_CORDONED, STATE_DRAINING)
         and (n.pod is None or not n.pod.deleting)
     ])
     desired = Payload.from_spec(snap.payload)
@@ -127,7 +127,8 @@ def progressing(p: Pass) -> None:
     steps.run(p, scan, revision)
     # a rollback releases them itself; a step just begun (``again``) starts them next
     if p.s.phase == st.PHASE_PROGRESSING and not p.again:
-        started = {a.node for a in p.actions if isinstance(a, DeleteDriverPod)}
+        started = {a.node for a in p.actions if isinstance(a, DeleteDriverPod) or (
+            isinstance(a, AnnotateNode) and a.annotations.get(ANN_STATE) == STATE_DRAINING)}
         node_states.release(
             p, [n for n in scan.cordoned + scan.stale_cordoned if n.name not in started],
             p.keep_cordoned,

@@ -25,6 +25,7 @@ from reconciler.names import ACTIVE_PHASES
 from reconciler.rollout import phases, rollback
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import Action
+from reconciler.rollout.drain import STATUS_LIMIT
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
 from reconciler.rollout.pass_state import Pass
 from reconciler.rollout.scan import CLOCK_SLACK
@@ -59,6 +60,9 @@ def _finish(p: Pass) -> Plan:
     holds = tuple(h for i, h in enumerate(p.holds) if h not in p.holds[:i])
     if holds != p.s.holds:
         p.set(holds=holds)
+    draining = tuple(sorted(p.draining, key=lambda d: str(d["node"]))[:STATUS_LIMIT])
+    if draining != p.s.draining:
+        p.set(draining=draining)
     status = p.s.to_json()
     # ``source`` is the status as read, every SPEC field present
     changed = st.without_update_time(status) != st.without_update_time(p.s.source)

@@ -68,7 +68,7 @@ def rolling_back(p: Pass) -> None:
     node_states.settle(p, scan, old, counted=False)
     node_states.release(p, scan.stale_cordoned)
     for node in scan.convert:  # in flight to the new revision: turn around, same slot
-        node_states.move(p, node, old, 1)
+        node_states.start(p, node, old, 1)
     started = starts(p, scan, old)
     p.in_flight = scan.in_flight + started
     remaining = (
@@ -95,9 +95,9 @@ def starts(p: Pass, scan: NodeScan, old: str) -> int:
     for node in waiting:
         if started >= slots:
             break
-        if node.workloads or not node.ready:
+        if selection.waits_for(p, node) or not node.ready:
             continue
-        node_states.move(p, node, old, 1)
+        node_states.start(p, node, old, 1)  # drained first when drain is on (SPEC 13)
         started += 1
     return started
 

@@ -17,11 +17,13 @@ from reconciler.names import (
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
     STATE_CORDONED,
+    STATE_DRAINING,
     STATE_FAILED,
     STATE_UPGRADING,
     ConditionType,
 )
 from reconciler.rollout import status as st
+from reconciler.rollout.drain import ready_timeout_of
 from reconciler.rollout.model import FAILURE_REASONS, RolloutNode
 from reconciler.timefmt import parse_time_or
 
@@ -55,6 +57,9 @@ class NodeScan:
     #: cordoned ahead and its old pod deleted, and neither the pods nor the controller's
     #: memory say when (it restarted meanwhile): in flight; the planner records it now
     unrecorded: list[RolloutNode] = field(default_factory=list)
+    #: draining for the target (SPEC 13): in flight, its pods evicted or waited for, the old
+    #: driver pod still there (``node_states.draining``)
+    draining: list[RolloutNode] = field(default_factory=list)
     epoch_failures: int = 0
     ready_other: int = 0  # rollback: still Ready on the revision being rolled back
     deadlines: list[float] = field(default_factory=list)
@@ -117,8 +122,9 @@ def scan_nodes(
 
 
 def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
-    """One node: its recorded state (a node cordoned ahead whose old pod went counts as
-    upgrading), then the function of its state (``_upgrading``, ``_failed``, ``_not_moved``),
+    """One node: its recorded state (a node cordoned ahead or draining whose old pod went
+    counts as upgrading; a draining node is in flight), then the function of its state
+    (``_upgrading``, ``_failed``, ``_not_moved``),
     then availability (SPEC 4.3 step 5: in flight, or else unavailable when not Ready, held by
     its checks, or cordoned by someone other than us). Counted inline: this runs once per node
     and pass."""
@@ -127,7 +133,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     pod = node.pod
     target = look.target
     started = 0.0  # a move's start its pods tell (no ``deleted-at`` written)
-    unrecorded = waiting = False
+    unrecorded = waiting = draining = False
     if recorded == STATE_CORDONED:
         ahead_of = ann.get(ANN_TARGET)
         if pod is not None and not pod.deleting and pod.revision != ahead_of:
@@ -141,6 +147,20 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
             # deletion alone (no record: one write less per node in a wave's burst)
             recorded = STATE_UPGRADING
             started = deletion_time(node, ahead_of)
+            unrecorded = not started
+    elif recorded == STATE_DRAINING:
+        drain_for = ann.get(ANN_TARGET)
+        if pod is not None and not pod.deleting and pod.revision != drain_for:
+            if drain_for == target:
+                scan.draining.append(node)  # in flight (``node_states.draining``)
+                draining = True
+            else:
+                scan.stale_cordoned.append(node)  # another target, or a rollback began
+        else:
+            # its old pod went although the drain had not finished: someone else deleted it;
+            # it upgrades from that deletion on
+            recorded = STATE_UPGRADING
+            started = deletion_time(node, drain_for)
             unrecorded = not started
     failures = ann.get(ANN_FAILURES)
     if failures and failures.startswith(look.epoch):
@@ -156,6 +176,8 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     )
     if waiting:
         in_flight = False
+    elif draining:
+        in_flight = True
     elif state == STATE_UPGRADING:
         in_flight = _upgrading(scan, look, node, started, unrecorded)
     elif state == STATE_FAILED:
@@ -178,7 +200,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
         or not pod.ready
         or pod.deleting
         or (node.unschedulable and not (
-            recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
+            recorded in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
             and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"))
     ):
         scan.unavailable += 1
@@ -203,10 +225,12 @@ def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,
         scan.new_failures.append((node, str(pod.waiting_reason)))
         return False
     deleted_at = started or parse_time_or(node.annotations.get(ANN_DELETED_AT), look.now)
-    if look.now + CLOCK_SLACK >= deleted_at + look.timeout:
+    # the readyTimeout the node started with (SPEC 13: settings apply from the next start)
+    timeout = ready_timeout_of(node, look.timeout)
+    if look.now + CLOCK_SLACK >= deleted_at + timeout:
         scan.new_failures.append((node, "ReadyTimeout"))
         return False
-    scan.deadlines.append(deleted_at + look.timeout)
+    scan.deadlines.append(deleted_at + timeout)
     if unrecorded:
         scan.unrecorded.append(node)
     if pod is not None and pod.revision != target and not pod.deleting and (

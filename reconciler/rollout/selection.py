@@ -6,10 +6,11 @@ budget) is one more check in ``start_nodes`` before ``fresh_starts``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 
 from reconciler.names import ANN_ATTEMPT, ANN_FAILED_AT, ANN_STATE, ANN_TARGET, STATE_CORDONED
-from reconciler.rollout import node_states
+from reconciler.rollout import drain, node_states
 from reconciler.rollout import status as st
 from reconciler.rollout.model import RolloutNode
 from reconciler.rollout.pass_state import Pass
@@ -27,6 +28,17 @@ def in_order(nodes: list[RolloutNode]) -> list[RolloutNode]:
         return sorted(nodes, key=_NAME)
     others = [n for n in nodes if not (n.labels and n.canary)]
     return sorted(canaries, key=_NAME) + sorted(others, key=_NAME)
+
+
+def waits_for(p: Pass, node: RolloutNode) -> Sequence[str]:
+    """The pods a node waits for before it starts (SPEC 4.3: a busy node waits; SPEC 13: and
+    for its ``waitFor`` pods). Nothing when drain is on: a draining node waits for its pods
+    itself, in flight."""
+    if p.settings.drain is not None:
+        return ()
+    if p.settings.wait_for is None or not node.pods:
+        return node.workloads
+    return sorted({*node.workloads, *drain.wait_for_pods(node, p.settings.wait_for)})
 
 
 def retry_due(p: Pass, node: RolloutNode, epoch_start: float) -> float:
@@ -49,9 +61,9 @@ def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
         if due > p.now + CLOCK_SLACK:
             p.requeue.append(due)
             continue
-        if node.workloads or not node.ready or node.pod is None or node.pod.deleting:
+        if waits_for(p, node) or not node.ready or node.pod is None or node.pod.deleting:
             continue
-        node_states.move(p, node, target, st.int_or(node.annotations.get(ANN_ATTEMPT), 1) + 1)
+        node_states.start(p, node, target, st.int_or(node.annotations.get(ANN_ATTEMPT), 1) + 1)
         p.event(
             "NodeRetried",
             f"{node.name}: retrying the driver pod",
@@ -77,17 +89,24 @@ def fresh_starts(
             break
         if not node.ready:
             continue
-        if node.workloads:
-            if started < count and len(blocked) < limit:
-                blocked.append(f"{node.name} ({', '.join(node.workloads)})")
-            continue
         cordoned = (node.annotations.get(ANN_STATE) == STATE_CORDONED
                     and node.annotations.get(ANN_TARGET) == target)
+        busy = waits_for(p, node)
+        if busy:
+            if started < count and len(blocked) < limit:
+                blocked.append(f"{node.name} ({', '.join(busy)})")
+            if (started < count and p.settings.wait_for is not None
+                    and drain.wait_for_pods(node, p.settings.wait_for)):
+                # its turn: cordoned so no new job lands while its jobs finish (SPEC 13)
+                kept.add(node.name)
+                if not cordoned:
+                    node_states.cordon_ahead(p, node, target)
+            continue
         if started < count:
             if cordoned:
                 node_states.start_cordoned(p, node, target)
             else:
-                node_states.move(p, node, target, 1)
+                node_states.start(p, node, target, 1)
             started += 1
             continue
         kept.add(node.name)

@@ -284,6 +284,10 @@ class UpgradeStatus:
     #: ``holds`` (not a SPEC 4.1 field; absent when empty): what holds fresh node starts back,
     #: as data (``{kind, until, detail}``), for the read model (``reconciler.views``)
     holds: tuple[Mapping[str, Any], ...] = ()
+    # -- issue 32 (live clusters), drain: its own block
+    #: ``draining`` (not a SPEC 4.1 field; absent when empty): the draining nodes, by name, at
+    #: most ``drain.STATUS_LIMIT``: ``{node, since, pods, budgets, waitingFor}``
+    draining: tuple[Mapping[str, Any], ...] = ()
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -315,6 +319,7 @@ class UpgradeStatus:
             health=_mapping(source.get("health")),
             rolled_back_spec=_mapping(source.get("rolledBackSpec")),
             holds=tuple(h for h in _list(source.get("holds")) if isinstance(h, Mapping)),
+            draining=tuple(d for d in _list(source.get("draining")) if isinstance(d, Mapping)),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
@@ -339,6 +344,11 @@ class UpgradeStatus:
                 result["holds"] = [dict(h) for h in self.holds]
             else:
                 result.pop("holds", None)  # a new key, left out when empty
+        if self.draining != read.draining:
+            if self.draining:
+                result["draining"] = [copy.deepcopy(dict(d)) for d in self.draining]
+            else:
+                result.pop("draining", None)  # left out when empty, like ``holds``
         return result
 
     def evolve(self, **changes: Any) -> Self:
