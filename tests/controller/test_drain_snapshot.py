@@ -1,27 +1,42 @@
-"""The controller's snapshot for the drain (SPEC 13) from the real API server: with ``drain``
-set, each rollout node carries its pods (all but the driver pod: DaemonSet, mirror and bare
-pods flagged) and the snapshot the PodDisruptionBudgets as the disruption controller computed
-them; with neither ``drain`` nor ``waitFor`` nothing of either is kept and no budget is
-watched."""
+"""The controller's side of the drain (SPEC 13) on the real API server (one fleet for both, to
+keep the time down).
+
+The snapshot: with ``drain`` set, each rollout node carries its pods (all but the driver pod:
+DaemonSet, mirror and bare pods flagged) and the snapshot the PodDisruptionBudgets as the
+disruption controller computed them; with neither ``drain`` nor ``waitFor`` nothing of either is
+kept and no budget is watched.
+
+The executor: a budget's refusal (429) backs the pod off for at least 5 s (with jitter, on the
+clock seam), names the budget in a ``NodeDrainBlocked`` Event once per refusal, and every result
+is counted for ``gpu_reconciler_drain_evictions_total``."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from reconciler.controller.act import Target
+from reconciler.controller.act import (
+    EVICTION_BACKOFF_SECONDS,
+    EVICTION_JITTER,
+    ActionExecutor,
+    Target,
+)
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.names import ANN_MIRROR_POD, CLUSTER_OPERATOR_NAME
+from reconciler.ops.metrics import Metrics
 from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings
+from reconciler.rollout import actions as act
 from reconciler.rollout.model import PlannerSettings, RolloutNode
 from reconciler.settings.cluster import ClusterSettings
 from reconciler.sim.fleet import FLEET_LABEL
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
-from tests.controller.drain_objects import budget, create, deployment
+from tests.controller.drain_objects import budget, budget_status, create, deployment, pods
+from tests.controller.helpers import cluster_operator, event_reasons
 
 pytestmark = pytest.mark.cluster
 
@@ -57,7 +72,7 @@ def _until(check: Callable[[], object], what: str, observe: Callable[[], object]
     wait_for(check, timeout=30, what=what, observe=observe)
 
 
-def test_nodes_carry_their_pods_and_the_snapshot_the_budgets_while_drain_is_set(
+def test_nodes_carry_their_pods_and_budgets_while_drain_is_set_and_refusals_back_off(
     kube: KubeApi, fleet_factory: FleetFactory, workload_namespace: str,
     controller: RolloutController, settings: list[ClusterSettings],
 ) -> None:
@@ -117,6 +132,67 @@ def test_nodes_carry_their_pods_and_the_snapshot_the_budgets_while_drain_is_set(
            "pods and budgets forgotten", lambda: _pods(controller))
     assert not controller.index.budgets and not controller.index.node_pods
     assert sum(len(v.workloads) for v in _views(controller).values()) == 3
+
+    _refusals(kube, ns)
+
+
+def _refusals(kube: KubeApi, ns: str) -> None:
+    """A budget allowing no disruption refuses the executor's eviction: back-off, Event,
+    metric; once it allows one, the eviction goes through."""
+    path = resource_path("policy/v1", "poddisruptionbudgets", "web", namespace=ns)
+    kube.patch(path, {"spec": {"minAvailable": 3}})
+    wait_for(lambda: budget_status(kube, "web", ns).get("disruptionsAllowed") == 0
+             and budget_status(kube, "web", ns).get("observedGeneration") == 2, timeout=30,
+             what="no disruption allowed", observe=lambda: budget_status(kube, "web", ns))
+    pod = next(p for p in pods(kube, ns) if p["metadata"]["name"].startswith("web-"))
+    name, node = pod["metadata"]["name"], pod["spec"]["nodeName"]
+    now = [1000.0]
+    metrics = Metrics()
+    executor = ActionExecutor(kube, Target(CLUSTER_OPERATOR_NAME), clock=lambda: now[0],
+                              on_eviction=metrics.count_drain_eviction, rng=random.Random(7))
+    co = cluster_operator(kube)
+    evict = act.EvictPod(node, ns, name)
+    blocked_before = event_reasons(kube).count("NodeDrainBlocked")
+
+    def blocked() -> int:
+        return event_reasons(kube).count("NodeDrainBlocked") - blocked_before
+
+    executor.execute(evict, co)
+    assert executor.evictions == {"refused": 1}
+    wait_for(lambda: blocked() == 1, timeout=30, what="the NodeDrainBlocked event",
+             observe=lambda: event_reasons(kube))
+    [message] = [m for m in _messages(kube, "NodeDrainBlocked") if name in m]
+    assert f"node={node}" in message and f"budget {ns}/web" in message, message
+
+    # within the back-off nothing is asked, nothing counted, no second Event
+    now[0] += EVICTION_BACKOFF_SECONDS - 0.01
+    executor.execute(evict, co)
+    assert executor.evictions == {"refused": 1}
+    now[0] += EVICTION_BACKOFF_SECONDS * EVICTION_JITTER + 0.02
+    executor.execute(evict, co)
+    assert executor.evictions == {"refused": 2}
+    wait_for(lambda: blocked() == 2, timeout=30,
+             what="a second NodeDrainBlocked after the back-off")
+    exposition = metrics.exposition().decode()
+    assert 'gpu_reconciler_drain_evictions_total{result="refused"} 2.0' in exposition
+    assert 'gpu_reconciler_drain_evictions_total{result="evicted"} 0.0' in exposition
+
+    # a pod that is gone counts as gone; an accepted eviction is not asked again at once
+    executor.execute(act.EvictPod(node, ns, "no-such-pod"), co)
+    now[0] += EVICTION_BACKOFF_SECONDS * (1 + EVICTION_JITTER) + 0.01
+    kube.patch(path, {"spec": {"minAvailable": 2}})
+    wait_for(lambda: budget_status(kube, "web", ns).get("disruptionsAllowed") == 1, timeout=30,
+             what="one disruption allowed", observe=lambda: budget_status(kube, "web", ns))
+    executor.execute(evict, co)
+    executor.execute(evict, co)
+    assert executor.evictions == {"refused": 2, "gone": 1, "evicted": 1}
+
+
+def _messages(kube: KubeApi, reason: str) -> list[str]:
+    uid = cluster_operator(kube)["metadata"]["uid"]
+    events = kube.list("/api/v1/namespaces/default/events",
+                       query={"fieldSelector": f"involvedObject.uid={uid},reason={reason}"})
+    return [str(e.get("message")) for e in events["items"]]
 
 
 def _bare(kube: KubeApi, ns: str, name: str, node: str, *, annotations: dict[str, str] | None
