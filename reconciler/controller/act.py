@@ -211,6 +211,24 @@ class ActionExecutor:
         else:
             self._count_eviction("evicted")
 
+    def held_back(self, actions: Sequence[Action]) -> tuple[list[Action], float | None]:
+        """``actions`` without the evictions of pods still in their back-off (a pass that
+        only repeats those changes nothing: it must not count as acting, or the controller
+        would plan again at once until the back-off ends), and when the first of those
+        back-offs ends (None: none held back)."""
+        now = self.clock()
+        kept: list[Action] = []
+        until: float | None = None
+        with self._evict_lock:
+            for action in actions:
+                if isinstance(action, EvictPod):
+                    after = self._evict_after.get(f"{action.namespace}/{action.pod}", 0.0)
+                    if now < after:
+                        until = after if until is None else min(until, after)
+                        continue
+                kept.append(action)
+        return kept, until
+
     def _delete_pod(self, namespace: str, pod: str) -> None:
         """``onTimeout: delete``: the pod is deleted, budgets or not (its grace period is
         its own)."""

@@ -340,7 +340,8 @@ class RolloutController(WatchDrivenWorker):
         self.observer.pass_planned()
         self.stats.passes += 1
         self.last_plan = result
-        if not self.dispatcher.execute(result.actions, co):
+        actions, backoff_ends = self.executor.held_back(result.actions)
+        if not self.dispatcher.execute(actions, co):
             return self.clock() + 0.5
         self.observer.pass_acted()
         self.stats.max_in_flight = max(self.stats.max_in_flight, result.in_flight)
@@ -351,10 +352,12 @@ class RolloutController(WatchDrivenWorker):
                     # a new step goes on record before any of its nodes starts
                     self.status_writer.wait_written(result.status)
         self.observer.pass_ended()
-        if result.actions or result.again:
+        if actions or result.again:
             # our own writes changed the world, or the planner moved to a state it wants to
             # look at again (a new step recorded before its nodes start): plan again at once
             return self.clock()
+        if backoff_ends is not None:  # an eviction held back: ask again when it may be
+            return min(backoff_ends, result.requeue_at or backoff_ends)
         return result.requeue_at
 
     def pass_settings(self) -> PlannerSettings:

@@ -164,6 +164,14 @@ def _refusals(kube: KubeApi, ns: str) -> None:
     [message] = [m for m in _messages(kube, "NodeDrainBlocked") if name in m]
     assert f"node={node}" in message and f"budget {ns}/web" in message, message
 
+    # a pass that only repeats it holds it back (no action: no pass again at once) until its
+    # back-off ends
+    other = act.Cordon(node)
+    kept, until = executor.held_back([evict, other])
+    assert kept == [other]
+    assert until is not None and (now[0] + EVICTION_BACKOFF_SECONDS <= until
+                                  <= now[0] + EVICTION_BACKOFF_SECONDS * (1 + EVICTION_JITTER))
+
     # within the back-off nothing is asked, nothing counted, no second Event
     now[0] += EVICTION_BACKOFF_SECONDS - 0.01
     executor.execute(evict, co)
