@@ -25,10 +25,12 @@ from reconciler.health.checks import HealthConfig
 from reconciler.health.section import read_health
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
-from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
+from reconciler.policy.rollout_settings import DrainSettings
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.policy.validation import parse_only, validate_document
 from reconciler.rollout.model import PlannerSettings
+from reconciler.rollout.sim_workloads import ServingModel, drain_summary
 from reconciler.rollout.simulator import (
     DEFAULT_UNTIL,
     EPOCH,
@@ -275,6 +277,16 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
             f"maintenance windows in {windows.timezone}: {len(windows.allow)} allow, "
             f"{len(windows.deny)} deny" + (f" (unusable: {windows.error})"
                                             if windows.error else "")))
+    drain = config.settings.drain
+    if drain is not None or config.serving is not None:
+        lines.append(
+            ("drain: off" if drain is None else
+             f"drain: timeout {drain.timeout:g} s, onTimeout {drain.on_timeout}")
+            + ("" if config.serving is None else
+               f"; {config.serving.pods} serving pods, {config.serving.pods_per_budget} per "
+               f"budget of maxUnavailable {config.serving.max_unavailable}, "
+               f"{config.serving.grace_seconds:g} s to stop, replaced in "
+               f"{config.serving.reschedule_seconds:g} s"))
     lines.append("")
     started: dict[int, float] = {}
     done: dict[int, float] = {}
@@ -340,6 +352,8 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
     ]
     if status.get("message"):
         lines.append(f"message: {status['message']}")
+    if result.drain is not None:
+        lines += drain_summary(result.drain)
     return "\n".join(lines)
 
 
@@ -380,6 +394,22 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
               show_default=True,
               help="Cordon the nodes next in line ahead of their start, as `reconciler run` "
                    "does.")
+@click.option("--drain", "drain_on", is_flag=True, default=False,
+              help="Drain nodes before their driver pod goes (rollout.drain with its defaults, "
+                   "when --repo-config gives none).")
+@click.option("--serving-pods", type=BoundedInt(0, MAX_NODES * 10), default=0,
+              show_default=True,
+              help="Serving pods spread over the fleet behind PodDisruptionBudgets (without "
+                   "drain, a node holding one waits for it for ever, as on a live cluster).")
+@click.option("--pods-per-budget", type=BoundedInt(1, MAX_NODES * 10), default=10,
+              show_default=True, help="Serving pods per Deployment and its budget.")
+@click.option("--budget-max-unavailable", type=BoundedInt(0, MAX_NODES * 10), default=1,
+              show_default=True, help="maxUnavailable of each budget.")
+@click.option("--drain-seconds", type=FiniteFloat(0), default=30.0, show_default=True,
+              help="Seconds an evicted serving pod takes to stop (its grace period).")
+@click.option("--reschedule-seconds", type=FiniteFloat(0), default=30.0, show_default=True,
+              help="Seconds from a serving pod gone until its replacement elsewhere is Ready "
+                   "(its budget allows again).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--html", "html_file", type=click.Path(path_type=Path, dir_okay=False),
@@ -398,6 +428,12 @@ def simulate(
     cluster: str | None,
     scrape_delay: float,
     cordon_ahead: bool,
+    drain_on: bool,
+    serving_pods: int,
+    pods_per_budget: int,
+    budget_max_unavailable: int,
+    drain_seconds: float,
+    reschedule_seconds: float,
     fmt: str,
     html_file: Path | None,
 ) -> None:
@@ -419,6 +455,19 @@ def simulate(
     if ready_timeout is None:
         ready_timeout = settings.ready_timeout_for(cluster) if settings else 600.0
     windows = settings.windows_for(cluster) if settings else None
+    rollout = None
+    if settings is not None:
+        try:
+            rollout = settings.rollout_for(cluster, str(repo_config))
+        except RepoConfigError as exc:
+            _fail(f"--repo-config: {exc}")
+    drain = rollout.drain if rollout is not None else None
+    if drain is None and drain_on:
+        drain = DrainSettings()
+    serving = None
+    if serving_pods:
+        serving = ServingModel(serving_pods, pods_per_budget, budget_max_unavailable,
+                               drain_seconds, reschedule_seconds)
     config = SimConfig(
         nodes=nodes,
         from_version=from_version,
@@ -426,7 +475,10 @@ def simulate(
         auto_confirm=auto_confirm,
         until=min(until, LATEST_TIME - start),
         faults=faults,
-        settings=PlannerSettings(ready_timeout=ready_timeout, cordon_ahead=cordon_ahead),
+        settings=PlannerSettings(
+            ready_timeout=ready_timeout, cordon_ahead=cordon_ahead, drain=drain,
+            wait_for=rollout.wait_for if rollout is not None else None),
+        serving=serving,
         health=health,
         gpu_faults=gpu_faults,
         scrape_delay=scrape_delay,

@@ -13,6 +13,7 @@ in ``node_states`` (``draining``, ``drain_start``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -86,9 +87,13 @@ class NodeDrainSettings:
 
     @classmethod
     def from_text(cls, text: str | None) -> NodeDrainSettings | None:
-        """The record as written; None when absent or unreadable (the pass's settings apply)."""
-        if not text:
-            return None
+        """The record as written; None when absent or unreadable (the pass's settings apply).
+        Read once per distinct text: a wave's nodes share one, and every pass reads it for each
+        node in flight."""
+        return _read_record(text) if text else None
+
+    @classmethod
+    def _parse(cls, text: str) -> NodeDrainSettings | None:
         try:
             data = json.loads(text)
             if not isinstance(data, Mapping):
@@ -113,6 +118,11 @@ class NodeDrainSettings:
             )
         except (ValueError, TypeError, KeyError, LabelSelectorError):
             return None
+
+
+@functools.lru_cache(maxsize=256)
+def _read_record(text: str) -> NodeDrainSettings | None:
+    return NodeDrainSettings._parse(text)
 
 
 def recorded(node: RolloutNode) -> NodeDrainSettings | None:

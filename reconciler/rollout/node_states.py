@@ -229,7 +229,8 @@ def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
     if not node.unschedulable:
         p.actions.append(Cordon(node.name))
     p.event("NodeDrainStarted",
-            f"{node.name}: draining {len(found.evict)} pods, waiting for {len(found.waiting)}",
+            f"{node.name}: drain started ({len(found.evict)} pods to evict, "
+            f"{len(found.waiting)} to wait for)",
             node=node.name, step=p.step_index())
     drain_node(p, seen, counted=p.s.phase == st.PHASE_PROGRESSING, found=found)
 
@@ -305,8 +306,6 @@ def drain_node(p: Pass, node: RolloutNode, *, counted: bool,
         note = (f" (drain timed out after {settings.timeout:g}s, onTimeout "
                 f"{'wait' if on_timeout == 'fail' else on_timeout})")
     p.drain_notes[node.name] = _drain_note(node.name, held, found) + note
-    p.set(step_message="draining " + p.named(
-        [p.drain_notes[n] for n in sorted(p.drain_notes)], separator="; ", more="; and "))
     return True
 
 

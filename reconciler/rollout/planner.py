@@ -63,6 +63,9 @@ def _finish(p: Pass) -> Plan:
     draining = tuple(sorted(p.draining, key=lambda d: str(d["node"]))[:STATUS_LIMIT])
     if draining != p.s.draining:
         p.set(draining=draining)
+    if p.drain_notes and not p.s.step_message:  # what the step waits for, unless said already
+        notes = [p.drain_notes[n] for n in sorted(p.drain_notes)]
+        p.set(step_message="draining " + p.named(notes, separator="; ", more="; and "))
     status = p.s.to_json()
     # ``source`` is the status as read, every SPEC field present
     changed = st.without_update_time(status) != st.without_update_time(p.s.source)

@@ -19,14 +19,17 @@ from typing import Any, Literal
 
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.checks import Expectation, HealthConfig, NoSample, Reading
-from reconciler.names import ACTIVE_PHASES
+from reconciler.names import ACTIVE_PHASES, ANN_DRAIN_BLOCKED_BY
 from reconciler.policy.payload import Payload
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
     NODE_ACTIONS,
     Action,
+    AnnotateNode,
     DeleteDriverPod,
+    DeletePod,
+    EvictPod,
     RecordEvent,
     RestorePayload,
     SetDaemonSetImage,
@@ -44,6 +47,7 @@ from reconciler.rollout.model import (
 )
 from reconciler.rollout.node_view import apply_node_action, with_pod
 from reconciler.rollout.planner import Plan, plan
+from reconciler.rollout.sim_workloads import ServingFleet, ServingModel
 from reconciler.rollout.status import UpgradeStatus
 
 Fault = Literal["imagepull", "crashloop", "never-ready", "node-notready"]
@@ -102,6 +106,8 @@ class SimConfig:
     start: float = EPOCH
     #: the cluster's maintenance windows (SPEC 10; None: always open)
     windows: WindowCalendar | None = None
+    #: serving pods behind budgets on the fleet (SPEC 13; None: no workloads, as before)
+    serving: ServingModel | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,8 @@ class SimResult:
     ticks: list[tuple[float, int, int, int, int, int]]
     #: the health checks' outcomes (None without a ``health`` section)
     health_checks: list[dict[str, Any]] | None = None
+    #: drain time per node, the budgets that held, the evictions (None without serving pods)
+    drain: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         result = {
@@ -154,6 +162,8 @@ class SimResult:
         }
         if self.health_checks is not None:
             result["health_checks"] = self.health_checks
+        if self.drain is not None:
+            result["drain"] = self.drain
         return result
 
 
@@ -185,6 +195,11 @@ class Simulation:
             pod = DriverPod(f"metax-driver-{name}-0", self.ds.current_revision, ready=ready)
             self.nodes[name] = RolloutNode(name, ready, False, _NOTHING, _NOTHING, pod)
             self.pod_serial[name] = 0
+        self.serving = ServingFleet(config.serving) if config.serving is not None else None
+        if self.serving is not None:
+            for name, pods in self.serving.place(list(self.nodes)).items():
+                self.nodes[name] = dataclasses.replace(
+                    self.nodes[name], pods=pods, workloads=tuple(p.key for p in pods))
         # what a controller recorded while the fleet sat idle on the old version
         self.status: dict[str, Any] = {
             "lastAppliedSpec": {"payload": old_payload},
@@ -226,6 +241,8 @@ class Simulation:
             status=self.status,
             windows=self.config.windows,
         )
+        if self.serving is not None:
+            snapshot = dataclasses.replace(snapshot, budgets=self.serving.budgets())
         if self.config.health is None:
             return snapshot
         return self._with_readings(snapshot, self.config.health)
@@ -264,12 +281,22 @@ class Simulation:
         cfg = self.config
         if isinstance(action, NODE_ACTIONS):
             node = self.nodes[action.node]
+            if self.serving is not None and isinstance(action, EvictPod | DeletePod):
+                self._evict(node, action)
+                return
             landed = apply_node_action(node, action)
             if not isinstance(action, DeleteDriverPod):
                 self.nodes[action.node] = landed
+                if (self.serving is not None and isinstance(action, AnnotateNode)
+                        and ANN_DRAIN_BLOCKED_BY in action.annotations):
+                    blocked = action.annotations[ANN_DRAIN_BLOCKED_BY] or ""
+                    self.serving.blocked(self.t, node.name, filter(None, blocked.split(",")))
                 return
             if landed is node:
                 return  # already gone: deleting is idempotent
+            if self.serving is not None and node.name in self.serving.drain_started:
+                started = self.serving.drain_started.pop(node.name)
+                self.serving.drain_seconds[node.name] = self.t - started
             # the DaemonSet controller (OnDelete): a new pod at once, on the current template
             serial = self.pod_serial[node.name] + 1
             self.pod_serial[node.name] = serial
@@ -308,6 +335,9 @@ class Simulation:
             self.events.append(
                 SimEvent(self.t, action.reason, action.message, action.node, action.step)
             )
+            if (action.reason == "NodeDrainStarted" and self.serving is not None
+                    and action.node is not None):
+                self.serving.drain_started[action.node] = self.t
             if action.reason in ("HealthCheckPassed", "HealthCheckFailed"):
                 for check, result in dict(action.extra.get("checks") or {}).items():
                     outcome: dict[str, Any] = {"t": self.t, "check": check, "result": result}
@@ -319,7 +349,42 @@ class Simulation:
                         outcome["value"] = action.extra["value"]
                     self.health_outcomes.append(outcome)
 
+    def _evict(self, node: RolloutNode, action: EvictPod | DeletePod) -> None:
+        """The API server's answer to an eviction (a budget may refuse it) or a deletion; a pod
+        that goes terminates for its grace period."""
+        assert self.serving is not None
+        key = f"{action.namespace}/{action.pod}"
+        pod = next((p for p in node.pods if p.key == key), None)
+        if pod is None or pod.terminating:
+            return  # gone or going already: idempotent
+        if isinstance(action, EvictPod):
+            if not self.serving.evict(pod):
+                return  # 429: the planner asks again later
+        else:
+            self.serving.delete(pod)
+        self.nodes[node.name] = apply_node_action(node, action)
+        self._push(self.t + self.serving.model.grace_seconds, "pod-gone", node.name,
+                   f"{key}|{self.serving.budget_of(pod)}")
+
+    def _workload(self, kind: str, node_name_: str, what: str) -> None:
+        """A workload pod's end on its node (``what``: its key and budget), then its
+        replacement Ready elsewhere (``what``: the budget)."""
+        assert self.serving is not None
+        if kind == "pod-replaced":
+            self.serving.replaced(what)
+            return
+        key, _, budget = what.partition("|")
+        node = self.nodes.get(node_name_)
+        if node is not None:
+            pods = tuple(p for p in node.pods if p.key != key)
+            self.nodes[node_name_] = dataclasses.replace(
+                node, pods=pods, workloads=tuple(p.key for p in pods if p.gpu))
+        self._push(self.t + self.serving.model.reschedule_seconds, "pod-replaced", "", budget)
+
     def _handle(self, kind: str, node_name_: str, pod_name: str) -> None:
+        if kind in ("pod-gone", "pod-replaced"):
+            self._workload(kind, node_name_, pod_name)
+            return
         if kind == "wake":
             self.wakes.discard(self.t)
             return
@@ -513,6 +578,7 @@ class Simulation:
             planning_calls=self.calls,
             ticks=self.ticks,
             health_checks=self.health_outcomes if self.config.health is not None else None,
+            drain=self.serving.report(end) if self.serving is not None else None,
         )
 
 

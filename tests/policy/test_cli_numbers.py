@@ -21,7 +21,9 @@ BAD = [*NOT_FINITE, *HUGE_INTS, *NEGATIVE]
 #: (the command line before the option, the option)
 OPTIONS: list[tuple[list[str], str]] = [
     *[(["simulate", "{policy}", "--nodes", "10", "--from-version", "1.0.0.0"], option)
-      for option in ("--install-seconds", "--auto-confirm", "--until", "--ready-timeout")],
+      for option in ("--install-seconds", "--auto-confirm", "--until", "--ready-timeout",
+                     "--serving-pods", "--pods-per-budget", "--budget-max-unavailable",
+                     "--drain-seconds", "--reschedule-seconds")],
     (["simulate", "{policy}", "--from-version", "1.0.0.0"], "--nodes"),
     *[(["dev-cluster", "up", "--dir", "{state}"], option)
       for option in ("--nodes", "--seed", "--timeout", "--install-seconds")],

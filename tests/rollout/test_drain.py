@@ -467,3 +467,46 @@ def test_drain_off_ignores_pods_and_budgets(pods: list[list[tuple[str, bool]]],
     assert not any(isinstance(x, EvictPod | DeletePod) for x in a.actions)
     assert not any(isinstance(x, AnnotateNode) and ANN_DRAIN_SETTINGS in x.annotations
                    for x in a.actions)
+
+
+# ----------------------------------------------------------------------------- slots
+
+
+def test_a_draining_node_holds_a_slot_and_is_not_unavailable() -> None:
+    # maxParallel 1, maxUnavailable 0: node-0001 drains (held by its budget); nothing else
+    # starts, and it does not count as unavailable
+    w = DrainWorld(3, policy(maxParallel=1, maxUnavailable=0),
+                   settings=PlannerSettings(drain=drain()))
+    w.pods("node-0001", web(1))
+    w.budget(0)
+    w.settle(0)
+    result = w.plan(10)
+    assert result.in_flight == 1 and result.unavailable == 0
+    assert w.state("node-0001") == STATE_DRAINING
+    assert deletions(result) == [] and w.state("node-0003") is None
+    w.budget(1)
+    assert evictions(w.plan(20)) == ["serve/web-1"]
+    w.end_terminating()
+    assert deletions(w.plan(25)) == ["node-0001"]
+
+
+def test_a_rollback_releases_a_node_draining_for_the_new_version() -> None:
+    # node-0002 drains for the new version when node-0001's failure rolls the rollout back:
+    # it still runs the old driver, so it is released (uncordoned, records and the
+    # autoscaler annotation removed), never upgraded
+    w = DrainWorld(2, policy(maxParallel=2, fallback="rollback"),
+                   settings=PlannerSettings(drain=drain()))
+    w.pods("node-0002", web(2))
+    w.budget(0)
+    w.settle(0)
+    assert w.state("node-0002") == STATE_DRAINING
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    for t in (10, 11, 12):
+        w.plan(t)
+    assert w.status["phase"] == "Terminating"
+    node = w.nodes["node-0002"]
+    assert w.state("node-0002") is None and not node.unschedulable
+    for key in (ANN_DRAIN_SETTINGS, ANN_DRAIN_STARTED, ANN_DRAIN_BLOCKED_BY,
+                ANN_SCALE_DOWN_DISABLED):
+        assert key not in node.annotations, key
+    assert node.pod is not None and node.pod.revision == OLD_REV
