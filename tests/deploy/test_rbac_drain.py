@@ -129,3 +129,42 @@ def test_a_drain_rollout_with_exactly_the_drain_part(
                  if e.permission.resource == "pods" and e.permission.verb == "delete"
                  and e.permission.namespace == NAMESPACE]
     assert evictions and deletions, "an eviction and onTimeout's deletion both happened"
+
+
+def test_drain_without_the_drain_part_says_so_and_drains_nothing(
+    workload_plane: AuditedControlPlane, tmp_path: Path
+) -> None:
+    kube = workload_plane.api(pool_size=8)
+    install_roles(kube)
+    name = "no-drain-part"
+    kubeconfig = workload_plane.mint_kubeconfig("gpu-reconciler", name=name,
+                                                namespace_roles=ROLES)
+    username = f"system:serviceaccount:{MINTED_NAMESPACE}:{name}"
+    fleet = Fleet(kube, nodes=1, install_seconds=0.3).start()
+    log_path = tmp_path / "controller.log"
+    repo_config = tmp_path / "reconciler.yaml"
+    repo_config.write_text(yaml.safe_dump({"rollout": {"drain": {}}}))
+
+    def reasons() -> list[str]:
+        uid = co(kube)["metadata"]["uid"]
+        events = kube.list(resource_path("v1", "events", namespace="default"),
+                           query={"fieldSelector": f"involvedObject.uid={uid}"})
+        return [str(e.get("reason")) for e in events["items"]]
+
+    try:
+        wait_for(lambda: len(fleet.ready_driver_nodes()) == 1, timeout=60,
+                 what="1 Ready driver pod", observe=fleet.driver_pods)
+        with reconciler(["run", "--role", "controller", "--kubeconfig", str(kubeconfig),
+                         "--repo-config", str(repo_config), "--ops-listen", "off"],
+                        log_path) as process:
+            wait_for(lambda: "DrainNotPermitted" in reasons(), timeout=60,
+                     what="the DrainNotPermitted Event", observe=log_path.read_text)
+            assert not (co(kube).get("status") or {}).get("upgradeStatus"), \
+                "no pass planned on a guess about the budgets"
+            os.killpg(process.pid, signal.SIGTERM)
+            assert process.wait(30) == 0
+    finally:
+        fleet.stop(cleanup=True)
+        kube.close()
+    denials = denied(audit_entries(workload_plane.audit_log, username))
+    assert denials and all("poddisruptionbudgets" in d for d in denials), denials
