@@ -56,6 +56,7 @@ from reconciler.sim.fleet import Fleet
 from reconciler.sync.loop import ClusterSync
 from reconciler.trust.forges import FORGES, Forge
 from reconciler.trust.webhook import (
+    PushEvent,
     WatchedBranch,
     WebhookReceiver,
     WebhookSecret,
@@ -139,10 +140,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def gitea_pushes(api: KubeApi, applied: Applied, work: Path, samples: int) -> list[float] | None:
+def gitea_pushes(api: KubeApi, applied: Applied, work: Path,
+                 samples: int) -> dict[str, list[float]] | None:
     """Merge-to-apply through a real Gitea: a push over its HTTP with a token, its own push
-    webhook (X-Gitea-Signature) to the receiver, the fetch from it, the apply. None without a
-    Gitea build."""
+    webhook (X-Gitea-Signature) to the receiver, the fetch from it, the apply (``apply``);
+    with its parts from the push's start: ``push`` until ``git push`` returns, ``delivery``
+    until the webhook arrives. None without a Gitea build."""
     try:
         gitea_home()
     except GiteaNotFound:
@@ -164,24 +167,37 @@ def gitea_pushes(api: KubeApi, applied: Applied, work: Path, samples: int) -> li
                            fetch_interval=3600).start()
         applied.wait(git(clone, "rev-parse", "HEAD"), timeout=60)
         target = sync
+        delivered: dict[str, float] = {}
+
+        def trigger(event: PushEvent) -> None:
+            delivered.setdefault(event.after, event.received_monotonic)
+            target.trigger()
+
         receiver = WebhookReceiver(secret=WebhookSecret(b"bench-secret"),
                                    watched=WatchedBranch("bench/policy", "main"),
-                                   trigger=lambda event: target.trigger())
+                                   trigger=trigger)
         webhook = WebhookServer("127.0.0.1", free_port(), receiver)
         webhook.start()
         server.add_push_webhook("bench", "policy",
                                 f"http://{webhook.address[0]}:{webhook.address[1]}/webhook",
                                 "bench-secret")
 
+        starts: dict[str, float] = {}
+        pushed: list[float] = []
+
         def change(i: int) -> tuple[str, float]:
             git(clone, "pull", "-q", "--rebase", "origin", "main")
             (clone / POLICY_PATH).write_text(policy(NEW, label=f"gitea-{i}"))
             git(clone, "commit", "-q", "-am", f"gitea sample {i}")
-            started = time.monotonic()
+            sha = git(clone, "rev-parse", "HEAD")
+            started = starts[sha] = time.monotonic()
             git(clone, "push", "-q", "origin", "HEAD:main")
-            return git(clone, "rev-parse", "HEAD"), started
+            pushed.append(time.monotonic() - started)
+            return sha, started
 
-        return measure(samples, change, applied)
+        applies = measure(samples, change, applied)
+        return {"apply": applies, "push": pushed,
+                "delivery": [at - starts[sha] for sha, at in delivered.items() if sha in starts]}
     finally:
         if webhook is not None:
             webhook.stop()
@@ -337,8 +353,11 @@ def main() -> int:
             "webhook_max": max(hooked),
             **{f"webhook_{name}_p50": statistics.median(v) for name, v in by_forge.items()},
             **{f"webhook_{name}_max": max(v) for name, v in by_forge.items()},
-            **({"gitea_real_p50": statistics.median(real_gitea),
-                "gitea_real_max": max(real_gitea)} if real_gitea else {}),
+            **({"gitea_real_p50": statistics.median(real_gitea["apply"]),
+                "gitea_real_max": max(real_gitea["apply"]),
+                "gitea_real_push_p50": statistics.median(real_gitea["push"]),
+                "gitea_real_delivery_p50": statistics.median(real_gitea["delivery"])}
+               if real_gitea else {}),
             "status_commits": len(status_commits),
             "status_commit_subjects": list(reversed(status_commits)),
             "rollout_seconds": rollout_seconds,
@@ -374,6 +393,10 @@ def main() -> int:
         print(f"{row[0]:{width}} {row[1]:8} {row[2]:28} {row[3]}")
     if "gitea_real_p50" not in results:
         print("\nno Gitea built (scripts/install-gitea): the real Gitea row is left out")
+    else:
+        print(f"\nreal Gitea, from the push's start, p50: git push returns after "
+              f"{results['gitea_real_push_p50']:.3f} s, its webhook arrives after "
+              f"{results['gitea_real_delivery_p50']:.3f} s")
     print(f"\n{args.samples} samples each; rollout took {results['rollout_seconds']:.1f} s; "
           "status commits:")
     for subject in results["status_commit_subjects"]:  # type: ignore[union-attr]

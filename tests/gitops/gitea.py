@@ -105,6 +105,11 @@ REPO_INDEXER_ENABLED = false
 [session]
 PROVIDER = memory
 
+[queue]
+# in memory: Gitea's default persistent queues poll when idle (up to 2 s, twice between a push
+# and its webhook delivery)
+TYPE = channel
+
 [cron]
 ENABLED = false
 

@@ -53,6 +53,12 @@ class Hosted:
     def statuses(self, sha: str) -> list[dict[str, Any]]:
         return self.gitea.statuses(OWNER, self.name, sha)
 
+    def subjects(self) -> list[str]:
+        """The newest commit subjects of main, as Gitea lists them."""
+        commits = self.gitea.api("GET", f"/repos/{OWNER}/{self.name}/commits"
+                                        "?sha=main&limit=20&stat=false&files=false")
+        return [c["commit"]["message"].split("\n", 1)[0] for c in commits]
+
 
 @pytest.fixture
 def hosted(gitea: Gitea, control_plane: ControlPlane, tmp_path: Path) -> Iterator[Hosted]:
@@ -103,7 +109,11 @@ def test_gitea_push_webhooks_drive_the_rollout_and_its_statuses_read_back_on_the
     # Gitea's delivery, not a fetch interval, made the daemon fetch the merge
     assert (f"webhook push (gitea) to {OWNER}/{hosted.name} refs/heads/main ({merge[:12]}) "
             f"by {ADMIN}: fetch triggered") in hosted.daemon.log()
-    hosted.alice.pull()  # our write-back of pause: true is on Gitea now
+    # our write-back of pause: true, pushed to Gitea over HTTP with the token
+    wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in subject
+                         for subject in hosted.subjects()),
+             timeout=30, what="the pause write-back on Gitea", observe=hosted.subjects)
+    hosted.alice.pull()
     resume = hosted.alice.commit_and_push("Release the rest of prod-a",
                                           {POLICY_PATH: policy(NEW, pause=False)})
     wait_for(lambda: step_state(kube) == ("Idling", 3, "Completed"), timeout=90,
