@@ -137,6 +137,8 @@ def test_gitea_push_webhooks_drive_the_rollout_and_its_statuses_read_back_on_the
     # Gitea's combined state of the merge, as a pull request shows it
     combined = hosted.gitea.api("GET", f"/repos/{OWNER}/{hosted.name}/commits/{merge}/status")
     assert combined["state"] == "success"
+    # the token went to Git and to the API, never to the log
+    assert hosted.gitea.token not in hosted.daemon.log()
 
 
 def test_a_rejected_commit_pushed_to_gitea_gets_failure_on_itself(
