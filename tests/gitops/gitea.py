@@ -161,8 +161,7 @@ class Gitea:
         self.cli("admin", "user", "create", "--admin", "--username", ADMIN, "--email",
                  f"{ADMIN}@example.com", "--password", secrets.token_urlsafe(18),
                  "--must-change-password=false")
-        self.token = self.cli("admin", "user", "generate-access-token", "--username", ADMIN,
-                              "--token-name", "tests", "--scopes", "all", "--raw")
+        self.token = self.new_token("tests", "all")
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [str(self.binary), "web", "--config", str(self.config), "--work-path",
@@ -173,6 +172,11 @@ class Gitea:
             self.stop()
             raise
         return self
+
+    def new_token(self, name: str, scopes: str) -> str:
+        """A new access token of the admin with ``scopes`` (Gitea's words, comma-separated)."""
+        return self.cli("admin", "user", "generate-access-token", "--username", ADMIN,
+                        "--token-name", name, "--scopes", scopes, "--raw")
 
     def _wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout

@@ -49,6 +49,8 @@ class Hosted:
     alice: Person
     daemon: Daemon
     hook: int
+    #: the daemon's token
+    token: str
 
     def statuses(self, sha: str) -> list[dict[str, Any]]:
         return self.gitea.statuses(OWNER, self.name, sha)
@@ -69,8 +71,9 @@ def hosted(gitea: Gitea, control_plane: ControlPlane, tmp_path: Path) -> Iterato
                                                    POLICY_PATH: policy()})
     seeder.push()
     alice = Person(gitea.clone_url(OWNER, name), tmp_path / "alice", name="Alice Operator")
+    # the daemon's token has the one scope docs/forges.md asks for: Git and statuses
     token = tmp_path / "gitea-token"
-    token.write_text(gitea.token + "\n")
+    token.write_text(gitea.new_token(f"reconciler-{name}", "write:repository") + "\n")
     token.chmod(0o600)
     daemon = Daemon([
         "--repo", f"{gitea.url}/{OWNER}/{name}.git", "--cluster", CLUSTER,
@@ -85,7 +88,7 @@ def hosted(gitea: Gitea, control_plane: ControlPlane, tmp_path: Path) -> Iterato
         hook = gitea.add_push_webhook(
             OWNER, name, f"http://127.0.0.1:{daemon.webhook_port}/webhook", WEBHOOK_SECRET)
         wait_port_ready(daemon)
-        yield Hosted(gitea, name, seed, alice, daemon, hook)
+        yield Hosted(gitea, name, seed, alice, daemon, hook, token.read_text().strip())
     finally:
         code = daemon.stop()
         assert code == 0, daemon.log()[-3000:]
@@ -138,7 +141,7 @@ def test_gitea_push_webhooks_drive_the_rollout_and_its_statuses_read_back_on_the
     combined = hosted.gitea.api("GET", f"/repos/{OWNER}/{hosted.name}/commits/{merge}/status")
     assert combined["state"] == "success"
     # the token went to Git and to the API, never to the log
-    assert hosted.gitea.token not in hosted.daemon.log()
+    assert hosted.token not in hosted.daemon.log()
 
 
 def test_a_rejected_commit_pushed_to_gitea_gets_failure_on_itself(
