@@ -11,6 +11,8 @@ process:
 - remote + signed webhook: the same through the real webhook receiver over HTTP (GitHub's
   headers), and then through each other forge's own (Gitea/Forgejo, GitLab, Bitbucket Server,
   Gitee: issue 33), --samples merges each;
+- a real Gitea (when scripts/install-gitea built one): ``git push`` over its HTTP, its own push
+  webhook delivery to the receiver -> applied, --samples merges;
 - status commits in one rollout of 3 steps with pauses (10 nodes, builtin controller);
   goal <= 3 x steps + 3.
 
@@ -54,11 +56,13 @@ from reconciler.sim.fleet import Fleet
 from reconciler.sync.loop import ClusterSync
 from reconciler.trust.forges import FORGES, Forge
 from reconciler.trust.webhook import (
+    PushEvent,
     WatchedBranch,
     WebhookReceiver,
     WebhookSecret,
     WebhookServer,
 )
+from tests.gitops.gitea import Gitea, GiteaNotFound, gitea_home
 
 REGISTRY = "cr.metax-tech.com/public-library"
 OLD, NEW = "2.32.0.6", "2.33.0.9"
@@ -134,6 +138,82 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def gitea_pushes(api: KubeApi, applied: Applied, work: Path,
+                 samples: int) -> dict[str, list[float]] | None:
+    """Merge-to-apply through a real Gitea: a push over its HTTP with a token, its own push
+    webhook (X-Gitea-Signature) to the receiver, the fetch from it, the apply (``apply``);
+    from the push's start ``push`` until ``git push`` returns and ``delivery`` until the webhook
+    arrives; ``ours`` from the webhook's arrival to the apply. None without a Gitea build."""
+    try:
+        gitea_home()
+    except GiteaNotFound:
+        return None
+    server = Gitea(work / "gitea").start()
+    sync: ClusterSync | None = None
+    webhook: WebhookServer | None = None
+    try:
+        server.create_repository("bench", "policy")
+        url = server.clone_url("bench", "policy")
+        clone = work / "gitea-clone"
+        git(work, "clone", "-q", url, str(clone))
+        (clone / POLICY_PATH).parent.mkdir(parents=True)
+        (clone / POLICY_PATH).write_text(policy(NEW, label="gitea-seed"))
+        git(clone, "add", "-A")
+        git(clone, "commit", "-q", "-m", "seed")
+        git(clone, "push", "-q", "origin", "HEAD:main")
+        sync = ClusterSync(api, url, cluster="bench", state_dir=work / "state-gitea",
+                           fetch_interval=3600).start()
+        applied.wait(git(clone, "rev-parse", "HEAD"), timeout=60)
+        target = sync
+        delivered: dict[str, float] = {}
+
+        def trigger(event: PushEvent) -> None:
+            delivered.setdefault(event.after, event.received_monotonic)
+            target.trigger()
+
+        receiver = WebhookReceiver(secret=WebhookSecret(b"bench-secret"),
+                                   watched=WatchedBranch("bench/policy", "main"),
+                                   trigger=trigger)
+        webhook = WebhookServer("127.0.0.1", free_port(), receiver)
+        webhook.start()
+        server.add_push_webhook("bench", "policy",
+                                f"http://{webhook.address[0]}:{webhook.address[1]}/webhook",
+                                "bench-secret")
+
+        starts: dict[str, float] = {}
+        pushed: list[float] = []
+
+        def change(i: int) -> tuple[str, float]:
+            git(clone, "pull", "-q", "--rebase", "origin", "main")
+            (clone / POLICY_PATH).write_text(policy(NEW, label=f"gitea-{i}"))
+            git(clone, "commit", "-q", "-am", f"gitea sample {i}")
+            for _ in range(5):
+                sha = git(clone, "rev-parse", "HEAD")
+                started = time.monotonic()
+                push = subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=clone,
+                                      capture_output=True, text=True)
+                if push.returncode == 0:
+                    pushed.append(time.monotonic() - started)
+                    starts[sha] = started
+                    return sha, started
+                # a status commit of the sync's came first: rebase, as a person does
+                git(clone, "pull", "-q", "--rebase", "origin", "main")
+            raise RuntimeError(f"git push to Gitea refused: {push.stderr.strip()}")
+
+        applies = measure(samples, change, applied)
+        # (a sample whose delivery went unseen is left out of the last two)
+        parts = [(delivered[sha] - started, apply) for (sha, started), apply
+                 in zip(starts.items(), applies, strict=True) if sha in delivered]
+        return {"apply": applies, "push": pushed, "delivery": [d for d, _ in parts],
+                "ours": [apply - d for d, apply in parts]}
+    finally:
+        if webhook is not None:
+            webhook.stop()
+        if sync is not None:
+            sync.stop()
+        server.stop()
 
 
 def main() -> int:
@@ -272,6 +352,7 @@ def main() -> int:
         webhook.stop()
         daemon.terminate()
         daemon.wait(10)
+        real_gitea = gitea_pushes(api, applied, work, args.samples)
         fleet.stop(cleanup=True)
         results = {
             "local_watch_p50": statistics.median(watch),
@@ -282,6 +363,13 @@ def main() -> int:
             "webhook_max": max(hooked),
             **{f"webhook_{name}_p50": statistics.median(v) for name, v in by_forge.items()},
             **{f"webhook_{name}_max": max(v) for name, v in by_forge.items()},
+            **({"gitea_real_p50": statistics.median(real_gitea["apply"]),
+                "gitea_real_max": max(real_gitea["apply"]),
+                "gitea_real_push_p50": statistics.median(real_gitea["push"]),
+                "gitea_real_delivery_p50": statistics.median(real_gitea["delivery"]),
+                "gitea_real_ours_p50": statistics.median(real_gitea["ours"]),
+                "gitea_real_ours_max": max(real_gitea["ours"])}
+               if real_gitea else {}),
             "status_commits": len(status_commits),
             "status_commit_subjects": list(reversed(status_commits)),
             "rollout_seconds": rollout_seconds,
@@ -304,6 +392,14 @@ def main() -> int:
            f"{results[f'webhook_{name}_p50']:.3f} s (max {results[f'webhook_{name}_max']:.3f})",
            f"{float(str(results[f'webhook_{name}_p50'])) / 1.0:.2f}")
           for name in FORGE_NAMES),
+        # a push to Gitea waits for its own hooks (no goal of ours); from its webhook's
+        # arrival on, the time is ours
+        *((("merge-to-apply, push to Gitea + its webhook, p50", "-",
+            f"{results['gitea_real_p50']:.3f} s (max {results['gitea_real_max']:.3f})", "-"),
+           ("Gitea's webhook arrival to apply, p50", "< 1 s",
+            f"{results['gitea_real_ours_p50']:.3f} s (max {results['gitea_real_ours_max']:.3f})",
+            f"{float(str(results['gitea_real_ours_p50'])) / 1.0:.2f}"))
+          if "gitea_real_p50" in results else ()),
         (f"status commits, rollout of {STEPS} steps", f"<= {budget}",
          str(results["status_commits"]), f"{int(str(results['status_commits'])) / budget:.2f}"),
     ]
@@ -311,6 +407,12 @@ def main() -> int:
     print(f"{'figure':{width}} {'goal':8} {'measured':28} ratio")
     for row in rows:
         print(f"{row[0]:{width}} {row[1]:8} {row[2]:28} {row[3]}")
+    if "gitea_real_p50" not in results:
+        print("\nno Gitea built (scripts/install-gitea): the real Gitea row is left out")
+    else:
+        print(f"\nreal Gitea, from the push's start, p50: git push returns after "
+              f"{results['gitea_real_push_p50']:.3f} s, its webhook arrives after "
+              f"{results['gitea_real_delivery_p50']:.3f} s")
     print(f"\n{args.samples} samples each; rollout took {results['rollout_seconds']:.1f} s; "
           "status commits:")
     for subject in results["status_commit_subjects"]:  # type: ignore[union-attr]
