@@ -27,7 +27,6 @@ from reconciler.controller.observe import (
     pick_driver_pod,
     requests_gpu,
 )
-from reconciler.controller.worker import generation, newer, same_version
 from reconciler.kube.api import JSON
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
@@ -41,6 +40,7 @@ from reconciler.planning import (
     Uncordon,
 )
 from reconciler.rollout.model import DriverPod, RolloutNode
+from reconciler.runtime.watched import generation, newer, same_version
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,7 +126,7 @@ def test_grants_cover_by_namespace_and_name() -> None:
     assert cluster_wide.covers(Permission("", "pods", "metax-operator", "list"))
 
 
-DAEMON_CODE = ("controller", "sync", "firmware", "ops", "gitops", "trust", "admission",
+DAEMON_CODE = ("controller", "runtime", "sync", "firmware", "ops", "gitops", "trust", "admission",
                "cli/run.py")
 
 
