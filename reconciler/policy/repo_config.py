@@ -8,8 +8,8 @@ One set of values, two ways in:
   file as a commit holds it, unchecked, parsed once for everything that reads it: the sync pass
   (signature mode, folders), the Git side and the daemon's controller settings. Only the keys
   the Git side uses are checked, and a wrong one is a ``RepoConfigError`` naming the key, so a
-  daemon never dies on a traceback for a typo in the config file (the Git side raises it again
-  as ``reconciler.gitops.errors.RepoConfigError``). The signature mode is read even from a
+  daemon never dies on a traceback for a typo in the config file (one class, from
+  ``reconciler/errors.py``: the Git side raises the same). The signature mode is read even from a
   file whose other keys are wrong: the signature check runs before the config is judged. The
   controllers' sections (``rollout`` with ``rollout_for``, ``windows``, ``health``) are judged
   per cluster by ``reconciler.settings.cluster``, at every commit.
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from reconciler.errors import RepoConfigError as RepoConfigError
 from reconciler.fieldpath import section
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ CLUSTER_SECTIONS = ("rollout", "health", "windows", "promotion", "notify")
 PROMOTION_MODES = ("hold", "branch", "auto")
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class RepoConfigError(ValueError):
-    """``reconciler.yaml`` is unreadable or has a wrong type; the message names the key."""
 
 
 def parse_duration(text: str) -> float:

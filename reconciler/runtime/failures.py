@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reconciler.clock import Clock
-from reconciler.gitops.errors import GitOpsError
+from reconciler.errors import GitOpsError
 from reconciler.kube.api import Conflict, KubeError
 
 #: the longest condition message / error text carried into the status and Events
