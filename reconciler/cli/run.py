@@ -276,7 +276,8 @@ def _path(value: str | None, *, expand: bool = False) -> Path | None:
 def _read_repo_config(path: str) -> RepoConfigArg:
     """--repo-config, read at start: a link, a FIFO, an oversized or unparsable file is a usage
     error naming it (bounded like a policy file, never followed)."""
-    from reconciler.files import FileRefused, YamlRefused, parse_yaml, printable, read_bounded
+    from reconciler.files import FileRefused, printable, read_bounded
+    from reconciler.policy.document import YamlRefused, parse_yaml
 
     try:
         text = read_bounded(path)

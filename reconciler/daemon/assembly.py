@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from reconciler.controller.loop import RolloutController
 from reconciler.daemon.settings import (
@@ -37,6 +38,21 @@ log = logging.getLogger("reconciler.run")
 #: connections to the API server: the watches hold some, the controllers' action workers (32,
 #: and 8 each for deletion records and bookkeeping) and the sync the rest
 API_POOL_SIZE = 64
+
+
+class _Server(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def _listen(server: _Server, step: str, shutdown: Shutdown, *, flag: str) -> None:
+    """Starts a listener (a port taken: the daemon cannot start) and stops it at shutdown."""
+    try:
+        server.start()
+    except OSError as exc:
+        raise StartFailed(f"{flag}: {exc}") from exc
+    shutdown.on_shutdown(step, server.stop)
 
 
 class Leadership:
@@ -76,11 +92,7 @@ def serve(s: DaemonSettings) -> int:
         except ListenAddressError as exc:
             raise SettingRefused(str(exc), flag="--ops-listen") from exc
         ops = OpsServer(*ops_address, checks=checks, metrics=metrics)
-        try:
-            ops.start()
-        except OSError as exc:
-            raise StartFailed(f"--ops-listen {s.ops_listen}: {exc}") from exc
-        shutdown.on_shutdown("ops server", ops.stop)
+        _listen(ops, "ops server", shutdown, flag=f"--ops-listen {s.ops_listen}")
         log.info("ops endpoints on %s (/healthz /readyz /metrics)", ops.url)
 
     if s.admission.listen:
@@ -396,11 +408,7 @@ def _start_webhook(s: DaemonSettings, sync: ClusterSync, metrics: Metrics,
         metrics=metrics,
     )
     server = WebhookServer(host, port, receiver)
-    try:
-        server.start()
-    except OSError as exc:
-        raise StartFailed(f"--webhook-listen {w.listen}: {exc}") from exc
-    shutdown.on_shutdown("webhook server", server.stop)
+    _listen(server, "webhook server", shutdown, flag=f"--webhook-listen {w.listen}")
     log.info("webhook receiver on %s/webhook", server.url)
 
 
