@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from reconciler.durations import parse_duration
-from reconciler.policy.payload import ARCH_SUFFIXES
+from reconciler.names import ARCH_SUFFIXES
 
 #: ``HealthFailure.reason`` and the condition type of a fallback it causes
 HEALTH_CHECK_FAILED = "HealthCheckFailed"
