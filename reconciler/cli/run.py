@@ -23,7 +23,6 @@ from reconciler.daemon.settings import (
     DaemonSettings,
     Election,
     Forge,
-    GitAccess,
     RepoConfigArg,
     SettingRefused,
     Signatures,
@@ -33,6 +32,7 @@ from reconciler.daemon.settings import (
     check_forge_url,
     check_roles,
 )
+from reconciler.gitops.credentials import GitCredentials
 
 ENV = "RECONCILER_"
 
@@ -241,9 +241,9 @@ def daemon_settings(o: Mapping[str, Any]) -> DaemonSettings:
         status_min_interval=_duration(o["status_min_interval"], "--status-min-interval"),
         ready_timeout=ready, cordon_ahead=bool(o["cordon_ahead"]), repo_config=repo_config,
         controller_field_manager=o["controller_field_manager"],
-        git=GitAccess(ssh_key=_path(o["git_ssh_key"]),
-                      known_hosts=_path(o["git_known_hosts"]), username=o["git_username"],
-                      password_file=_path(o["git_password_file"])),
+        git=GitCredentials(ssh_key=_path(o["git_ssh_key"]),
+                           known_hosts=_path(o["git_known_hosts"]), username=o["git_username"],
+                           password_file=_path(o["git_password_file"])),
         signatures=Signatures(
             mode=o["signature_mode"],
             trusted_gpg_keys=tuple(Path(p) for p in o["trusted_gpg_keys"]),

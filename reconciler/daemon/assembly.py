@@ -281,17 +281,14 @@ def _start_window_pauses(s: DaemonSettings, sync: ClusterSync, is_leader: Callab
 def _start_sync(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader: Leadership,
                 shutdown: Shutdown, node_counts: Callable[[], dict[str, int]] | None,
                 live: LiveSettings) -> ClusterSync:
-    from reconciler.gitops.credentials import GitCredentials, redact
+    from reconciler.gitops.credentials import redact
 
     assert s.repo is not None and s.cluster is not None  # check_roles
     verifier = _verifier(s, metrics)
-    g = s.git
-    credentials = GitCredentials(ssh_key=g.ssh_key, known_hosts=g.known_hosts,
-                                 username=g.username, password_file=g.password_file)
     try:
         sync = ClusterSync(
             api, s.repo, cluster=s.cluster, branch=s.branch, state_dir=s.state_dir,
-            git_credentials=credentials,
+            git_credentials=s.git,
             cluster_operator=s.cluster_operator, fetch_interval=s.fetch_interval,
             status_min_interval=s.status_min_interval, verifier=verifier,
             signature_mode=s.signatures.mode, signing=_signing(s), metrics=metrics,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reconciler.gitops.credentials import GitCredentials
+
 Role = Literal["all", "sync", "controller"]
 Mode = Literal["builtin", "operator"]
 
@@ -45,14 +47,6 @@ class RepoConfigArg:
     path: str
     data: dict[str, Any]
     text: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GitAccess:
-    ssh_key: Path | None = None
-    known_hosts: Path | None = None
-    username: str | None = None
-    password_file: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +123,7 @@ class DaemonSettings:
     cordon_ahead: bool = True
     repo_config: RepoConfigArg | None = None
     controller_field_manager: str = "gpu-rollout-controller"
-    git: GitAccess = field(default_factory=GitAccess)
+    git: GitCredentials = field(default_factory=GitCredentials)
     signatures: Signatures = field(default_factory=Signatures)
     webhook: Webhook = field(default_factory=Webhook)
     forge: Forge = field(default_factory=Forge)
