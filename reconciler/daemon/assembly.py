@@ -14,24 +14,27 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from reconciler.controller.loop import RolloutController
 from reconciler.daemon.settings import (
     DaemonSettings,
     SettingRefused,
     StartFailed,
     UsageRefused,
 )
-from reconciler.firmware.controller import FirmwareController
-from reconciler.gitops.errors import GitOpsError
-from reconciler.kube.api import KubeApi
-from reconciler.ops.metrics import Metrics
-from reconciler.ops.shutdown import Shutdown
-from reconciler.settings.cluster import ClusterSettings
-from reconciler.settings.live import LiveSettings
-from reconciler.sync.loop import ClusterSync
-from reconciler.trust.signatures import CommitVerifier
+
+# each part is imported when it starts: a controller alone never loads Git, and a start is
+# quick (a restarted replica acts again within seconds)
+if TYPE_CHECKING:
+    from reconciler.controller.loop import RolloutController
+    from reconciler.firmware.controller import FirmwareController
+    from reconciler.kube.api import KubeApi
+    from reconciler.ops.metrics import Metrics
+    from reconciler.ops.shutdown import Shutdown
+    from reconciler.settings.cluster import ClusterSettings
+    from reconciler.settings.live import LiveSettings
+    from reconciler.sync.loop import ClusterSync
+    from reconciler.trust.signatures import CommitVerifier
 
 log = logging.getLogger("reconciler.run")
 
@@ -74,6 +77,8 @@ def serve(s: DaemonSettings) -> int:
     """Starts every part ``s`` asks for and runs until a signal; returns the exit code."""
     from reconciler.ops.health import HealthChecks, OpsServer
     from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+    from reconciler.ops.metrics import Metrics
+    from reconciler.ops.shutdown import Shutdown
 
     api = kube_api(s.kubeconfig)
     shutdown = Shutdown()
@@ -140,7 +145,8 @@ def _start_controllers(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader
                        ) -> tuple[RolloutController, FirmwareController]:
     from reconciler.controller.act import Target
     from reconciler.controller.health import HealthFeeder
-    from reconciler.controller.loop import prefer_responsiveness
+    from reconciler.controller.loop import RolloutController, prefer_responsiveness
+    from reconciler.firmware.controller import FirmwareController
     from reconciler.rollout.model import PlannerSettings
 
     prefer_responsiveness()
@@ -209,7 +215,7 @@ def _live_settings(s: DaemonSettings, shutdown: Shutdown) -> LiveSettings:
     """The one live view of reconciler.yaml for this cluster that every loop reads at each
     pass: published by the sync role at each commit it applies; without one, --repo-config,
     read again whenever it changes (none: the defaults). --ready-timeout pins its setting."""
-    from reconciler.settings.live import RepoConfigWatch
+    from reconciler.settings.live import LiveSettings, RepoConfigWatch
 
     pin = None
     flag = s.ready_timeout
@@ -282,6 +288,8 @@ def _start_sync(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader: Leade
                 shutdown: Shutdown, node_counts: Callable[[], dict[str, int]] | None,
                 live: LiveSettings) -> ClusterSync:
     from reconciler.gitops.credentials import redact
+    from reconciler.gitops.errors import GitOpsError
+    from reconciler.sync.loop import ClusterSync
 
     assert s.repo is not None and s.cluster is not None  # check_roles
     verifier = _verifier(s, metrics)
@@ -349,7 +357,12 @@ def _verifier(s: DaemonSettings, metrics: Metrics) -> CommitVerifier | None:
                                "--allowed-signers")
         return None
     from reconciler.gitops.mirror import default_state_dir
-    from reconciler.trust.signatures import Method, SignatureConfigError, TrustedKeys
+    from reconciler.trust.signatures import (
+        CommitVerifier,
+        Method,
+        SignatureConfigError,
+        TrustedKeys,
+    )
 
     methods = set()
     if sig.trusted_gpg_keys:
@@ -475,6 +488,7 @@ def _self_signed(s: DaemonSettings, api: KubeApi, leader: Leadership, shutdown: 
 
 def kube_api(kubeconfig: str | None) -> KubeApi:
     """The given kubeconfig, else in-cluster config, else ~/.kube/config."""
+    from reconciler.kube.api import KubeApi
     from reconciler.kube.kubeconfig import in_cluster_api
 
     if kubeconfig:
