@@ -17,10 +17,11 @@ import os
 import stat
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 # one limit for a file on disk, a blob in a commit and the parser
-from reconciler.policy.document import MAX_FILE_BYTES as MAX_FILE_BYTES
+#: A policy file is a few kilobytes; anything far larger is a mistake or an attack.
+MAX_FILE_BYTES = 1024 * 1024
 
 Problem = Literal["symlink", "not-regular-file", "file-too-large", "unreadable-file"]
 
@@ -171,23 +172,3 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(_escape_char(c) if unsafe(c) else c for c in text)
-
-
-# -- YAML ----------------------------------------------------------------------------------------
-
-class YamlRefused(ValueError):
-    """The text is not one usable YAML document; the message is located (``file:line:col``)."""
-
-
-def parse_yaml(data: bytes | str, file: str) -> Any:
-    """One YAML document as plain data, parsed with the policy files' bounds (size, nesting
-    depth before the C parser sees it, aliases), so a file nested 10,000 deep is a located
-    error, not a crash of the C parser's stack. An empty document is None."""
-    from reconciler.policy.document import parse_document
-
-    doc = parse_document(data, file)
-    errors = [f for f in doc.findings if f.is_error]
-    if errors and not (len(errors) == 1 and errors[0].rule == "empty-document"):
-        first = errors[0]
-        raise YamlRefused(f"{first.file}:{first.line}:{first.column}: {first.message}")
-    return None if errors else doc.obj

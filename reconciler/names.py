@@ -189,3 +189,6 @@ FIRMWARE_DONE_PHASES: Final = frozenset({
 })
 #: the same, plus a status that names no phase yet: no firmware upgrade is running
 FIRMWARE_IDLE_PHASES: Final = frozenset({"", *FIRMWARE_DONE_PHASES})
+
+#: the arch suffixes of a driver version (SPEC 2: none means ``-amd64``)
+ARCH_SUFFIXES: Final = ("-amd64", "-arm64")

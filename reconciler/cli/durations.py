@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from reconciler.cli.numbers import MAX_SECONDS
+from reconciler.durations import parse_duration
 from reconciler.files import printable
-from reconciler.policy.repo_config import parse_duration
 
 
 def parse_duration_seconds(text: str) -> float:

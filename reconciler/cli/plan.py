@@ -30,6 +30,7 @@ from reconciler.cli.validate import (
     run_jobs,
 )
 from reconciler.files import FileRefused, read_bounded
+from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.plan import (
     ClusterInput,
     ClusterPlan,
@@ -203,7 +204,7 @@ def build_plans(repo: Repository, against: str, *, now: float, only: str | None 
             snapshot=policy_job.snapshot if policy_job is not None
             else state.snapshot(side.name, []),
             findings=(*own, *config_errors),
-            windows=config_now.windows_for(side.name),
+            windows=windows_for(config_now, side.name),
             health=read_health(config_now_text, CONFIG_FILE, side.name).config,
             ready_timeout=config_now.ready_timeout_for(side.name),
             promotion_earliest=_promotion_earliest(policy_job, payload_version(after)),

@@ -22,6 +22,7 @@ from reconciler.cli.json_out import write_json
 from reconciler.cli.numbers import BoundedInt, FiniteFloat
 from reconciler.cli.simulate_topology import load_nodes_file, render_topology, topology_report
 from reconciler.files import FileRefused, printable, read_bounded
+from reconciler.fleet.calendars import windows_for
 from reconciler.health.checks import HealthConfig
 from reconciler.health.section import read_health
 from reconciler.policy.findings import Finding
@@ -470,7 +471,7 @@ def simulate(
     settings = load_repo_config(repo_config)
     if ready_timeout is None:
         ready_timeout = settings.ready_timeout_for(cluster) if settings else 600.0
-    windows = settings.windows_for(cluster) if settings else None
+    windows = windows_for(settings, cluster) if settings else None
     rollout = None
     if settings is not None:
         try:

@@ -30,7 +30,6 @@ from reconciler.controller.observe import (
     requests_gpu,
     workload_pod_view,
 )
-from reconciler.controller.worker import generation, newer, same_version
 from reconciler.kube.api import JSON
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
@@ -50,6 +49,7 @@ from reconciler.rollout.model import (
     RolloutNode,
     WorkloadPod,
 )
+from reconciler.runtime.watched import generation, newer, same_version
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,14 +27,6 @@ from reconciler.controller.hooks import NoObserver, RolloutObserver
 from reconciler.controller.index import NodeIndex
 from reconciler.controller.observe import daemonset_view
 from reconciler.controller.status_writer import StatusWriter
-from reconciler.controller.worker import (
-    PLANNING_FAILED,
-    PLANNING_RECOVERED,
-    PassFailure,
-    WatchDrivenWorker,
-    shown_failure,
-    with_failure_condition,
-)
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
@@ -44,6 +36,14 @@ from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import RecordEvent
 from reconciler.rollout.model import PLANNER_LABELS, PlannerSettings, RolloutSnapshot
 from reconciler.rollout.planner import Plan, plan
+from reconciler.runtime.watched import (
+    PLANNING_FAILED,
+    PLANNING_RECOVERED,
+    PassFailure,
+    WatchDrivenWorker,
+    shown_failure,
+    with_failure_condition,
+)
 from reconciler.settings.cluster import ClusterSettings
 
 log = logging.getLogger(__name__)

@@ -18,15 +18,6 @@ from typing import Any
 
 from reconciler import clock
 from reconciler.controller.observe import requests_gpu
-from reconciler.controller.worker import (
-    PLANNING_FAILED,
-    PLANNING_RECOVERED,
-    PassFailure,
-    WatchDrivenWorker,
-    newer,
-    shown_failure,
-    with_failure_condition,
-)
 from reconciler.firmware.actions import (
     AnnotateNode,
     ApplyFirmwareSpec,
@@ -61,6 +52,15 @@ from reconciler.names import (
     NODE_NEED_REBOOT_REASON,
     REQUEST_ANNOTATION,
     VFIO_GPU_RESOURCE,
+)
+from reconciler.runtime.watched import (
+    PLANNING_FAILED,
+    PLANNING_RECOVERED,
+    PassFailure,
+    WatchDrivenWorker,
+    newer,
+    shown_failure,
+    with_failure_condition,
 )
 from reconciler.timefmt import parse_seconds
 

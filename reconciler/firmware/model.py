@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reconciler.policy.repo_config import parse_duration
+from reconciler.durations import parse_duration
 
 Stage = Literal["awaiting-upgrade", "awaiting-reboot", "rebooting", "verified", "failed"]
 STAGES: tuple[Stage, ...] = ("awaiting-upgrade", "awaiting-reboot", "rebooting", "verified",

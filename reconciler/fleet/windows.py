@@ -29,7 +29,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from reconciler.policy.repo_config import RepoConfigError, parse_duration_setting
+from reconciler.durations import parse_duration_setting
+from reconciler.errors import RepoConfigError
 from reconciler.timefmt import format_time
 
 #: a window longer than this is a mistake (and a week covers every weekly schedule)

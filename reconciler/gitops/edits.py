@@ -25,9 +25,9 @@ from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from reconciler.fieldpath import MISSING, resolve
-from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.status_policy import snapshot_key
 from reconciler.names import GROUP
+from reconciler.policy.document import YamlRefused, parse_yaml
 from reconciler.policy.payload import normalize_version
 
 CLUSTER_OPERATOR_KIND = "ClusterOperator"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from reconciler.policy.repo_config import RepoConfigError as InvalidRepoConfig
-
-
-class GitOpsError(Exception):
-    """Base class: a Git operation of the reconciler failed."""
+# the bases live in the bottom layer: the policy code raises RepoConfigError too
+from reconciler.errors import GitOpsError as GitOpsError
+from reconciler.errors import RepoConfigError as RepoConfigError
 
 
 class RemoteUnavailable(GitOpsError):
@@ -25,11 +23,6 @@ class PushRejected(GitOpsError):
 class PushDeclined(GitOpsError):
     """The remote refused the update (hook, protected branch, dirty checked-out working copy):
     not a race; retry later and make it visible."""
-
-
-class RepoConfigError(GitOpsError, InvalidRepoConfig):
-    """``reconciler.yaml`` at a commit is unreadable or has a wrong type; the message names the
-    key. The policy package's error, raised again at the Git seam (``gitops.reader``)."""
 
 
 class NotARepository(GitOpsError):

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reconciler.clock import Clock, wall
-from reconciler.files import YamlRefused, parse_yaml
 from reconciler.gitops.commits import (
     CHANGE_ID_TRAILER,
     Identity,
@@ -43,6 +42,7 @@ from reconciler.gitops.edits import (
 )
 from reconciler.gitops.errors import GitOpsError, PushDeclined, PushRejected, RemoteUnavailable
 from reconciler.gitops.mirror import Mirror
+from reconciler.policy.document import YamlRefused, parse_yaml
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from reconciler.gitops.commits import CommitInfo
 from reconciler.gitops.errors import GitOpsError, RepoConfigError
 from reconciler.gitops.mirror import Mirror
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig, RepoConfigFile
-from reconciler.policy.repo_config import RepoConfigError as InvalidRepoConfig
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 _SYMLINK_MODE = 0o120000
@@ -60,11 +59,8 @@ def read_tree_file(commit: Any, path: str, *, limit: int = MAX_FILE_BYTES) -> by
 
 def parse_config(data: bytes | None) -> RepoConfig:
     """``reconciler.yaml``'s bytes at a commit (None: absent, the defaults); a bad file raises
-    the Git side's ``RepoConfigError`` (a ``GitOpsError``) naming the key."""
-    try:
-        return RepoConfigFile.parse(data).settings()
-    except InvalidRepoConfig as exc:
-        raise RepoConfigError(str(exc)) from exc
+    ``RepoConfigError`` (a ``GitOpsError`` too) naming the key."""
+    return RepoConfigFile.parse(data).settings()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from reconciler.policy.payload import ARCH_SUFFIXES
-from reconciler.policy.repo_config import parse_duration
+from reconciler.durations import parse_duration
+from reconciler.names import ARCH_SUFFIXES
 
 #: ``HealthFailure.reason`` and the condition type of a fallback it causes
 HEALTH_CHECK_FAILED = "HealthCheckFailed"

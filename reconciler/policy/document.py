@@ -39,10 +39,9 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
 
+from reconciler.files import MAX_FILE_BYTES
 from reconciler.policy.findings import Finding, split_pointer
 
-#: A policy file is a few kilobytes; anything far larger is a mistake or an attack.
-MAX_FILE_BYTES = 1024 * 1024
 #: Nodes after alias expansion (what a consumer that walks the data would visit).
 MAX_EXPANDED_NODES = 100_000
 #: Collection nesting. Kubernetes objects stay far below; libyaml's composer recurses on the
@@ -644,3 +643,21 @@ def _to_float(text: str) -> float | None:
 
 def _shorten(text: str) -> str:
     return text if len(text) <= 60 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+
+
+# -- YAML ----------------------------------------------------------------------------------------
+
+class YamlRefused(ValueError):
+    """The text is not one usable YAML document; the message is located (``file:line:col``)."""
+
+
+def parse_yaml(data: bytes | str, file: str) -> Any:
+    """One YAML document as plain data, parsed with the policy files' bounds (size, nesting
+    depth before the C parser sees it, aliases), so a file nested 10,000 deep is a located
+    error, not a crash of the C parser's stack. An empty document is None."""
+    doc = parse_document(data, file)
+    errors = [f for f in doc.findings if f.is_error]
+    if errors and not (len(errors) == 1 and errors[0].rule == "empty-document"):
+        first = errors[0]
+        raise YamlRefused(f"{first.file}:{first.line}:{first.column}: {first.message}")
+    return None if errors else doc.obj

@@ -12,10 +12,10 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from reconciler.durations import parse_duration
 from reconciler.fleet.windows import MAX_WINDOW, parse_instant, schedule_problem, zone_problem
 from reconciler.policy.document import ParsedDocument
 from reconciler.policy.findings import Finding, join_pointer
-from reconciler.policy.repo_config import parse_duration
 
 #: a soak longer than 30 days is a mistake
 MAX_SOAK = 30 * 24 * 3600.0

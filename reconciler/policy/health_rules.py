@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import promql_parser
 
+from reconciler.durations import parse_duration
 from reconciler.health.checks import (
     NODE_PLACEHOLDERS,
     STEP_PLACEHOLDERS,
@@ -26,7 +27,6 @@ from reconciler.health.checks import (
 )
 from reconciler.policy.document import ParsedDocument
 from reconciler.policy.findings import Finding, join_pointer
-from reconciler.policy.repo_config import parse_duration
 
 #: longer durations are mistakes (and would overflow timestamp arithmetic long before a float)
 MAX_DURATION = 7 * 24 * 3600.0

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ARCH_SUFFIXES = ("-amd64", "-arm64")
+from reconciler.names import ARCH_SUFFIXES
+
 DEFAULT_ARCH_SUFFIX = "-amd64"
 
 

@@ -8,8 +8,8 @@ One set of values, two ways in:
   file as a commit holds it, unchecked, parsed once for everything that reads it: the sync pass
   (signature mode, folders), the Git side and the daemon's controller settings. Only the keys
   the Git side uses are checked, and a wrong one is a ``RepoConfigError`` naming the key, so a
-  daemon never dies on a traceback for a typo in the config file (the Git side raises it again
-  as ``reconciler.gitops.errors.RepoConfigError``). The signature mode is read even from a
+  daemon never dies on a traceback for a typo in the config file (one class, from
+  ``reconciler/errors.py``: the Git side raises the same). The signature mode is read even from a
   file whose other keys are wrong: the signature check runs before the config is judged. The
   controllers' sections (``rollout`` with ``rollout_for``, ``windows``, ``health``) are judged
   per cluster by ``reconciler.settings.cluster``, at every commit.
@@ -18,16 +18,16 @@ One set of values, two ways in:
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from reconciler.durations import parse_duration as parse_duration
+from reconciler.durations import parse_duration_setting as parse_duration_setting
+from reconciler.errors import RepoConfigError as RepoConfigError
 from reconciler.fieldpath import section
 
 if TYPE_CHECKING:
-    from reconciler.fleet.windows import WindowCalendar
     from reconciler.policy.notify_config import NotifySink
     from reconciler.policy.rollout_settings import RolloutSettings
 
@@ -35,44 +35,6 @@ CONFIG_FILE = "reconciler.yaml"
 #: the sections ``clusters.<name>`` may replace as a whole (SPEC 10; promotion lives only there)
 CLUSTER_SECTIONS = ("rollout", "health", "windows", "promotion", "notify")
 PROMOTION_MODES = ("hold", "branch", "auto")
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class RepoConfigError(ValueError):
-    """``reconciler.yaml`` is unreadable or has a wrong type; the message names the key."""
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a duration like ``500ms``, ``30s``, ``10m`` or ``1h30m``. Raises ValueError."""
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"expected a duration like '30s', '10m' or '1h30m', got {text!r}")
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
-
-
-def parse_duration_setting(raw: object, *, key: str) -> float:
-    """Seconds from an unchecked setting: ``"30s"``, ``"500ms"``, ``"10m"``, ``"1h30m"`` (the
-    schema's format) or a plain number of seconds. Raises RepoConfigError naming ``key``."""
-    if isinstance(raw, bool):
-        raise RepoConfigError(f"{key}: expected a duration like '30s', got boolean {raw!r}")
-    if isinstance(raw, int | float):
-        seconds = float(raw)
-    elif isinstance(raw, str):
-        try:
-            seconds = parse_duration(raw.strip())
-        except ValueError:
-            raise RepoConfigError(
-                f"{key}: expected a duration like '30s', '500ms' or '1h30m', got {raw!r}"
-            ) from None
-    else:
-        raise RepoConfigError(f"{key}: expected a duration like '30s', got {raw!r}")
-    if seconds < 0:
-        raise RepoConfigError(f"{key}: a duration cannot be negative, got {raw!r}")
-    if not math.isfinite(seconds):
-        raise RepoConfigError(f"{key}: expected a finite duration, got {raw!r}")
-    return seconds
-
 
 @dataclass(frozen=True, slots=True)
 class RepoConfig:
@@ -177,7 +139,7 @@ class RepoConfigFile:
     @classmethod
     def parse(cls, text: bytes | str | None) -> RepoConfigFile:
         """The file's text (YAML 1.2); None or empty text gives the defaults."""
-        from reconciler.files import YamlRefused, parse_yaml
+        from reconciler.policy.document import YamlRefused, parse_yaml
 
         if not text:
             return cls()
@@ -241,7 +203,7 @@ class RepoConfigFile:
         try:
             return RolloutSettings.from_sections(wide, value, label=label)
         except RepoConfigError as exc:
-            raise RepoConfigError(self._located(label, str(exc))) from None
+            raise RepoConfigError(self.located(label, str(exc))) from None
 
     def notify_for(self, cluster: str | None, path: str = CONFIG_FILE) -> tuple[NotifySink, ...]:
         """The cluster's notification sinks (SPEC 15: ``clusters.<cluster>.notify`` replaces the
@@ -265,23 +227,7 @@ class RepoConfigFile:
             raise RepoConfigError(located)
         return label, value
 
-    def windows_for(self, cluster: str | None) -> WindowCalendar | None:
-        """The cluster's maintenance windows; None: no ``windows`` section (always open). A
-        section that does not validate fails closed (SPEC 9): a calendar that never opens and
-        says why."""
-        from reconciler.fleet.windows import WindowCalendar
-
-        if self.yaml_error is not None:
-            return WindowCalendar.failed(self.yaml_error)
-        label, value = self.section_for("windows", cluster)
-        if value is None:
-            return None
-        try:
-            return WindowCalendar.from_config(value, label=label)
-        except RepoConfigError as exc:
-            return WindowCalendar.failed(self._located(label, str(exc)))
-
-    def _located(self, label: str, message: str) -> str:
+    def located(self, label: str, message: str) -> str:
         """``message`` about the section ``label`` with its place in the file (``reconciler.yaml:
         LINE:COL: ... [rule]``) when validation of the text finds an error there."""
         return self._schema_error(label) or f"{CONFIG_FILE}: {message}"

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from reconciler.durations import parse_duration_setting
+from reconciler.errors import RepoConfigError
 from reconciler.policy.label_selector import LabelSelector, LabelSelectorError, label_key_error
 from reconciler.policy.quantity import Quantity
-from reconciler.policy.repo_config import RepoConfigError, parse_duration_setting
 
 DEFAULT_READY_TIMEOUT = 600.0
 DEFAULT_DRAIN_TIMEOUT = 900.0

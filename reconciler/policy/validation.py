@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from reconciler.policy.document import MAX_FILE_BYTES, ParsedDocument, parse_document
+from reconciler.files import MAX_FILE_BYTES
+from reconciler.policy.document import ParsedDocument, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.fleet_rules import fleet_rules
 from reconciler.policy.health_rules import health_rules

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reconciler.firmware.model import FirmwareSettings, SettingsError
+from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.section import HealthSection, read_health
 from reconciler.policy.notify_config import NotifySink
@@ -61,7 +62,7 @@ def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
     return ClusterSettings(
         rollout=rollout,
         health=read_health(file.text, path, cluster),
-        windows=file.windows_for(cluster),
+        windows=windows_for(file, cluster),
         firmware=firmware,
         notify=notify,
         source=source,

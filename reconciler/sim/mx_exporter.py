@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from reconciler.names import OPERATOR_NAMESPACE
+from reconciler.names import ARCH_SUFFIXES, OPERATOR_NAMESPACE
 from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler, ServerLimits
-from reconciler.policy.payload import ARCH_SUFFIXES
 from reconciler.sim.faults import FaultKind
 from reconciler.sim.prometheus import ScrapeTarget
 

@@ -27,7 +27,6 @@ from typing import Any
 
 from reconciler.clock import Clock, wall
 from reconciler.controller.observe import driver_pod_view, is_driver_pod, node_view
-from reconciler.controller.worker_core import RetryLater, Worker
 from reconciler.health.checks import (
     HealthConfig,
     HealthState,
@@ -48,6 +47,8 @@ from reconciler.names import (
 )
 from reconciler.rollout.health_gate import VendorRecord, vendor_verifying
 from reconciler.rollout.model import DriverPod
+from reconciler.runtime.failures import RetryLater
+from reconciler.runtime.worker import Worker
 from reconciler.sync.drift import DriftRepair
 from reconciler.sync.events import record_event
 from reconciler.sync.fields import PAUSE

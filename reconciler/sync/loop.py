@@ -5,7 +5,7 @@ or rejected, visibly (``apply.py``); the object's status goes to Git as snapshot
 rollout's own spec changes go to Git as write-backs (``drift.py``, SPEC 4.6).
 
 Threads: the commit source and the ClusterOperator watch only record what they saw and kick one
-worker (``reconciler.controller.worker_core.Worker``, the core the controllers run on), which
+worker (``reconciler.runtime.worker.Worker``, the core the controllers run on), which
 does everything that acts (apply, events, Git writes) in order. A pass returns when to look
 again: a write-back's recheck, a held promotion's recheck. Only the leader acts: each pass holds
 the worker's acting barrier and checks ``is_leader`` first, and ``stop_acting()`` (the leader
@@ -26,7 +26,6 @@ from typing import Any
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
-from reconciler.controller.worker_core import PassFailures, Worker
 from reconciler.dashboard.audit import pause_line
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
@@ -36,13 +35,15 @@ from reconciler.gitops.publisher import APPLIED_KINDS, PendingChange, Skipped
 from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.source import NewCommit
-from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound
+from reconciler.kube.api import JSON, KubeApi, NotFound
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER
 from reconciler.notify.ledger import AnnotationLedger
 from reconciler.notify.notifier import Notifier
 from reconciler.ops.metrics import Metrics
+from reconciler.runtime.failures import FailureKind, LoopFailures, PassFailures
+from reconciler.runtime.worker import Worker
 from reconciler.settings.live import LiveSettings
 from reconciler.sync.apply import CommitShell
 from reconciler.sync.baseline import Baseline
@@ -63,11 +64,11 @@ MAX_BACKOFF = 10.0
 NOT_LEADER_RECHECK = 0.2
 
 
-class SyncFailures:
-    """The sync role's failure policy: a pass that raised is counted and logged (an API or Git
-    error as a warning, anything else with its traceback; a Git error also in the metrics), and
-    retried after ``FIRST_BACKOFF`` doubling to ``MAX_BACKOFF`` seconds, which kicks do not cut
-    short. No condition: the sync's own outcomes are in its status snapshot and Events."""
+class SyncFailures(LoopFailures):
+    """The sync role's failure policy: a pass that raised is counted (a Git error also in the
+    metrics) and retried after ``FIRST_BACKOFF`` doubling to ``MAX_BACKOFF`` seconds whatever
+    its kind (one run of failures), which kicks do not cut short. No condition: the sync's own
+    outcomes are in its status snapshot and Events."""
 
     def __init__(self, *, cluster: str, monotonic: Clock, stats: SyncStats,
                  metrics: Metrics | None) -> None:
@@ -75,24 +76,13 @@ class SyncFailures:
         self.stats = stats
         self.metrics = metrics
         self.back_off = PassFailures(monotonic, first_retry=FIRST_BACKOFF, max_retry=MAX_BACKOFF)
+        super().__init__(monotonic, what=f"sync of {cluster}", logger=log, retry=self.back_off,
+                         stalled=self.back_off, counted=self._count)
 
-    def failed(self, exc: Exception) -> float | None:
+    def _count(self, kind: FailureKind, exc: Exception) -> None:
         self.stats.errors += 1
-        self.back_off.failed(exc)
-        wait = self.back_off.backoff()
-        if isinstance(exc, KubeError | GitOpsError):
-            if isinstance(exc, GitOpsError) and self.metrics is not None:
-                self.metrics.count_git_error("read")
-            log.warning("sync of %s failed: %s; retrying in %.1f s", self.cluster, exc, wait)
-        else:
-            log.error("sync of %s failed; retrying in %.1f s", self.cluster, wait, exc_info=exc)
-        return self.back_off.retry_at
-
-    def succeeded(self) -> None:
-        self.back_off.succeeded()
-
-    def held_until(self) -> float | None:
-        return self.back_off.retry_at if self.back_off.held() else None
+        if isinstance(exc, GitOpsError) and self.metrics is not None:
+            self.metrics.count_git_error("read")
 
 
 class ClusterSync:

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable
 
 from reconciler.clock import Clock, wall
-from reconciler.controller.worker_core import RetryLater, Worker
 from reconciler.fieldpath import resolve
 from reconciler.fleet.window_pause import WindowEdge, window_edge, window_holds
 from reconciler.fleet.windows import WindowCalendar
@@ -23,6 +22,8 @@ from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.reader import PolicyFileRefused
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.policy.validation import parse_only
+from reconciler.runtime.failures import RetryLater
+from reconciler.runtime.worker import Worker
 
 log = logging.getLogger("reconciler.sync.loop")
 

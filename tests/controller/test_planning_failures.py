@@ -14,13 +14,13 @@ from kubernetes import client as k8s_client
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.controller.worker import PLANNING_FAILED, PLANNING_RECOVERED
 from reconciler.firmware import controller as firmware_controller
 from reconciler.firmware.controller import FirmwareController
 from reconciler.firmware.planner import plan as real_plan
 from reconciler.kube.api import KubeApi
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import RecordEvent
+from reconciler.runtime.watched import PLANNING_FAILED, PLANNING_RECOVERED
 
 IMAGE = "reg.local/metax/driver-image:2.32.0.6-amd64"
 GOOD_POLICY = {"enableRollout": True,

@@ -126,8 +126,8 @@ def test_grants_cover_by_namespace_and_name() -> None:
     assert cluster_wide.covers(Permission("", "pods", "metax-operator", "list"))
 
 
-DAEMON_CODE = ("controller", "sync", "firmware", "ops", "gitops", "trust", "admission",
-               "cli/run.py")
+DAEMON_CODE = ("controller", "runtime", "daemon", "sync", "firmware", "ops", "gitops", "trust",
+               "admission", "cli/run.py")
 
 
 def test_every_resource_the_daemon_code_names_is_in_the_roles() -> None:

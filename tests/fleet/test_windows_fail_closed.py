@@ -11,6 +11,7 @@ import pytest
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
+from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
@@ -30,7 +31,7 @@ LOCATED = "reconciler.yaml:4:25: clusters.prod-a.windows.timezone: unknown time 
 
 @pytest.fixture
 def calendar() -> list[WindowCalendar | None]:
-    return [RepoConfigFile.parse(BROKEN).windows_for("prod-a")]
+    return [windows_for(RepoConfigFile.parse(BROKEN), "prod-a")]
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.policy.repo_config import Promotion, RepoConfigError, RepoConfigFile
 from reconciler.policy.validation import validate_document, validate_repo_config
@@ -39,10 +40,10 @@ def test_spec_example_is_valid_and_parses_into_the_settings() -> None:
     config = RepoConfigFile.parse(SPEC_EXAMPLE)
     assert config.promotion_for("prod-100") == Promotion("lab-10", 24 * 3600.0, "hold")
     assert config.promotion_for("lab-10") is None
-    calendar = config.windows_for("prod-100")
+    calendar = windows_for(config, "prod-100")
     assert isinstance(calendar, WindowCalendar) and calendar.timezone == "Asia/Shanghai"
     assert calendar.deny[0].reason == "holiday freeze"
-    assert config.windows_for("lab-10") is None
+    assert windows_for(config, "lab-10") is None
 
 
 def test_a_cluster_section_replaces_the_repository_wide_one_and_rollout_key_by_key() -> None:
@@ -63,9 +64,9 @@ clusters:
     # repository-wide 20m applies
     assert config.ready_timeout_for("prod-100") == 1200.0
     assert config.ready_timeout_for("lab-10") == 1200.0
-    prod = config.windows_for("prod-100")
+    prod = windows_for(config, "prod-100")
     assert prod is not None and prod.allow == () and prod.timezone == "UTC"  # no merge
-    lab = config.windows_for("lab-10")
+    lab = windows_for(config, "lab-10")
     assert lab is not None and lab.timezone == "Europe/Berlin" and len(lab.allow) == 1
 
 
@@ -132,11 +133,11 @@ def test_validate_names_a_folder_cluster_as_known_and_reports_an_unknown_one(
 
 def test_a_broken_windows_section_fails_closed_and_says_why() -> None:
     config = RepoConfigFile.parse("windows: {timezone: Mars/Olympus}\n")
-    calendar = config.windows_for("prod-100")
+    calendar = windows_for(config, "prod-100")
     assert calendar is not None and not calendar.is_open(0.0)
     assert "Mars/Olympus" in calendar.verdict(0.0).describe()
     unusable = RepoConfigFile.parse("windows: [\n")
-    refused = unusable.windows_for("prod-100")
+    refused = windows_for(unusable, "prod-100")
     assert refused is not None and not refused.is_open(0.0)
 
 

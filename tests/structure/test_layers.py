@@ -43,6 +43,23 @@ def test_a_planner_that_imports_kubernetes_breaks_the_pure_contract(tmp_path: Pa
     assert "BROKEN" in done.stdout
 
 
+def test_an_import_circle_breaks_the_layers_contract(tmp_path: Path) -> None:
+    """The circle issue 35 removed (the window calendar reading the repository config, which
+    validates windows with the calendar) comes back: the layers contract fails, even for an
+    import hidden in a function."""
+    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    windows = tmp_path / "reconciler" / "fleet" / "windows.py"
+    windows.write_text(windows.read_text() + "\n\ndef _config() -> object:\n"
+                       "    from reconciler.policy import repo_config\n\n"
+                       "    return repo_config\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "reconciler.fleet.windows is not allowed to import reconciler.policy" in done.stdout
+    assert "BROKEN" in done.stdout
+
+
 def _clock_reads(path: Path, root: Path = ROOT) -> list[str]:
     """``module.attr`` reads of a machine clock in ``path``: calls, references (a default of
     ``time.monotonic`` reads the clock later) and ``from time import monotonic``."""
@@ -93,3 +110,8 @@ def test_every_package_is_bound_by_the_contracts_that_name_all_others() -> None:
     for contract, exempt in allowed.items():
         listed = set(config[f"importlinter:contract:{contract}"]["source_modules"].split())
         assert listed == parts - {exempt}, (contract, sorted(parts - {exempt} - listed))
+    # and each has its place in the layers (as a whole, or module by module)
+    layered = {name for line in config["importlinter:contract:layers"]["layers"].split("\n")
+               for name in line.replace(":", "|").split("|") if name.strip()}
+    placed = {".".join(name.strip().split(".")[:2]) for name in layered}
+    assert placed == parts, sorted(parts - placed)

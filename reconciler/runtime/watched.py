@@ -1,8 +1,9 @@
 """What the rollout controller and the firmware orchestrator share: list+watch caches that mark
-the world dirty, and the worker core's thread (``worker_core.Worker``) that runs observe-plan-act
-passes, so actions never race each other. A pass returns when to look again; conflicts re-read
-the ClusterOperator, API errors back off, and any other failure is a ``PlanningFailed``
-condition (``PlanningFailures``)."""
+the world dirty, and the worker's thread (``worker.Worker``) that runs observe-plan-act passes,
+so actions never race each other. A pass returns when to look again; what a failed one means is
+the one taxonomy (``failures.py``): a conflict re-reads the ClusterOperator, an API error is
+retried after a delay, and a stalled pass is a ``PlanningFailed`` condition
+(``PlanningCondition``)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Any, Protocol
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
-from reconciler.controller.worker_core import PassFailure as PassFailure  # the controllers' import
-from reconciler.controller.worker_core import PassFailures, Worker
 from reconciler.kube.api import JSON, Conflict, KubeApi, KubeError, NotFound
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.rollout.status import find_condition, set_condition
+from reconciler.runtime.failures import FailureKind, LoopFailures, PassFailures
+from reconciler.runtime.failures import PassFailure as PassFailure  # the controllers' import
+from reconciler.runtime.worker import Worker
 from reconciler.timefmt import format_time
 
 log = logging.getLogger(__name__)
@@ -93,63 +95,25 @@ class PassStats(Protocol):
     status_writes: int
 
 
-class PlanningFailures:
-    """A controller's failure policy. API errors back off (0.2 s doubling to 10 s, a kick cuts
-    the wait short) and say so in the log; a conflict re-reads the ClusterOperator and plans
-    again at once; any other exception (a planning pass that raises) is a ``PlanningFailed``
-    condition and a rate-limited Warning Event, retried after a back-off that events do not cut
-    short (``worker.failures``: 1 s doubling to 60 s), until a pass plans again."""
+class PlanningCondition:
+    """Where a controller shows a stalled pass (``failures.StalledDisplay``): the
+    ``PlanningFailed`` condition in its status section and a rate-limited Warning Event."""
 
-    def __init__(self, worker: WatchDrivenWorker) -> None:
-        self.worker = worker
-        self._api_backoff = 0.2
+    def __init__(self, *, report: Callable[[PassFailure, bool], None],
+                 shown: Callable[[], PassFailure | None],
+                 clear: Callable[[PassFailure], None]) -> None:
+        self._report = report
+        self._shown = shown
+        self._clear = clear
 
-    def held_until(self) -> float | None:
-        failures = self.worker.failures
-        return failures.retry_at if failures.held() else None
+    def show(self, failure: PassFailure, *, event: bool) -> None:
+        self._report(failure, event)
 
-    def failed(self, exc: Exception) -> float | None:
-        worker = self.worker
-        if isinstance(exc, Conflict):
-            worker.stats.conflicts += 1
-            worker._refetch_cluster_operator()
-            return worker.clock()
-        worker.stats.errors += 1
-        if isinstance(exc, KubeError):
-            backoff = self._api_backoff
-            log.warning("%s pass failed: %s; retrying in %.1f s", worker.role, exc, backoff)
-            self._api_backoff = min(backoff * 2, 10.0)
-            return worker.clock() + backoff
-        failures = worker.failures
-        report = failures.failed(exc)
-        failure = failures.current
-        assert failure is not None and failures.retry_at is not None
-        if report:
-            log.error("%s planning pass failed (%s); retrying with back-off, reported again "
-                      "at most every %.0f s", worker.role, failure.reason,
-                      failures.report_every, exc_info=exc)
-        else:
-            log.debug("%s planning pass failed again: %s", worker.role, failure.message)
-        try:
-            worker._report_failure(failure, event=report)
-        except Exception:  # e.g. a status section too garbled to carry a condition
-            log.exception("%s could not report the failed pass", worker.role)
-        return failures.retry_at
+    def shown(self) -> PassFailure | None:
+        return self._shown()
 
-    def succeeded(self) -> None:
-        worker = self.worker
-        self._api_backoff = 0.2
-        cleared = worker.failures.succeeded()
-        if cleared is not None:
-            log.info("%s plans again after %s", worker.role, cleared.reason)
-        # also a condition whose clearing was lost (a failed or overtaken status write), or one
-        # a previous leader left
-        try:
-            shown = worker._shown_failure() or cleared
-            if shown is not None:
-                worker._clear_failure(shown)
-        except Exception:
-            log.exception("%s could not clear the %s condition", worker.role, PLANNING_FAILED)
+    def clear(self, failure: PassFailure) -> None:
+        self._clear(failure)
 
 
 class WatchDrivenWorker(Worker):
@@ -173,10 +137,19 @@ class WatchDrivenWorker(Worker):
         monotonic: Clock = clocks.monotonic,
         pass_share: float = 1.0,
     ) -> None:
+        #: stalled passes: 1 s doubling to 60 s, which kicks do not cut short
         self.failures = PassFailures(clock)
+        policy = LoopFailures(
+            clock, what=f"{self.role} pass", logger=log,
+            retry=PassFailures(clock, first_retry=0.2, max_retry=10.0, kicks_wait=False),
+            stalled=self.failures, reread=self._refetch_cluster_operator,
+            display=PlanningCondition(
+                report=lambda failure, event: self._report_failure(failure, event=event),
+                shown=self._shown_failure, clear=self._clear_failure),
+            counted=self._count_failure)
         super().__init__(
             lambda: self.reconcile_once(), name=self.role, clock=clock, is_leader=is_leader,
-            ready=self.synced, failures=PlanningFailures(self), not_leader_requeue=0.5,
+            ready=self.synced, failures=policy, not_leader_requeue=0.5,
             settle_seconds=settle_seconds, idle_wait=5.0, pass_share=pass_share,
             timer=monotonic)
         #: for timeouts of our own (``clock`` may be a test's, or wall time)
@@ -184,6 +157,12 @@ class WatchDrivenWorker(Worker):
 
     def reconcile_once(self) -> float | None:
         raise NotImplementedError
+
+    def _count_failure(self, kind: FailureKind, exc: Exception) -> None:
+        if kind is FailureKind.CONFLICT:
+            self.stats.conflicts += 1
+        else:
+            self.stats.errors += 1
 
     def _report_failure(self, failure: PassFailure, *, event: bool) -> None:
         """Shows a failing pass on the ClusterOperator: the ``PlanningFailed`` condition in the

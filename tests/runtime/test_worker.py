@@ -1,4 +1,4 @@
-"""The worker core every control loop runs on (``reconciler.controller.worker_core.Worker``):
+"""The worker core every control loop runs on (``reconciler.runtime.worker.Worker``):
 when a turn is due (kicks, the time a pass returned, a failure's back-off), leader gating, and the
 acting barrier. Turns are taken by hand on a virtual clock; only the barrier test runs the thread.
 """
@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 import pytest
 
-from reconciler.controller.worker_core import MAX_PASS_SPACING, PassFailures, RetryLater, Worker
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.kube.api import KubeError
 from reconciler.ops.metrics import Metrics
+from reconciler.runtime.failures import PassFailures, RetryLater
+from reconciler.runtime.worker import MAX_PASS_SPACING, Worker
 from reconciler.sync.loop import FIRST_BACKOFF, MAX_BACKOFF, NOT_LEADER_RECHECK, SyncFailures
 from reconciler.sync.record import SyncStats
 

@@ -6,135 +6,24 @@ A pass runs when something kicked the worker (a watch event, a new Git head, a r
 the time the previous pass returned has come. Only the leader passes: each turn holds the acting
 barrier while it checks ``is_leader`` and runs, and ``stop_acting()`` takes the same barrier, so
 once it has returned (and ``is_leader`` says no) no pass acts. What a failed pass means (how
-long to back off, whether it becomes a condition) is the loop's ``FailurePolicy``. Every time is
-read from the injected clock; the thread's waits are capped (``idle_wait``) so a clock that is
-not the machine's is looked at again.
+long to back off, whether it becomes a condition) is the loop's ``FailurePolicy`` over the one
+taxonomy of ``failures.py``. Every time is read from the injected clock; the thread's waits are
+capped (``idle_wait``) so a clock that is not the machine's is looked at again.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
+from reconciler.runtime.failures import FailurePolicy
 
 #: the longest wait ``pass_share`` adds before a pass (a pass slowed by a collection or a
 #: thousand actions must not hold the next one back for long)
 MAX_PASS_SPACING = 0.5
-#: the longest condition message / error text carried into the status and Events
-_MESSAGE_LIMIT = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class PassFailure:
-    """What a pass that raised reports: the exception's class and its text."""
-
-    reason: str
-    message: str
-
-    @classmethod
-    def of(cls, exc: BaseException) -> PassFailure:
-        text = str(exc) or repr(exc)
-        if len(text) > _MESSAGE_LIMIT:
-            text = text[: _MESSAGE_LIMIT - 3] + "..."
-        return cls(type(exc).__name__, text)
-
-
-class PassFailures:
-    """Failed passes in a row: retried after a back-off that doubles (``first_retry`` to
-    ``max_retry``), not in a hot loop, and reported when the error is new and then at most once
-    per ``report_every`` while it lasts. The next pass that does not raise clears it. Times come
-    from ``clock``."""
-
-    def __init__(self, clock: Clock, *, report_every: float = 600.0,
-                 first_retry: float = 1.0, max_retry: float = 60.0) -> None:
-        self.clock = clock
-        self.report_every = report_every
-        self.first_retry = first_retry
-        self.max_retry = max_retry
-        #: the current failure (None: the last pass did not raise)
-        self.current: PassFailure | None = None
-        #: failed passes in a row
-        self.count = 0
-        #: no pass before this (while failing)
-        self.retry_at: float | None = None
-        self._reported: PassFailure | None = None
-        self._reported_at = -math.inf
-
-    def backoff(self) -> float:
-        """The wait after the current run of failures (seconds)."""
-        return min(self.first_retry * 2.0 ** min(max(self.count - 1, 0), 32), self.max_retry)
-
-    def failed(self, exc: BaseException) -> bool:
-        """Records a failed pass; True when it is to be reported now."""
-        now = self.clock()
-        failure = PassFailure.of(exc)
-        self.count += 1
-        self.current = failure
-        self.retry_at = now + self.backoff()
-        if failure != self._reported or now - self._reported_at >= self.report_every:
-            self._reported, self._reported_at = failure, now
-            return True
-        return False
-
-    def succeeded(self) -> PassFailure | None:
-        """Records a pass that did not raise; returns the failure it clears, if any."""
-        cleared = self.current
-        self.current = None
-        self.count = 0
-        self.retry_at = None
-        self._reported, self._reported_at = None, -math.inf
-        return cleared
-
-    def held(self) -> bool:
-        """Whether the next pass must wait for the back-off (events do not cut it short)."""
-        return self.retry_at is not None and self.clock() < self.retry_at
-
-
-class FailurePolicy(Protocol):
-    """What a pass that raised means to one control loop."""
-
-    def failed(self, exc: Exception) -> float | None:
-        """The pass raised ``exc``: count and report it; returns when to look again."""
-
-    def succeeded(self) -> None:
-        """The pass returned."""
-
-    def held_until(self) -> float | None:
-        """No pass before this, whatever kicks the worker meanwhile (None: not held)."""
-
-
-class RetryLater:
-    """The failure policy of a periodic look (operator mode's health checks and windows): a look
-    that raised is logged (``expected`` errors as one warning line, others with their traceback)
-    and the next one comes ``retry()`` seconds later; nothing is held or shown in a status."""
-
-    def __init__(self, clock: Clock, *, what: str, retry: Callable[[], float],
-                 logger: logging.Logger,
-                 expected: tuple[type[Exception], ...] = ()) -> None:
-        self.clock = clock
-        self.what = what
-        self.retry = retry
-        self.log = logger
-        self.expected = expected
-
-    def failed(self, exc: Exception) -> float | None:
-        if isinstance(exc, self.expected):
-            self.log.warning("%s: %s; looking again", self.what, exc)
-        else:
-            self.log.error("%s: a look failed", self.what, exc_info=exc)
-        return self.clock() + self.retry()
-
-    def succeeded(self) -> None:
-        return None
-
-    def held_until(self) -> float | None:
-        return None
 
 
 class Worker:
