@@ -3,6 +3,11 @@ and waits that say what they saw when they time out.
 
 Tests that need the control plane are marked ``@pytest.mark.cluster``; they need the binaries
 ``scripts/install-kubernetes`` builds (or ``KUBE_BIN_DIR``).
+
+``scripts/test`` runs test files side by side (pytest-xdist, ``--dist loadfile``): each worker
+is a session of its own, so it starts a control plane of its own (on free loopback ports, in
+temporary directories of its own) and nothing here is shared between workers. Files with tests
+marked ``slow`` go first, then those marked ``cluster``, so the long ones do not start last.
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ def kube(control_plane: ControlPlane) -> Iterator[KubeApi]:
     api = control_plane.api(pool_size=40)
     yield api
     api.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with slow tests first, then files with cluster tests, then the rest; in collection
+    order otherwise (a file's tests keep theirs). Every worker sorts alike, as xdist needs."""
+    rank: dict[str, int] = {}
+    for item in items:
+        file = item.nodeid.split("::", 1)[0]
+        mine = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker(
+            "cluster") else 2
+        rank[file] = min(rank.get(file, mine), mine)
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
 
 
 FleetFactory = Callable[..., Fleet]
