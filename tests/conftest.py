@@ -7,7 +7,8 @@ Tests that need the control plane are marked ``@pytest.mark.cluster``; they need
 ``scripts/test`` runs test files side by side (pytest-xdist, ``--dist loadfile``): each worker
 is a session of its own, so it starts a control plane of its own (on free loopback ports, in
 temporary directories of its own) and nothing here is shared between workers. Files with tests
-marked ``slow`` go first, then those marked ``cluster``, so the long ones do not start last.
+marked ``slow`` go first, then those marked ``cluster``, so the long ones do not start last; the
+tests of ``SPREAD_FILES`` go out one by one instead of as a whole file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from reconciler.kube.api import KubeApi
 from reconciler.sim.control_plane import ControlPlane
@@ -47,6 +49,29 @@ def kube(control_plane: ControlPlane) -> Iterator[KubeApi]:
     api = control_plane.api(pool_size=40)
     yield api
     api.close()
+
+
+#: files of many long tests that share nothing but the session's fixtures (each runs the CLI as
+#: child processes, CPU-bound): side by side, their tests are spread over the workers one by
+#: one; as whole files, the largest alone took a worker for 17 minutes on a loaded machine
+SPREAD_FILES = frozenset({
+    "tests/policy/test_cli_numbers.py",
+    "tests/policy/test_hostile_files.py",
+    "tests/policy/test_cli.py",
+})
+
+
+class _FilesExceptSpread(LoadFileScheduling):  # type: ignore[misc]  # xdist is untyped
+    """``--dist loadfile``, but the tests of ``SPREAD_FILES`` are work units of their own."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        file = nodeid.split("::", 1)[0]
+        return nodeid if file in SPREAD_FILES else file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
+    return _FilesExceptSpread(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
