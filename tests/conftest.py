@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from xdist.scheduler import LoadFileScheduling
 
 from reconciler.kube.api import KubeApi
 from reconciler.sim.control_plane import ControlPlane
@@ -61,17 +60,24 @@ SPREAD_FILES = frozenset({
 })
 
 
-class _FilesExceptSpread(LoadFileScheduling):  # type: ignore[misc]  # xdist is untyped
-    """``--dist loadfile``, but the tests of ``SPREAD_FILES`` are work units of their own."""
-
-    def _split_scope(self, nodeid: str) -> str:
-        file = nodeid.split("::", 1)[0]
-        return nodeid if file in SPREAD_FILES else file
+def _scope(nodeid: str) -> str:
+    """A test's work unit: its file, or the test itself in ``SPREAD_FILES``."""
+    file = nodeid.split("::", 1)[0]
+    return nodeid if file in SPREAD_FILES else file
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadFileScheduling | None:
-    return _FilesExceptSpread(config, log) if config.getvalue("dist") == "loadfile" else None
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but the tests of ``SPREAD_FILES`` are work units of their own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesExceptSpread(LoadFileScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return FilesExceptSpread(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
