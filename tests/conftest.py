@@ -3,6 +3,12 @@ and waits that say what they saw when they time out.
 
 Tests that need the control plane are marked ``@pytest.mark.cluster``; they need the binaries
 ``scripts/install-kubernetes`` builds (or ``KUBE_BIN_DIR``).
+
+``scripts/test`` runs test files side by side (pytest-xdist, ``--dist loadfile``): each worker
+is a session of its own, so it starts a control plane of its own (on free loopback ports, in
+temporary directories of its own) and nothing here is shared between workers. Files with tests
+marked ``slow`` go first, then those marked ``cluster``, so the long ones do not start last; the
+tests of ``SPREAD_FILES`` go out one by one instead of as a whole file.
 """
 
 from __future__ import annotations
@@ -42,6 +48,48 @@ def kube(control_plane: ControlPlane) -> Iterator[KubeApi]:
     api = control_plane.api(pool_size=40)
     yield api
     api.close()
+
+
+#: files of many long tests that share nothing but the session's fixtures (each runs the CLI as
+#: child processes, CPU-bound): side by side, their tests are spread over the workers one by
+#: one; as whole files, the largest alone took a worker for 17 minutes on a loaded machine
+SPREAD_FILES = frozenset({
+    "tests/policy/test_cli_numbers.py",
+    "tests/policy/test_hostile_files.py",
+    "tests/policy/test_cli.py",
+})
+
+
+def _scope(nodeid: str) -> str:
+    """A test's work unit: its file, or the test itself in ``SPREAD_FILES``."""
+    file = nodeid.split("::", 1)[0]
+    return nodeid if file in SPREAD_FILES else file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but the tests of ``SPREAD_FILES`` are work units of their own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesExceptSpread(LoadFileScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return FilesExceptSpread(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with slow tests first, then files with cluster tests, then the rest; in collection
+    order otherwise (a file's tests keep theirs). Every worker sorts alike, as xdist needs."""
+    rank: dict[str, int] = {}
+    for item in items:
+        file = item.nodeid.split("::", 1)[0]
+        mine = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker(
+            "cluster") else 2
+        rank[file] = min(rank.get(file, mine), mine)
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])
 
 
 FleetFactory = Callable[..., Fleet]

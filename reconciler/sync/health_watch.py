@@ -22,6 +22,8 @@ vendor upgrades."""
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -70,6 +72,18 @@ def stop_vendor(api: KubeApi, cluster_operator: str, drift: DriftRepair) -> None
 
 #: how often the section is looked at again while there is none (or it does not validate)
 IDLE_INTERVAL = 10.0
+#: seconds to use instead of ``IDLE_INTERVAL`` (tests of ``reconciler run`` as a process watch
+#: the passes go by instead of waiting 10 s for each)
+IDLE_INTERVAL_ENV = "RECONCILER_HEALTH_IDLE_INTERVAL"
+
+
+def configured_idle_interval(environ: Mapping[str, str] = os.environ) -> float:
+    """``IDLE_INTERVAL``, or the positive finite number of seconds ``IDLE_INTERVAL_ENV`` gives."""
+    try:
+        given = float(environ.get(IDLE_INTERVAL_ENV, IDLE_INTERVAL))
+    except ValueError:
+        return IDLE_INTERVAL
+    return given if math.isfinite(given) and given > 0 else IDLE_INTERVAL
 
 
 class VendorHealthWatch:
@@ -79,11 +93,14 @@ class VendorHealthWatch:
                  stop_vendor: Callable[[], None] | None = None, clock: Clock = wall,
                  query: Callable[[str], Reading] | None = None,
                  on_result: Callable[[str, str], None] | None = None,
-                 is_leader: Callable[[], bool] = lambda: True) -> None:
+                 is_leader: Callable[[], bool] = lambda: True,
+                 idle_interval: float | None = None) -> None:
         """``section``: the section, or where to read the current one (the daemon's follows
         the commit the sync handled last). ``on_invalid(located error, live)``: commit
         ``pause: true`` because the section does not validate (default ``on_failure``).
-        ``stop_vendor()``: after either, apply ``pause: true`` to the cluster now."""
+        ``stop_vendor()``: after either, apply ``pause: true`` to the cluster now.
+        ``idle_interval``: between looks without a valid section (default
+        ``configured_idle_interval()``)."""
         self.api = api
         self.name = cluster_operator
         self._section = section if callable(section) else (lambda: section)
@@ -101,10 +118,14 @@ class VendorHealthWatch:
         #: (node, check, query) -> (when read, reading): at most one query per interval
         self._cache: dict[tuple[str, str, str], tuple[float, Reading]] = {}
         self.queries = 0
+        self.idle_interval = (idle_interval if idle_interval is not None
+                              else configured_idle_interval())
+        #: looks so far (tests wait for the next ones instead of for the interval)
+        self.looks = 0
         # the loop every controller runs on; only the leader checks (and pauses the vendor)
         self.worker = Worker(
             self._look, name="vendor-health", clock=clock, is_leader=is_leader,
-            ready=lambda: True, not_leader_requeue=IDLE_INTERVAL,
+            ready=lambda: True, not_leader_requeue=self.idle_interval,
             failures=RetryLater(clock, what="operator-mode health checks",
                                 retry=self._interval, logger=log),
         )
@@ -117,11 +138,13 @@ class VendorHealthWatch:
         self.worker.stop_thread(10)
 
     def _interval(self) -> float:
-        return self.config.interval if self.config is not None else IDLE_INTERVAL
+        return self.config.interval if self.config is not None else self.idle_interval
 
     def _look(self) -> float:
         """One look, as the worker's pass; the next comes one check interval later."""
         self.run_once()
+        self.looks += 1
+        log.debug("operator mode: health section looked at (%d looks)", self.looks)
         return self.clock() + self._interval()
 
     def _query_for(self, config: HealthConfig) -> Callable[[str], Reading]:

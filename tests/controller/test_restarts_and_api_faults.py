@@ -32,7 +32,7 @@ from tests.controller.helpers import (
     upgrade_status,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 KILL_POLICY = {
     "enableRollout": True,

@@ -30,7 +30,7 @@ from tests.firmware.helpers import (
     stages,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 HOOK = (sys.executable, "-m", "reconciler.firmware.annotate_reboot")
 

@@ -38,6 +38,8 @@ from tests.fleet.plan_repo import (
 )
 from tests.policy.commands import git, reconciler
 
+pytestmark = pytest.mark.slow  # CLI runs as child processes: minutes on a loaded machine
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "plan"
 SCHEMA = json.loads((REPO / "schemas" / "plan.schema.json").read_text())

@@ -12,6 +12,8 @@ import pytest
 from tests.policy.commands import reconciler
 from tests.policy.texts import SEED_10
 
+pytestmark = pytest.mark.slow  # CLI runs as child processes: minutes on a loaded machine
+
 #: what no numeric option accepts
 NOT_FINITE = ["nan", "NaN", "inf", "-inf", "+Infinity", "1e309", "-1e309"]
 HUGE_INTS = ["1000000000", "1" + "0" * 30, "9" * 5000]

@@ -17,6 +17,8 @@ import pytest
 from tests.policy.commands import git, reconciler
 from tests.policy.texts import EXAMPLES, SEED_10
 
+pytestmark = pytest.mark.slow  # CLI runs as child processes: minutes on a loaded machine
+
 LAB = "clusters/lab-10/cluster-operator.yaml"
 LINK_REASON = "not followed: the reconciler reads a link's text from the commit"
 #: a sparse file far over the 1 MiB limit (and over the child's address space): reading it

@@ -12,6 +12,8 @@ import pytest
 from tests.policy.commands import validate_bounded
 from tests.policy.texts import SEED_10
 
+pytestmark = pytest.mark.slow  # CLI runs as child processes: minutes on a loaded machine
+
 FINDING = re.compile(r"^policy\.yaml:(\d+):(\d+): (error|warning): (.*) \[([a-z0-9-]+)\]$")
 
 

@@ -35,7 +35,9 @@ def test_readyz_is_false_until_the_caches_are_synced(
                     name="unsynced")
     try:
         wait_for(lambda: _answers(daemon), timeout=30, what="the ops endpoints")
-        time.sleep(1.0)
+        # the caches check is registered once the controller has started its watches
+        wait_for(lambda: "[-]caches" in daemon.get("/readyz")[1], timeout=30,
+                 what="the caches check on /readyz", observe=lambda: daemon.get("/readyz"))
         status, body = daemon.get("/readyz")
         assert status == 503 and "[-]caches" in body
         assert daemon.get("/healthz")[0] == 200

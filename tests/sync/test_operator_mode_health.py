@@ -5,7 +5,6 @@ records a Warning Event (SPEC 9)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from reconciler.kube.api import KubeApi
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
-from reconciler.sync.health_watch import stop_vendor
+from reconciler.sync.health_watch import IDLE_INTERVAL_ENV, stop_vendor
 from tests.controller.helpers import event_reasons
 from tests.sync.conftest import (
     CLUSTER,
@@ -40,6 +39,9 @@ health:
       within: 0s
 """
 
+#: the health watch's debug line at each look (``--log-level debug``)
+LOOKED = "health section looked at"
+
 
 def test_a_merged_invalid_health_section_commits_pause_with_the_located_error(
     kube: KubeApi, control_plane: ControlPlane, fleet10: Fleet, policy_remote: Remote,
@@ -51,7 +53,8 @@ def test_a_merged_invalid_health_section_commits_pause_with_the_located_error(
                     name="vendor-operator")
     sync = Daemon(["--role", "sync", "--mode", "operator", "--repo", policy_remote.url,
                    "--cluster", CLUSTER, "--kubeconfig", kubeconfig,
-                   "--fetch-interval", "300ms"], workdir=tmp_path, name="sync")
+                   "--fetch-interval", "300ms", "--log-level", "debug"], workdir=tmp_path,
+                  name="sync", env={IDLE_INTERVAL_ENV: "0.5"})
     try:
         wait_port_ready(vendor)
         wait_port_ready(sync)
@@ -74,7 +77,11 @@ def test_a_merged_invalid_health_section_commits_pause_with_the_located_error(
         policy_text = policy_remote.show(f"main:{POLICY_PATH}")
         assert "pause: true" in policy_text
         assert "HealthConfigInvalid" in event_reasons(kube)
-        time.sleep(12)  # past the watch's next passes (every 10 s without a valid section)
+        # past the watch's next passes (every 0.5 s here, 10 s by default, without a valid
+        # section)
+        looks = sync.log().count(LOOKED)
+        wait_for(lambda: sync.log().count(LOOKED) >= looks + 3, timeout=30,
+                 what="three more looks of the health watch", observe=lambda: sync.log()[-1500:])
         assert driver(kube)["upgradePolicy"]["pause"] is True  # no repair undid it
         assert sum("health section invalid" in s for s in subjects(policy_remote)) == 1
         # a person fixes the section and releases the pause: the sync applies it as usual

@@ -26,7 +26,7 @@ from tests.sync.conftest import NEW, OLD, PAYLOAD, REPO_CONFIG, Person, Remote, 
 from tests.sync.daemon import Daemon, wait_port_ready
 from tests.sync.helpers import cluster_operator, driver, source_commit, status_file
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 SOAK = 20
 LAB = "clusters/lab-1/cluster-operator.yaml"
 PROD = "clusters/prod-a/cluster-operator.yaml"
