@@ -56,6 +56,9 @@ EVICTION_JITTER = 0.5
 #: the API server's cause of a budget's refusal: "The disruption budget web needs 3 healthy
 #: pods and has 3 currently"
 _BUDGET_CAUSE = re.compile(r"disruption budget (\S+) needs")
+#: an eviction handed out and not asked within this long counts as never sent (the pool
+#: shut down, leadership lost before it ran): a later pass may hand it out again
+EVICTION_PENDING_SECONDS = 30.0
 #: ``gpu_reconciler_drain_evictions_total``'s results: evicted (201), refused (a budget's 429),
 #: gone (the pod was gone already), error (any other answer), deleted (``onTimeout: delete``)
 EVICTION_RESULTS = ("evicted", "refused", "gone", "error", "deleted")
@@ -95,6 +98,10 @@ class ActionExecutor:
         #: "ns/pod" -> when it may be asked for again (in memory: a restart asks at once,
         #: which a budget answers the same)
         self._evict_after: dict[str, float] = {}
+        #: pod -> when its eviction was handed out and not yet asked (``held_back``): a pass
+        #: planned meanwhile does not hand it out again (a queue of repeats would grow with
+        #: every pass); forgotten after ``EVICTION_PENDING_SECONDS`` (a request never run)
+        self._evict_pending: dict[str, float] = {}
         self._evict_lock = threading.Lock()
 
     def execute(self, action: Action, cluster_operator: Mapping[str, Any]) -> None:
@@ -182,6 +189,7 @@ class ActionExecutor:
         key = f"{namespace}/{pod}"
         now = self.clock()
         with self._evict_lock:
+            self._evict_pending.pop(key, None)
             if now < self._evict_after.get(key, 0.0):
                 return
             self._evict_after[key] = now + EVICTION_BACKOFF_SECONDS * (
@@ -222,10 +230,15 @@ class ActionExecutor:
         with self._evict_lock:
             for action in actions:
                 if isinstance(action, EvictPod):
-                    after = self._evict_after.get(f"{action.namespace}/{action.pod}", 0.0)
+                    key = f"{action.namespace}/{action.pod}"
+                    after = self._evict_after.get(key, 0.0)
+                    pending = self._evict_pending.get(key)
+                    if pending is not None and now < pending + EVICTION_PENDING_SECONDS:
+                        after = max(after, now + EVICTION_BACKOFF_SECONDS)
                     if now < after:
                         until = after if until is None else min(until, after)
                         continue
+                    self._evict_pending[key] = now
                 kept.append(action)
         return kept, until
 

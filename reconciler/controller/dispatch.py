@@ -25,6 +25,8 @@ from reconciler.rollout.actions import (
     NODE_ACTIONS,
     Action,
     DeleteDriverPod,
+    DeletePod,
+    EvictPod,
     NodeAction,
     RecordEvent,
 )
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 #: the longest a finished node's bookkeeping waits for pod deletions in flight
 BOOKKEEPING_WAIT = 1.0
+_EVICTIONS = (EvictPod, DeletePod)
 
 
 class DispatchStats(Protocol):
@@ -106,7 +109,9 @@ class Dispatcher:
                       for node, group in batch.items()]
             batch.clear()
             for node, group, starts in sorted(groups, key=lambda g: not g[2]):
-                self.dispatch(node, group, co, starts=starts)
+                # a draining node's evictions are its way to a start: they never yield
+                evicts = not starts and any(isinstance(a, _EVICTIONS) for a in group)
+                self.dispatch(node, group, co, starts=starts, urgent=evicts)
 
         for action in actions:
             if not self.is_leader():
@@ -124,10 +129,11 @@ class Dispatcher:
         return True
 
     def dispatch(self, node: str, group: list[NodeAction], co: JSON, *,
-                 starts: bool) -> Future[None]:
+                 starts: bool, urgent: bool = False) -> Future[None]:
         """Hands one node's actions to the pool; its intent is in the index before this
         returns. They run after the node's earlier requests (a start right after the node's
-        cordon ahead waits for the cordon), and not at all if those failed."""
+        cordon ahead waits for the cordon), and not at all if those failed. ``urgent``: not
+        a start, yet on the pool of starts (a draining node's evictions), never yielding."""
         intent = NodeIntent.of(group)
         with self._wake:
             self.index.add_intent(node, intent)
@@ -138,7 +144,7 @@ class Dispatcher:
                 self.awaited.add(node)
                 self.starts_idle.notify_all()
         handed_out = self.observer.requests_handed_out(node, starts=starts)
-        if starts:
+        if starts or urgent:
             future = self.pool.submit(self._after, earlier, self.executor.execute_node_actions,
                                       group, co)
         else:
