@@ -316,6 +316,7 @@ def _serve(s: _Settings) -> int:
             health=HealthFeeder(lambda: live.current().health,
                                 on_result=metrics.count_health_check),
             config=live.current,
+            on_eviction=metrics.count_drain_eviction,
         )
         live.subscribe(controller.kick)  # a new setting takes effect at once
         controller.start()
@@ -442,6 +443,25 @@ def _read_repo_config(path: str) -> tuple[dict[str, Any], bytes]:
     return (data if isinstance(data, dict) else {}), text
 
 
+def _warn_ignored_settings(api: KubeApi, cluster_operator: str, live: LiveSettings,
+                           is_leader: Callable[[], bool]) -> None:
+    """Operator mode: drain, waitFor, unavailableNodes and topology are ignored (SPEC 13, 14),
+    said in the log and, by the leader, in a Warning Event, whenever a commit sets them."""
+    from reconciler.sync.events import record_event
+    from reconciler.sync.operator_settings import REASON, IgnoredSettingsWarning
+
+    def record(message: str) -> bool:
+        if not is_leader():
+            return False
+        record_event(api, cluster_operator, None, reason=REASON, message=message, warning=True)
+        return True
+
+    warning = IgnoredSettingsWarning(
+        lambda: (live.current().rollout, live.current().source), record)
+    live.subscribe(warning)
+    warning()  # the settings at the branch head, published before
+
+
 def _start_vendor_health(s: _Settings, api: KubeApi, sync: Any, metrics: Metrics,
                          is_leader: Callable[[], bool], shutdown: Any) -> None:
     """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9), with the
@@ -530,6 +550,7 @@ def _start_sync(s: _Settings, api: KubeApi, metrics: Metrics, leader: _Leadershi
     if s.mode == "operator":
         _start_vendor_health(s, api, sync, metrics, leader.is_leader, shutdown)
         _start_window_pauses(s, sync, leader.is_leader, shutdown)
+        _warn_ignored_settings(api, o["cluster_operator"], live, leader.is_leader)
     log.info("syncing %s (branch %s, cluster %s) to ClusterOperator %s; mode %s",
              redact(o["repo"]),
              o["branch"], o["cluster"], o["cluster_operator"], s.mode)

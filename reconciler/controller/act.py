@@ -9,8 +9,10 @@ could start a node twice).
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import random
+import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
@@ -46,6 +48,18 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-rollout-controller"
 
+#: SPEC 13: a pod whose eviction a budget refused is asked again at most once per this long,
+#: plus up to ``EVICTION_JITTER`` of it at random, so the pods a budget holds do not all ask
+#: again in the same instant
+EVICTION_BACKOFF_SECONDS = 5.0
+EVICTION_JITTER = 0.5
+#: the API server's cause of a budget's refusal: "The disruption budget web needs 3 healthy
+#: pods and has 3 currently"
+_BUDGET_CAUSE = re.compile(r"disruption budget (\S+) needs")
+#: ``gpu_reconciler_drain_evictions_total``'s results: evicted (201), refused (a budget's 429),
+#: gone (the pod was gone already), error (any other answer), deleted (``onTimeout: delete``)
+EVICTION_RESULTS = ("evicted", "refused", "gone", "error", "deleted")
+
 
 @dataclass(frozen=True, slots=True)
 class Target:
@@ -64,12 +78,24 @@ class ActionExecutor:
         *,
         on_object: Callable[[str, JSON], None] | None = None,
         clock: Clock = wall,
+        on_eviction: Callable[[str], None] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
+        """``on_eviction``: called with each eviction's or drain deletion's result (one of
+        ``EVICTION_RESULTS``: the metric)."""
         self.api = api
         self.target = target
         self.on_object = on_object or (lambda kind, obj: None)
         self.clock = clock
+        self.on_eviction = on_eviction or (lambda result: None)
+        self.rng = rng or random.Random()
         self.counts: dict[str, int] = {}
+        #: eviction results so far (as the metric counts them)
+        self.evictions: dict[str, int] = {}
+        #: "ns/pod" -> when it may be asked for again (in memory: a restart asks at once,
+        #: which a budget answers the same)
+        self._evict_after: dict[str, float] = {}
+        self._evict_lock = threading.Lock()
 
     def execute(self, action: Action, cluster_operator: Mapping[str, Any]) -> None:
         name = type(action).__name__
@@ -92,11 +118,10 @@ class ActionExecutor:
                 deleted = self.api.delete(path)
                 if deleted is not None and deleted.get("kind") == "Pod":
                     self.on_object("pod", deleted)
-            case EvictPod(namespace=namespace, pod=pod):
-                self._evict(namespace, pod)
+            case EvictPod(node=node, namespace=namespace, pod=pod):
+                self._evict(node, namespace, pod, cluster_operator)
             case DeletePod(namespace=namespace, pod=pod):
-                with contextlib.suppress(NotFound):  # gone already
-                    self.api.delete(resource_path("v1", "pods", pod, namespace=namespace))
+                self._delete_pod(namespace, pod)
             case SetPolicyPause(pause=pause):
                 self._apply_spec({"upgradePolicy": {"pause": pause}})
             case RestorePayload(payload=payload):
@@ -146,20 +171,81 @@ class ActionExecutor:
                     assert_never(action)
         flush()
 
-    def _evict(self, namespace: str, pod: str) -> None:
-        """Ask the Eviction API; a PodDisruptionBudget's refusal (429) leaves the pod running
-        and the planner asks again in a later pass."""
+    def _evict(self, node: str, namespace: str, pod: str,
+               cluster_operator: Mapping[str, Any]) -> None:
+        """Asks the Eviction API (policy/v1). A budget's refusal (429) leaves the pod running:
+        it is asked again, when a later pass still wants it, no sooner than its back-off
+        (``EVICTION_BACKOFF_SECONDS`` with jitter), and a Warning Event ``NodeDrainBlocked``
+        names the budget, once per refusal. An eviction that was accepted is not asked again
+        within the back-off either: the pod's watch event (terminating) may come after the
+        next pass."""
+        key = f"{namespace}/{pod}"
+        now = self.clock()
+        with self._evict_lock:
+            if now < self._evict_after.get(key, 0.0):
+                return
+            self._evict_after[key] = now + EVICTION_BACKOFF_SECONDS * (
+                1.0 + EVICTION_JITTER * self.rng.random())
+            for done in [k for k, after in self._evict_after.items() if after <= now]:
+                del self._evict_after[done]  # kept small: only pods in their back-off
         body = {"apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": pod, "namespace": namespace}}
         try:
             self.api.create(
-                resource_path("v1", "pods", pod, namespace=namespace) + "/eviction", body)
+                resource_path("v1", "pods", pod, namespace=namespace, subresource="eviction"),
+                body)
         except NotFound:
-            pass  # gone already
+            self._count_eviction("gone")
         except KubeError as exc:
             if exc.status != 429:
+                self._count_eviction("error")
                 raise
-            log.info("eviction of %s/%s refused: %s", namespace, pod, exc)
+            self._count_eviction("refused")
+            budget = refusing_budget(exc)
+            where = f"budget {namespace}/{budget}" if budget else "a disruption budget"
+            log.info("eviction of %s on %s refused by %s: %s", key, node, where, exc)
+            self._record_event(RecordEvent(
+                "Warning", "NodeDrainBlocked",
+                f"node={node}: eviction of {key} refused by {where}"
+                + (f" ({'; '.join(exc.causes)})" if exc.causes else "")), cluster_operator)
+        else:
+            self._count_eviction("evicted")
+
+    def held_back(self, actions: Sequence[Action]) -> tuple[list[Action], float | None]:
+        """``actions`` without the evictions of pods still in their back-off (a pass that
+        only repeats those changes nothing: it must not count as acting, or the controller
+        would plan again at once until the back-off ends), and when the first of those
+        back-offs ends (None: none held back)."""
+        now = self.clock()
+        kept: list[Action] = []
+        until: float | None = None
+        with self._evict_lock:
+            for action in actions:
+                if isinstance(action, EvictPod):
+                    after = self._evict_after.get(f"{action.namespace}/{action.pod}", 0.0)
+                    if now < after:
+                        until = after if until is None else min(until, after)
+                        continue
+                kept.append(action)
+        return kept, until
+
+    def _delete_pod(self, namespace: str, pod: str) -> None:
+        """``onTimeout: delete``: the pod is deleted, budgets or not (its grace period is
+        its own)."""
+        try:
+            self.api.delete(resource_path("v1", "pods", pod, namespace=namespace))
+        except NotFound:
+            self._count_eviction("gone")
+        except KubeError:
+            self._count_eviction("error")
+            raise
+        else:
+            self._count_eviction("deleted")
+
+    def _count_eviction(self, result: str) -> None:
+        with self._evict_lock:
+            self.evictions[result] = self.evictions.get(result, 0) + 1
+        self.on_eviction(result)
 
     def _set_image(self, image: str) -> None:
         path = resource_path(
@@ -211,3 +297,12 @@ class ActionExecutor:
             co, reason=action.reason, message=action.message, type=action.type,
             component=COMPONENT, now=self.clock(),
         ))
+
+
+def refusing_budget(error: KubeError) -> str | None:
+    """The name of the budget a 429 to an eviction names in its causes (None: none named)."""
+    for text in (*error.causes, error.message):
+        found = _BUDGET_CAUSE.search(text)
+        if found:
+            return found.group(1)
+    return None

@@ -14,18 +14,21 @@ whether the planner's view changed (a pass is due); events that change nothing i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
 from reconciler.controller.hooks import NoObserver, RolloutObserver
 from reconciler.controller.observe import (
+    budget_view,
     deletion_requested_at,
     driver_pod_view,
+    finished,
     is_driver_pod,
     node_view,
     pick_driver_pod,
     requests_gpu,
+    workload_pod_view,
 )
 from reconciler.controller.worker import generation, newer, same_version
 from reconciler.kube.api import JSON
@@ -40,7 +43,7 @@ from reconciler.planning import (
     NodeAction,
     Uncordon,
 )
-from reconciler.rollout.model import DriverPod, RolloutNode
+from reconciler.rollout.model import DisruptionBudget, DriverPod, RolloutNode, WorkloadPod
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,12 @@ def with_intents(node: JSON, pods: Mapping[str, DriverPod],
 
 class NodeIndex:
     """GPU nodes, their driver pods and GPU workloads, the driver DaemonSet and its revisions,
-    and the ClusterOperator; ``views`` is each node as the planner sees it, intents included."""
+    and the ClusterOperator; ``views`` is each node as the planner sees it, intents included.
+
+    While ``track_pods`` (the pass's settings have ``drain`` or ``waitFor``), every other pod
+    that has not finished is kept as a small ``WorkloadPod`` in its node's ``pods``, and the
+    PodDisruptionBudgets as ``budgets``; otherwise neither is kept (``workloads`` alone
+    decides, as before drain existed)."""
 
     def __init__(self, *, daemonset: str = DRIVER_DAEMONSET,
                  namespace: str = OPERATOR_NAMESPACE,
@@ -126,6 +134,12 @@ class NodeIndex:
         #: node -> when the deletion of its last driver pod that went away was asked for (a
         #: move's start when the deletion's record is not written: see ``scan_nodes``)
         self.pod_deleted_at: dict[str, float] = {}
+        self.track_pods = False
+        #: node -> pod key -> view, and pod key -> node (``track_pods`` only)
+        self.node_pods: dict[str, dict[str, WorkloadPod]] = {}
+        self.pod_node: dict[str, str] = {}
+        #: "ns/name" -> budget (while the budgets' watch runs)
+        self.budgets: dict[str, DisruptionBudget] = {}
 
     # -- what the watches (and the answers to our own writes) bring ----------------------------
 
@@ -179,10 +193,50 @@ class NodeIndex:
         touched = {node} if node else set()
         if old_home is not None:
             touched.add(old_home[0])
+        if self.track_pods:
+            touched |= self._track(event, key, obj)
         if not any(n in self.nodes for n in touched):
             return False  # a pod of no interest
         changed = [self.refresh(n) for n in touched]
         return any(changed)
+
+    def _track(self, event: str, key: str, obj: JSON) -> set[str]:
+        """Keeps ``obj``'s view in its node's ``pods``; the nodes whose pods changed."""
+        old = self.pod_node.pop(key, None)
+        if old is not None:
+            views = self.node_pods.get(old, {})
+            views.pop(key, None)
+            if not views:
+                self.node_pods.pop(old, None)
+        node = str((obj.get("spec") or {}).get("nodeName") or "")
+        if (event != "DELETED" and node and not finished(obj)
+                and not is_driver_pod(obj, self.daemonset_name, self.namespace)):
+            self.node_pods.setdefault(node, {})[key] = workload_pod_view(obj)
+            self.pod_node[key] = node
+        return {n for n in (old, node) if n}
+
+    def set_track_pods(self, on: bool, pods: Iterable[JSON] = ()) -> None:
+        """Starts keeping every pod's view (from ``pods``, the pods' cache) or stops and forgets
+        them; each node's view is rebuilt."""
+        if on == self.track_pods:
+            return
+        self.track_pods = on
+        self.node_pods, self.pod_node = {}, {}
+        if on:
+            for obj in pods:
+                self._track("ADDED", object_key(obj), obj)
+        for name in list(self.nodes):
+            self.refresh(name)
+
+    def on_budget(self, event: str, obj: JSON) -> bool:
+        key = object_key(obj)
+        if event == "DELETED":
+            return self.budgets.pop(key, None) is not None
+        view = budget_view(obj)
+        if self.budgets.get(key) == view:
+            return False  # its status's other counts: nothing the planner reads
+        self.budgets[key] = view
+        return True
 
     def on_daemonset(self, event: str, obj: JSON) -> bool:
         if event == "DELETED":
@@ -238,7 +292,8 @@ class NodeIndex:
         if intents:
             node, pods = with_intents(node, pods, intents)
         view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()),
-                         self.pod_deleted_at.get(name, 0.0))
+                         self.pod_deleted_at.get(name, 0.0),
+                         self.node_pods.get(name, {}).values())
         if self.views.get(name) == view:
             return False
         self.views[name] = view

@@ -109,9 +109,11 @@ class RolloutController(WatchDrivenWorker):
         health: HealthFeeder | None = None,
         windows: Callable[[], WindowCalendar | None] = lambda: None,
         config: Callable[[], ClusterSettings] | None = None,
+        on_eviction: Callable[[str], None] | None = None,
     ) -> None:
         """``config``: the repository config in force (the live view's ``current``), read at
-        each pass: its ``rollout`` settings over ``settings``, its windows over ``windows``."""
+        each pass: its ``rollout`` settings over ``settings``, its windows over ``windows``.
+        ``on_eviction``: each drain eviction's result (the metric)."""
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader,
                          pass_share=PASS_SHARE)
         self.config = config
@@ -132,7 +134,8 @@ class RolloutController(WatchDrivenWorker):
         self.index = NodeIndex(daemonset=target.daemonset, namespace=target.namespace,
                                observer=self.observer)
         self.dispatcher = Dispatcher(
-            ActionExecutor(api, target, on_object=self._own_write, clock=clock), self.index,
+            ActionExecutor(api, target, on_object=self._own_write, clock=clock,
+                           on_eviction=on_eviction), self.index,
             lock=self._lock, wake=self._wake, touch=self._touch, stop=self._stop,
             is_leader=self.is_leader, stats=self.stats, observer=self.observer, role=self.role,
             workers=workers)
@@ -141,12 +144,16 @@ class RolloutController(WatchDrivenWorker):
             refetch=self._refetch_cluster_operator, touch=self._touch, stop=self._stop,
             is_leader=self.is_leader, stats=self.stats, role=self.role)
         ns = target.namespace
+        self.pods_watch = ListWatch(api, "/api/v1/pods", on_event=self._on_pod, name="pods",
+                                    transform=without_managed_fields)
+        #: the PodDisruptionBudgets' watch, running while the pass's settings have ``drain``
+        self.budgets_watch: ListWatch | None = None
+        self._budgets_forbidden_reported = False
         self.watches = [
             ListWatch(api, "/api/v1/nodes", on_event=self._on_node,
                       query={"labelSelector": f"{GPU_NODE_LABEL}=true"}, name="nodes",
                       transform=without_managed_fields),
-            ListWatch(api, "/api/v1/pods", on_event=self._on_pod, name="pods",
-                      transform=without_managed_fields),
+            self.pods_watch,
             ListWatch(api, resource_path("apps/v1", "daemonsets", namespace=ns),
                       on_event=self._on_daemonset,
                       query={"fieldSelector": f"metadata.name={target.daemonset}"},
@@ -171,6 +178,8 @@ class RolloutController(WatchDrivenWorker):
 
     def stop(self) -> None:
         self._stop_worker(10)
+        if self.budgets_watch is not None:
+            self.budgets_watch.stop()
         self.dispatcher.shutdown_requests()
         self.status_writer.join(10)
         self.dispatcher.shutdown_events()
@@ -200,6 +209,11 @@ class RolloutController(WatchDrivenWorker):
             if self.index.on_revision(event, obj):
                 self._touch()
 
+    def _on_budget(self, event: str, obj: JSON) -> None:
+        with self._wake:
+            if self.index.on_budget(event, obj):
+                self._touch()
+
     def _on_cluster_operator(self, event: str, obj: JSON, *, touch: bool = True) -> None:
         with self._wake:
             if self.index.on_cluster_operator(event, obj) and touch:
@@ -226,8 +240,13 @@ class RolloutController(WatchDrivenWorker):
 
     # -- snapshot ---------------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[RolloutSnapshot, JSON] | None:
-        """The planner's view, or None while something it needs does not exist yet."""
+    def snapshot(self, settings: PlannerSettings | None = None
+                 ) -> tuple[RolloutSnapshot, JSON] | None:
+        """The planner's view, or None while something it needs does not exist yet. With
+        ``settings`` that have ``drain`` or ``waitFor``, nodes carry their pods (and, with
+        ``drain``, the snapshot the budgets); without, neither is kept."""
+        if settings is not None:
+            self._follow_drain_settings(settings)
         with self._lock:
             co = self.index.cluster_operator
             ds = self.index.daemonset
@@ -249,17 +268,57 @@ class RolloutController(WatchDrivenWorker):
                 status=dict(planned if planned is not None
                             else (co.get("status") or {}).get("upgradeStatus") or {}),
                 windows=self.windows(),
+                budgets=dict(self.index.budgets) if self.budgets_watch is not None else {},
             )
             return snap, co
+
+    def _follow_drain_settings(self, settings: PlannerSettings) -> None:
+        """Pods are kept while drain or waitFor is set, budgets watched while drain is (SPEC
+        13); nothing of either otherwise."""
+        track = settings.drain is not None or settings.wait_for is not None
+        if track != self.index.track_pods:
+            with self._lock:
+                # the pods' cache: events that land meanwhile are applied again, harmlessly
+                self.index.set_track_pods(track, self.pods_watch.items() if track else ())
+        if (settings.drain is not None) == (self.budgets_watch is not None):
+            return
+        if self.budgets_watch is None:
+            self.budgets_watch = ListWatch(
+                self.api, resource_path("policy/v1", "poddisruptionbudgets"),
+                on_event=self._on_budget, name="poddisruptionbudgets",
+                transform=without_managed_fields).start()
+            return
+        watch, self.budgets_watch = self.budgets_watch, None
+        watch.stop()
+        with self._lock:
+            self.index.budgets.clear()
+
+    def _budgets_pending(self, co: JSON) -> bool:
+        """True while the budgets' first list has not come: a drain plans on no guess. A
+        refusal (no RBAC for budgets: deploy/'s drain part) is reported once as an Event."""
+        watch = self.budgets_watch
+        if watch is None or watch.wait_synced(0):
+            return False
+        error = watch.last_error or ""
+        if ("Forbidden" in error or "403" in error) and not self._budgets_forbidden_reported:
+            self._budgets_forbidden_reported = True
+            self.dispatcher.record_event(RecordEvent(
+                "Warning", "DrainNotPermitted",
+                "rollout.drain is set but PodDisruptionBudgets cannot be listed (grant "
+                f"the drain RBAC of deploy/, drain.enabled in the Helm chart): {error}"), co)
+        return True
 
     # -- worker -----------------------------------------------------------------------------
 
     def reconcile_once(self) -> float | None:
         """One observe-plan-act pass; returns when to plan again if nothing happens."""
-        observed = self.snapshot()
+        settings = self.pass_settings()
+        observed = self.snapshot(settings)
         if observed is None:
             return None
         snap, co = observed
+        if self._budgets_pending(co):
+            return self.clock() + 0.5
         if self.health is not None:
             snap = self.health.feed(snap)  # outside the lock: it asks Prometheus
             error = self.health.section.error
@@ -277,11 +336,12 @@ class RolloutController(WatchDrivenWorker):
             # status changing wakes us again
             return None
         self.observer.pass_started()
-        result = plan(snap, self.clock(), self.pass_settings())
+        result = plan(snap, self.clock(), settings)
         self.observer.pass_planned()
         self.stats.passes += 1
         self.last_plan = result
-        if not self.dispatcher.execute(result.actions, co):
+        actions, backoff_ends = self.executor.held_back(result.actions)
+        if not self.dispatcher.execute(actions, co):
             return self.clock() + 0.5
         self.observer.pass_acted()
         self.stats.max_in_flight = max(self.stats.max_in_flight, result.in_flight)
@@ -292,10 +352,12 @@ class RolloutController(WatchDrivenWorker):
                     # a new step goes on record before any of its nodes starts
                     self.status_writer.wait_written(result.status)
         self.observer.pass_ended()
-        if result.actions or result.again:
+        if actions or result.again:
             # our own writes changed the world, or the planner moved to a state it wants to
             # look at again (a new step recorded before its nodes start): plan again at once
             return self.clock()
+        if backoff_ends is not None:  # an eviction held back: ask again when it may be
+            return min(backoff_ends, result.requeue_at or backoff_ends)
         return result.requeue_at
 
     def pass_settings(self) -> PlannerSettings:

@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconciler.names import DRIVER_DAEMONSET, GPU_RESOURCES, OPERATOR_NAMESPACE, REVISION_LABEL
-from reconciler.rollout.model import PLANNER_LABELS, DaemonSetView, DriverPod, RolloutNode
+from reconciler.names import (
+    ANN_MIRROR_POD,
+    DRIVER_DAEMONSET,
+    GPU_RESOURCES,
+    OPERATOR_NAMESPACE,
+    REVISION_LABEL,
+)
+from reconciler.policy.label_selector import LabelSelector
+from reconciler.rollout.model import (
+    PLANNER_LABELS,
+    DaemonSetView,
+    DisruptionBudget,
+    DriverPod,
+    RolloutNode,
+    WorkloadPod,
+)
 from reconciler.timefmt import parse_time_or
 
 JSON = dict[str, Any]
@@ -30,9 +45,14 @@ def is_driver_pod(pod: Mapping[str, Any], daemonset: str = DRIVER_DAEMONSET,
     )
 
 
+def finished(pod: Mapping[str, Any]) -> bool:
+    """A pod whose containers have all exited for good: it holds nothing on its node."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def requests_gpu(pod: Mapping[str, Any]) -> bool:
     """A running or pending pod that asks for a GPU resource: it blocks the node's upgrade."""
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if finished(pod):
         return False
     spec = pod.get("spec") or {}
     for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
@@ -41,6 +61,40 @@ def requests_gpu(pod: Mapping[str, Any]) -> bool:
             if any(name in (resources.get(kind) or {}) for name in GPU_RESOURCES):
                 return True
     return False
+
+
+def workload_pod_view(pod: Mapping[str, Any]) -> WorkloadPod:
+    """A pod other than the driver pod as the drain reads it (SPEC 13). Small on purpose: one
+    per pod of the fleet. Its strings and its labels are the cached object's own (no copies);
+    the few strings many pods repeat are interned."""
+    meta = pod.get("metadata") or {}
+    controller = next((ref for ref in meta.get("ownerReferences") or ()
+                       if ref.get("controller") is True), None)
+    kind = controller.get("kind") if controller is not None else None
+    volumes = (pod.get("spec") or {}).get("volumes") or ()
+    return WorkloadPod(
+        namespace=sys.intern(str(meta.get("namespace") or "")),
+        name=str(meta.get("name") or ""),
+        labels=meta.get("labels") or {},
+        gpu=requests_gpu(pod),
+        controller_kind=sys.intern(str(kind)) if kind else None,
+        mirror=ANN_MIRROR_POD in (meta.get("annotations") or {}),
+        empty_dir=any("emptyDir" in volume for volume in volumes),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def budget_view(budget: Mapping[str, Any]) -> DisruptionBudget:
+    """A policy/v1 PodDisruptionBudget as the disruption controller last computed it."""
+    meta = budget.get("metadata") or {}
+    allowed = (budget.get("status") or {}).get("disruptionsAllowed")
+    return DisruptionBudget(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        selector=LabelSelector.from_object((budget.get("spec") or {}).get("selector")),
+        # not computed yet: nothing is allowed (the API server refuses as well)
+        disruptions_allowed=allowed if isinstance(allowed, int) else 0,
+    )
 
 
 def driver_pod_view(pod: Mapping[str, Any]) -> DriverPod:
@@ -93,7 +147,8 @@ def pick_driver_pod(pods: Iterable[DriverPod]) -> DriverPod | None:
 
 
 def node_view(node: Mapping[str, Any], pod: DriverPod | None,
-              workloads: Iterable[str] = (), pod_deleted_at: float = 0.0) -> RolloutNode:
+              workloads: Iterable[str] = (), pod_deleted_at: float = 0.0,
+              pods: Iterable[WorkloadPod] = ()) -> RolloutNode:
     meta = node.get("metadata") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -110,6 +165,7 @@ def node_view(node: Mapping[str, Any], pod: DriverPod | None,
         pod=pod,
         workloads=tuple(sorted(workloads)),
         pod_deleted_at=pod_deleted_at,
+        pods=tuple(sorted(pods, key=lambda p: (p.namespace, p.name))),
     )
 
 

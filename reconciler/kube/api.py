@@ -38,13 +38,17 @@ _RETRIES = urllib3.Retry(total=2, connect=2, read=2, status=0, redirect=0, other
 class KubeError(Exception):
     """The API server refused a request, or could not be reached (status 0)."""
 
-    def __init__(self, status: int, reason: str, message: str, *, method: str, path: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, method: str, path: str,
+                 causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{method} {path}: {status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.method = method
         self.path = path
+        #: the messages of the Status's ``details.causes`` (e.g. the budget that refused an
+        #: eviction: "The disruption budget web-pdb needs 3 healthy pods ...")
+        self.causes = causes
 
 
 class NotFound(KubeError):
@@ -67,10 +71,20 @@ class Unavailable(KubeError):
     """The server could not be reached, timed out or answered 5xx: worth retrying."""
 
 
-def _error(status: int, reason: str, message: str, method: str, path: str) -> KubeError:
+def _error(status: int, reason: str, message: str, method: str, path: str,
+           causes: tuple[str, ...] = ()) -> KubeError:
     kinds: dict[int, type[KubeError]] = {404: NotFound, 409: Conflict, 410: Gone, 403: Forbidden}
     kind = kinds.get(status, Unavailable if status == 0 or status >= 500 else KubeError)
-    return kind(status, reason, message, method=method, path=path)
+    return kind(status, reason, message, method=method, path=path, causes=causes)
+
+
+def _causes(status: Mapping[str, Any]) -> tuple[str, ...]:
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(str(c.get("message")) for c in causes
+                 if isinstance(c, dict) and c.get("message"))
 
 
 def resource_path(
@@ -206,6 +220,7 @@ class KubeApi:
                 str(status.get("message") or ""),
                 method,
                 path,
+                _causes(status),
             )
         return decoded
 

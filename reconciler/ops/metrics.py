@@ -37,6 +37,10 @@ AWAITING_PERSON: Final = ("gate", "fallback")
 GIT_OPERATIONS: Final = ("fetch", "push", "read")
 ROLLBACK_REASONS: Final = ("FailureThresholdReached", "RolloutDisabled")
 
+# Drain (SPEC 13): what each eviction request or drain deletion came to
+# (reconciler.controller.act.EVICTION_RESULTS).
+DRAIN_EVICTION_RESULTS: Final = ("evicted", "refused", "gone", "error", "deleted")
+
 WEBHOOK_OUTCOMES: Final = (
     "triggered",
     "ignored",
@@ -195,6 +199,14 @@ class Metrics:
             ["forge", "outcome"],
             registry=r,
         )
+        self.drain_evictions_total = Counter(
+            f"{PREFIX}_drain_evictions_total",
+            "Drain's pod evictions (SPEC 13), by result (evicted, refused: a disruption "
+            "budget's 429, gone: the pod was gone already, error: any other answer, deleted: "
+            "onTimeout delete).",
+            ["result"],
+            registry=r,
+        )
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica holds the leader Lease, 0 otherwise.",
@@ -207,6 +219,8 @@ class Metrics:
             self.webhook_requests_total.labels(outcome=outcome)
         for operation in GIT_OPERATIONS:
             self.git_errors_total.labels(operation=operation)
+        for result in DRAIN_EVICTION_RESULTS:
+            self.drain_evictions_total.labels(result=result)
 
     def set_rollout_phase(self, cluster: str, phase: str) -> None:
         for reason in ROLLBACK_REASONS:  # explicit zeros: the first rollback shows in increase()
@@ -276,6 +290,9 @@ class Metrics:
 
     def count_forge_status_post(self, forge: str, outcome: str) -> None:
         self.forge_status_posts_total.labels(forge=forge, outcome=outcome).inc()
+
+    def count_drain_eviction(self, result: str) -> None:
+        self.drain_evictions_total.labels(result=result).inc()
 
     def set_leader(self, lease: str, leading: bool) -> None:
         self.leader.labels(lease=lease).set(1 if leading else 0)

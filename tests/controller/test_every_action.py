@@ -13,7 +13,7 @@ from reconciler.controller.act import ActionExecutor, Target
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.names import CLUSTER_OPERATOR_NAME, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout import actions as act
-from reconciler.sim.fleet import Fleet
+from reconciler.sim.fleet import WORKLOAD_NAMESPACE, Fleet
 from reconciler.sim.waiting import wait_for
 from tests.controller.helpers import cluster_operator, event_reasons
 
@@ -24,6 +24,12 @@ NODE = "node-0001"
 
 def _node(kube: KubeApi) -> dict[str, Any]:
     return dict(kube.get(resource_path("v1", "nodes", NODE)))
+
+
+def _pod_gone(kube: KubeApi, name: str) -> bool:
+    pods = kube.list(resource_path("v1", "pods", namespace=WORKLOAD_NAMESPACE))["items"]
+    return all(p["metadata"]["name"] != name or p["metadata"].get("deletionTimestamp")
+               for p in pods)
 
 
 def _image(kube: KubeApi) -> str:
@@ -38,6 +44,8 @@ def test_the_executor_carries_out_every_action_type(fleet: Fleet, kube: KubeApi)
     pod = fleet.driver_pods()[NODE].name
     payload = dict(co["spec"]["driver"]["payload"], version="7.7.7")
     image = _image(kube).rpartition(":")[0] + ":7.7.8"
+    evicted = fleet.add_workload(NODE, name="every-action-evicted")
+    deleted = fleet.add_workload(NODE, name="every-action-deleted")
     examples: list[act.Action] = [
         act.Cordon(NODE),
         act.AnnotateNode(NODE, {"example.com/every-action": "yes"}),
@@ -47,6 +55,8 @@ def test_the_executor_carries_out_every_action_type(fleet: Fleet, kube: KubeApi)
         act.RestorePayload(payload),
         act.SetDaemonSetImage(image),
         act.RecordEvent("Normal", "EveryActionExample", "an example event"),
+        act.EvictPod(NODE, WORKLOAD_NAMESPACE, evicted),
+        act.DeletePod(NODE, WORKLOAD_NAMESPACE, deleted),
     ]
     assert {type(a) for a in examples} == set(get_args(act.Action))
 
@@ -70,4 +80,9 @@ def test_the_executor_carries_out_every_action_type(fleet: Fleet, kube: KubeApi)
     executor.execute(examples[7], co)
     wait_for(lambda: "EveryActionExample" in event_reasons(kube), timeout=30,
              what="the example event")
+    executor.execute(examples[8], co)
+    wait_for(lambda: _pod_gone(kube, evicted), timeout=30, what=f"{evicted} evicted")
+    executor.execute(examples[9], co)
+    wait_for(lambda: _pod_gone(kube, deleted), timeout=30, what=f"{deleted} deleted")
+    assert executor.evictions == {"evicted": 1, "deleted": 1}
     assert executor.counts == {type(a).__name__: 1 for a in examples}

@@ -202,3 +202,99 @@ def test_a_deletion_time_from_hostile_pod_metadata_is_a_time_or_unknown() -> Non
     assert deletion_requested_at({"deletionTimestamp": at,
                                   "deletionGracePeriodSeconds": 2 ** 70}) == 0.0
     assert deletion_requested_at({"deletionTimestamp": "not a time"}) == 0.0
+
+
+def other_pod(name: str, node_name: str = "node-0001", *, version: str = "40",
+              labels: dict[str, str] | None = None, owner: str | None = "ReplicaSet",
+              mirror: bool = False, empty_dir: bool = False, phase: str = "Running",
+              deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "serve", "resourceVersion": version,
+                            "labels": dict(labels or {})}
+    if owner is not None:
+        meta["ownerReferences"] = [{"kind": "Unrelated", "name": "x"},
+                                   {"kind": owner, "name": "o", "controller": True}]
+    if mirror:
+        meta["annotations"] = {"kubernetes.io/config.mirror": "abc"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-30T10:00:05Z"
+    return {"metadata": meta,
+            "spec": {"nodeName": node_name, "containers": [{"name": "c"}],
+                     "volumes": [{"name": "scratch", "emptyDir": {}}] if empty_dir else []},
+            "status": {"phase": phase}}
+
+
+def test_pods_are_kept_only_while_drain_or_wait_for_asks_for_them() -> None:
+    index = NodeIndex()
+    index.on_node("ADDED", node())
+    index.on_pod("ADDED", driver_pod())
+    assert not index.on_pod("ADDED", other_pod("web-1")), "not tracked: nothing the planner reads"
+    index.on_pod("ADDED", gpu_workload("train-1"))
+    assert index.views["node-0001"].pods == ()
+    cache = [driver_pod(), other_pod("web-1"), gpu_workload("train-1"),
+             other_pod("done-1", phase="Succeeded"), other_pod("elsewhere", "node-0002")]
+    index.set_track_pods(True, cache)
+    view = index.views["node-0001"]
+    assert [p.key for p in view.pods] == ["jobs/train-1", "serve/web-1"], \
+        "every pod but the driver's and finished ones, in name order"
+    assert view.workloads == ("jobs/train-1",), "workloads as before"
+    train, web = view.pods
+    assert train.gpu and train.controller_kind is None and not web.gpu
+    assert web.controller_kind == "ReplicaSet", "the controller owner, not the first owner"
+
+    assert index.on_pod("ADDED", other_pod("ds-1", owner="DaemonSet", version="41"))
+    assert index.on_pod("ADDED", other_pod("static-1", owner="Node", mirror=True, version="42"))
+    assert index.on_pod("ADDED", other_pod("scratch-1", empty_dir=True, version="43",
+                                           labels={"app": "scratch"}))
+    pods = {p.name: p for p in index.views["node-0001"].pods}
+    assert pods["ds-1"].controller_kind == "DaemonSet"
+    assert pods["static-1"].mirror and not pods["ds-1"].mirror
+    assert pods["scratch-1"].empty_dir and dict(pods["scratch-1"].labels) == {"app": "scratch"}
+
+    assert index.on_pod("MODIFIED", other_pod("web-1", deleting=True, version="44"))
+    assert {p.name: p for p in index.views["node-0001"].pods}["web-1"].terminating
+    assert index.on_pod("MODIFIED", other_pod("scratch-1", phase="Succeeded", version="45"))
+    assert index.on_pod("DELETED", other_pod("web-1", deleting=True, version="46"))
+    assert sorted(p.name for p in index.views["node-0001"].pods) == ["ds-1", "static-1",
+                                                                   "train-1"]
+    assert index.on_pod("MODIFIED", other_pod("ds-1", "node-0002", version="47"))
+    assert "serve/ds-1" not in [p.key for p in index.views["node-0001"].pods], \
+        "a pod that moved leaves its old node"
+    assert index.pod_node["serve/ds-1"] == "node-0002"
+
+    index.set_track_pods(False)
+    assert index.views["node-0001"].pods == () and not index.node_pods and not index.pod_node
+    assert index.views["node-0001"].workloads == ("jobs/train-1",)
+
+
+def budget(name: str, *, allowed: object = 1, selector: dict[str, Any] | None = None,
+           version: str = "50") -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": name, "namespace": "serve",
+                                        "resourceVersion": version},
+                           "spec": {}, "status": {"disruptionsAllowed": allowed,
+                                                  "currentHealthy": 3}}
+    if selector is not None:
+        obj["spec"]["selector"] = selector
+    return obj
+
+
+def test_budgets_are_kept_as_the_planner_reads_them() -> None:
+    index = NodeIndex()
+    assert index.on_budget("ADDED", budget("web", selector={"matchLabels": {"app": "web"}}))
+    web = index.budgets["serve/web"]
+    assert web.disruptions_allowed == 1
+    index.set_track_pods(True, [other_pod("web-1", labels={"app": "web"}),
+                                other_pod("db-1", labels={"app": "db"})])
+    pods = {p.name: p for p in index.node_pods["node-0001"].values()}
+    assert web.covers(pods["web-1"]) and not web.covers(pods["db-1"])
+    changed = budget("web", selector={"matchLabels": {"app": "web"}}, version="51")
+    changed["status"]["currentHealthy"] = 4
+    assert not index.on_budget("MODIFIED", changed), "counts the planner does not read"
+    assert index.on_budget("MODIFIED", budget("web", allowed=0, version="52",
+                                              selector={"matchLabels": {"app": "web"}}))
+    assert index.budgets["serve/web"].disruptions_allowed == 0
+    assert index.on_budget("ADDED", budget("fresh", allowed=None))
+    assert index.budgets["serve/fresh"].disruptions_allowed == 0, "not computed yet: none"
+    assert index.budgets["serve/fresh"].selector is None, "no selector: selects no pod"
+    assert index.on_budget("DELETED", budget("web"))
+    assert not index.on_budget("DELETED", budget("web"))
+    assert sorted(index.budgets) == ["serve/fresh"]

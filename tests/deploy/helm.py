@@ -56,11 +56,30 @@ def header(template: str) -> str:
             "# by scripts/render-manifests; do not edit: change the chart and run it again.\n")
 
 
+#: optional parts of the manifests: deploy/<folder>/ holds the files of the templates the chart
+#: renders only with the value set (each folder applied on its own: `kubectl apply -k`)
+OPTIONAL_PARTS = {"drain": ("drain.enabled", ("rbac-drain.yaml",))}
+
+
 def render_manifests() -> dict[str, str]:
     """deploy/<file> for each template the chart renders with ``MANIFEST_VALUES``: its
     documents in helm's order, under a header that names its source."""
-    output = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-                  "--values", str(MANIFEST_VALUES)).stdout
+    return _split(helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                       "--values", str(MANIFEST_VALUES)).stdout)
+
+
+def render_optional_parts() -> dict[str, str]:
+    """deploy/<folder>/<file> of each optional part (``OPTIONAL_PARTS``): the templates that
+    its value turns on, rendered as ``render_manifests`` renders the rest."""
+    rendered: dict[str, str] = {}
+    for folder, (value, templates) in OPTIONAL_PARTS.items():
+        files = _split(helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                            "--values", str(MANIFEST_VALUES), "--set", f"{value}=true").stdout)
+        rendered.update({f"{folder}/{name}": files[name] for name in templates})
+    return rendered
+
+
+def _split(output: str) -> dict[str, str]:
     parts = _SOURCE.split(output)
     documents: dict[str, list[str]] = {}
     for template, text in zip(parts[1::2], parts[2::2], strict=True):

@@ -21,7 +21,15 @@ from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from tests.deploy.audit import DEPLOY, ROOT, AuditedControlPlane, grants, load_documents
-from tests.deploy.helm import CHART, NAMESPACE, RELEASE, helm, helm_binary, render_manifests
+from tests.deploy.helm import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    helm,
+    helm_binary,
+    render_manifests,
+    render_optional_parts,
+)
 from tests.deploy.rollout import IMAGE, OLD, REGISTRY, merge_to_upgrade
 
 STANDARD_LABELS = {"app.kubernetes.io/name", "app.kubernetes.io/instance",
@@ -80,6 +88,22 @@ def test_the_kustomize_manifests_are_the_chart_rendered() -> None:
     check = subprocess.run([str(ROOT / "scripts" / "render-manifests"), "--check"],
                            capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stderr
+
+
+def test_the_drain_part_is_off_by_default_and_rendered_into_its_own_folder() -> None:
+    """SPEC 13: the eviction permissions are an optional part, on when drain is."""
+    assert not [d for d in _template() if d["metadata"]["name"].endswith("-drain")]
+    on = [d for d in _template("--set", "drain.enabled=true")
+          if d["metadata"]["name"] == f"{RELEASE}-drain"]
+    assert sorted(d["kind"] for d in on) == ["ClusterRole", "ClusterRoleBinding"]
+    assert {str(g) for g in grants(on)} == {str(g) for g in grants(
+        load_documents(DEPLOY / "drain" / "rbac-drain.yaml"))}
+    rendered = render_optional_parts()
+    assert set(rendered) == {"drain/rbac-drain.yaml"}
+    drifted = [name for name, text in rendered.items() if (DEPLOY / name).read_text() != text]
+    assert drifted == [], f"stale, run scripts/render-manifests: {drifted}"
+    assert load_documents(DEPLOY / "drain" / "kustomization.yaml")[0]["resources"] == [
+        "rbac-drain.yaml"]
 
 
 def test_the_defaults_carry_helms_labels_and_need_no_other_projects_crds() -> None:
