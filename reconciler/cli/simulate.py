@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
@@ -20,6 +20,7 @@ import click
 
 from reconciler.cli.json_out import write_json
 from reconciler.cli.numbers import BoundedInt, FiniteFloat
+from reconciler.cli.simulate_topology import load_nodes_file, render_topology, topology_report
 from reconciler.files import FileRefused, printable, read_bounded
 from reconciler.health.checks import HealthConfig
 from reconciler.health.section import read_health
@@ -123,9 +124,11 @@ def load_driver_spec(path: Path) -> dict[str, Any]:
 
 
 def load_faults(path: Path | None, nodes: int,
-                gpu: dict[str, str] | None = None) -> dict[str, Fault]:
+                gpu: dict[str, str] | None = None,
+                names: Collection[str] | None = None) -> dict[str, Fault]:
     """The ``--faults`` file: read and parsed with the policy files' bounds (no link, a regular
-    file of at most 1 MiB, 100 levels of nesting); every problem is located at file:line:col."""
+    file of at most 1 MiB, 100 levels of nesting); every problem is located at file:line:col.
+    ``names``: the fleet's node names (``--nodes-file``; else ``node-0001`` ..)."""
     if path is None:
         return {}
     from reconciler.policy.document import parse_document
@@ -152,6 +155,8 @@ def load_faults(path: Path | None, nodes: int,
     width = max(4, len(str(nodes)))
 
     def known(name: object) -> bool:
+        if names is not None:
+            return isinstance(name, str) and name in names
         if not isinstance(name, str) or not name.startswith("node-"):
             return False
         digits = name[5:]
@@ -168,8 +173,8 @@ def load_faults(path: Path | None, nodes: int,
         node, fault = entry["node"], entry["fault"]
         if not known(node):
             _fail(f"{at(item + '/node')}: faults[{index}].node: no node named {node!r} in a "
-                  f"fleet of {nodes} nodes (names run {node_name(1, width)} .. "
-                  f"{node_name(nodes, width)})")
+                  f"fleet of {nodes} nodes " + ("(--nodes-file)" if names is not None else
+                  f"(names run {node_name(1, width)} .. {node_name(nodes, width)})"))
         if fault not in FAULTS and fault not in GPU_FAULTS:
             _fail(f"{at(item + '/fault')}: faults[{index}].fault: unknown fault {fault!r}; "
                   f"expected one of {', '.join((*FAULTS, *sorted(GPU_FAULTS)))}")
@@ -359,8 +364,13 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
 
 @click.command("simulate")
 @click.argument("policy_file", type=click.Path(path_type=Path))
-@click.option("--nodes", type=BoundedInt(1, MAX_NODES), required=True,
-              help=f"Fleet size, at most {MAX_NODES:,} (about 20 s and 0.5 GB at the most).")
+@click.option("--nodes", type=BoundedInt(1, MAX_NODES), default=None,
+              help=f"Fleet size, at most {MAX_NODES:,} (about 20 s and 0.5 GB at the most): "
+                   "nodes node-0001 .. without labels. Or --nodes-file.")
+@click.option("--nodes-file", "nodes_file", type=click.Path(path_type=Path), default=None,
+              help="YAML or JSON: nodes: [{name: gpu-a-01, labels: {topology.kubernetes.io/"
+                   "zone: zone-a}}], or kubectl get nodes -o yaml: the fleet's node names and "
+                   "labels (canary, the rollout.topology key of --repo-config).")
 @click.option("--from-version", required=True, help="Driver version every node runs at start.")
 @click.option("--faults", "faults_file", type=click.Path(path_type=Path),
               help="YAML: faults: [{node: node-0003, fault: imagepull|crashloop|never-ready|"
@@ -416,7 +426,8 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
               default=None, help="Also write the predicted rollout as a self-contained page.")
 def simulate(
     policy_file: Path,
-    nodes: int,
+    nodes: int | None,
+    nodes_file: Path | None,
     from_version: str,
     faults_file: Path | None,
     install_seconds: float,
@@ -438,10 +449,15 @@ def simulate(
     html_file: Path | None,
 ) -> None:
     """Simulate the rollout POLICY_FILE asks for on a virtual fleet (no cluster)."""
+    if (nodes is None) == (nodes_file is None):
+        _fail("give the fleet as --nodes N or as --nodes-file F (one of them)")
+    fleet = load_nodes_file(nodes_file, MAX_NODES, _fail) if nodes_file is not None else ()
+    nodes = len(fleet) if fleet else int(nodes or 0)
     driver = load_driver_spec(policy_file)
     health = load_health(repo_config, cluster)
     gpu_faults: dict[str, str] = {}
-    faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None)
+    faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None,
+                         [name for name, _ in fleet] if fleet else None)
     if not from_version.strip():
         _fail("--from-version must not be empty")
     payload = driver.get("payload") or {}
@@ -468,6 +484,7 @@ def simulate(
     if serving_pods:
         serving = ServingModel(serving_pods, pods_per_budget, budget_max_unavailable,
                                drain_seconds, reschedule_seconds)
+    topology = rollout.topology if rollout is not None else None
     config = SimConfig(
         nodes=nodes,
         from_version=from_version,
@@ -477,17 +494,20 @@ def simulate(
         faults=faults,
         settings=PlannerSettings(
             ready_timeout=ready_timeout, cordon_ahead=cordon_ahead, drain=drain,
-            wait_for=rollout.wait_for if rollout is not None else None),
+            wait_for=rollout.wait_for if rollout is not None else None, topology=topology),
         serving=serving,
         health=health,
         gpu_faults=gpu_faults,
         scrape_delay=scrape_delay,
         start=start,
         windows=windows,
+        fleet=fleet,
     )
     with _collector_off():
         result = run_simulation(driver, config)
-        _write(result, driver, config, fmt, html_file)
+        report = topology_report(result, config, str(payload.get("version")),
+                                 lambda other: run_simulation(driver, other))
+        _write(result, driver, config, fmt, html_file, report)
     raise SystemExit(0 if result.completed else 1)
 
 
@@ -506,7 +526,7 @@ def _collector_off() -> Iterator[None]:
 
 
 def _write(result: SimResult, driver: Mapping[str, Any], config: SimConfig, fmt: str,
-           html_file: Path | None) -> None:
+           html_file: Path | None, topology: Mapping[str, Any] | None = None) -> None:
     if html_file is not None:
         from reconciler.dashboard.simulate_page import write_simulation_page
 
@@ -517,9 +537,14 @@ def _write(result: SimResult, driver: Mapping[str, Any], config: SimConfig, fmt:
         click.echo(f"wrote {html_file} ({size} bytes)", err=True)
     if fmt == "json":
         # json.dumps(..., indent=2) to the byte, written as it is made (100,000 nodes)
-        write_json(result.to_json(), lambda text: click.echo(text, nl=False))
+        output = result.to_json()
+        if topology is not None:  # (only then: the output without topology is as it was)
+            output["topology"] = topology
+        write_json(output, lambda text: click.echo(text, nl=False))
         click.echo()
     else:
         # names and versions come from the policy file and the command line
-        click.echo("\n".join(printable(line) for line in
-                             render_text(result, driver, config).split("\n")))
+        lines = render_text(result, driver, config).split("\n")
+        if topology is not None:
+            lines += render_topology(topology, _clock)
+        click.echo("\n".join(printable(line) for line in lines))

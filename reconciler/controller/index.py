@@ -43,7 +43,13 @@ from reconciler.planning import (
     NodeAction,
     Uncordon,
 )
-from reconciler.rollout.model import DisruptionBudget, DriverPod, RolloutNode, WorkloadPod
+from reconciler.rollout.model import (
+    PLANNER_LABELS,
+    DisruptionBudget,
+    DriverPod,
+    RolloutNode,
+    WorkloadPod,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +146,8 @@ class NodeIndex:
         self.pod_node: dict[str, str] = {}
         #: "ns/name" -> budget (while the budgets' watch runs)
         self.budgets: dict[str, DisruptionBudget] = {}
+        #: the node label keys a view keeps: the planner's, and a topology's key (SPEC 14)
+        self.labels: frozenset[str] = PLANNER_LABELS
 
     # -- what the watches (and the answers to our own writes) bring ----------------------------
 
@@ -281,6 +289,15 @@ class NodeIndex:
             self.intents.pop(node, None)
         self.refresh(node)
 
+    def keep_labels(self, keys: frozenset[str]) -> bool:
+        """Views keep these label keys from now on (every view rebuilt when they change);
+        True when a view changed."""
+        if keys == self.labels:
+            return False
+        self.labels = keys
+        changed = [self.refresh(name) for name in list(self.nodes)]
+        return any(changed)
+
     def refresh(self, name: str) -> bool:
         """Rebuilds a node's view; True when the planner's view of it changed (heartbeats,
         labels it does not read and such leave it as it was, and need no pass)."""
@@ -293,7 +310,7 @@ class NodeIndex:
             node, pods = with_intents(node, pods, intents)
         view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()),
                          self.pod_deleted_at.get(name, 0.0),
-                         self.node_pods.get(name, {}).values())
+                         self.node_pods.get(name, {}).values(), self.labels)
         if self.views.get(name) == view:
             return False
         self.views[name] = view

@@ -15,9 +15,9 @@ import dataclasses
 import gc
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from reconciler.clock import Clock, wall
 from reconciler.controller.act import ActionExecutor, Target
@@ -42,7 +42,7 @@ from reconciler.kube.watch import ListWatch, without_managed_fields
 from reconciler.names import ACTIVE_PHASES, FIRMWARE_IDLE_PHASES, GPU_NODE_LABEL
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import RecordEvent
-from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
+from reconciler.rollout.model import PLANNER_LABELS, PlannerSettings, RolloutSnapshot
 from reconciler.rollout.planner import Plan, plan
 from reconciler.settings.cluster import ClusterSettings
 
@@ -260,13 +260,15 @@ class RolloutController(WatchDrivenWorker):
             planned = self.status_writer.planned
             if planned is None:
                 self.status_writer.base = (co.get("status") or {}).get("upgradeStatus")
+            status = dict(planned if planned is not None
+                          else (co.get("status") or {}).get("upgradeStatus") or {})
+            self.index.keep_labels(self._planner_labels(status))
             snap = RolloutSnapshot(
                 nodes=dict(self.index.views),
                 daemonset=view,
                 payload=dict(driver.get("payload") or {}),
                 policy=policy,
-                status=dict(planned if planned is not None
-                            else (co.get("status") or {}).get("upgradeStatus") or {}),
+                status=status,
                 windows=self.windows(),
                 budgets=dict(self.index.budgets) if self.budgets_watch is not None else {},
             )
@@ -359,6 +361,20 @@ class RolloutController(WatchDrivenWorker):
         if backoff_ends is not None:  # an eviction held back: ask again when it may be
             return min(backoff_ends, result.requeue_at or backoff_ends)
         return result.requeue_at
+
+    def _planner_labels(self, status: Mapping[str, Any]) -> frozenset[str]:
+        """The node labels the planner reads: the canary label, and the topology key of the
+        rollout in progress (``upgradeStatus.topology``) and of the settings in force (the next
+        rollout's)."""
+        keys = set(PLANNER_LABELS)
+        frozen = status.get("topology")
+        if isinstance(frozen, Mapping) and isinstance(frozen.get("key"), str):
+            keys.add(frozen["key"])
+        topology = (self.config().rollout.topology if self.config is not None
+                    else self.settings.topology)
+        if topology is not None:
+            keys.add(topology.key)
+        return frozenset(keys)
 
     def pass_settings(self) -> PlannerSettings:
         """The planner's settings for this pass: the repository's ``rollout`` settings as of

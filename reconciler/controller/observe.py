@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from reconciler.names import (
@@ -148,7 +148,9 @@ def pick_driver_pod(pods: Iterable[DriverPod]) -> DriverPod | None:
 
 def node_view(node: Mapping[str, Any], pod: DriverPod | None,
               workloads: Iterable[str] = (), pod_deleted_at: float = 0.0,
-              pods: Iterable[WorkloadPod] = ()) -> RolloutNode:
+              pods: Iterable[WorkloadPod] = (),
+              labels: Collection[str] = PLANNER_LABELS) -> RolloutNode:
+    """``labels``: the label keys the planner reads (a topology adds its key)."""
     meta = node.get("metadata") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -160,7 +162,7 @@ def node_view(node: Mapping[str, Any], pod: DriverPod | None,
         unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
         # only what the planner reads, so that labels others change (e.g. the vendor's node
         # labeller on every driver install) do not wake it
-        labels={k: v for k, v in (meta.get("labels") or {}).items() if k in PLANNER_LABELS},
+        labels={k: v for k, v in (meta.get("labels") or {}).items() if k in labels},
         annotations=dict(meta.get("annotations") or {}),
         pod=pod,
         workloads=tuple(sorted(workloads)),

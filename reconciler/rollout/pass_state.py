@@ -19,6 +19,7 @@ from reconciler.rollout.actions import Action, RecordEvent
 from reconciler.rollout.drain import Allowance
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
 from reconciler.rollout.status import UpgradeStatus
+from reconciler.rollout.topology import Topology
 from reconciler.timefmt import format_time
 
 
@@ -65,6 +66,9 @@ class Pass:
     draining: list[dict[str, Any]] = field(default_factory=list)
     #: node -> what holds it, for the step message
     drain_notes: dict[str, str] = field(default_factory=dict)
+    #: the topology the rollout started with (SPEC 14): the order, the sequential gate and
+    #: the per-domain budgets; None: the order of SPEC 3
+    topology: Topology | None = None
 
     @classmethod
     def begin(cls, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> Pass:

@@ -8,7 +8,7 @@ from typing import Any
 
 from reconciler.names import ANN_STATE, STATE_CORDONED, STATE_DRAINING
 from reconciler.policy.payload import Payload
-from reconciler.rollout import health_judgement, node_states, rollback, skipped, steps
+from reconciler.rollout import health_judgement, node_states, rollback, skipped, steps, topology
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod, SetDaemonSetImage
 from reconciler.rollout.pass_state import Pass
@@ -87,6 +87,8 @@ def start(p: Pass, before: dict[str, Any], desired: Payload, old_revision: str) 
         total_upgrade_ready_replicas=0,
         step_message="waiting for the driver DaemonSet to take the new template",
         recheck_time="",
+        # SPEC 14: the topology holds for the whole rollout (none if it starts without)
+        topology=topology.frozen(p.settings.topology),
     )
     p.set_epoch(1, reason="StepStarted")
     p.event("RolloutStarted", message, step=1)
@@ -117,15 +119,19 @@ def progressing(p: Pass) -> None:
     p.set(step_message="")
     verifying, health_failed, adopted = health_judgement.judge_nodes(p, revision)
     nodes = snap.nodes.values()
+    waves = topology.read(p.s.topology)
     scan = scan_nodes(
         [adopted.get(n.name, n) for n in nodes] if adopted else nodes, revision,
         now=p.now, epoch=p.s.epoch(), ready_timeout=p.settings.ready_timeout,
         verifying=verifying, health_failed=health_failed,
         skipped=frozenset(p.s.skipped),
         skip_unavailable=p.settings.unavailable_nodes == skipped.SKIP,
+        domain_key=waves.key if waves is not None else None,
     )
     if scan.skipped:
         skipped.found(p, scan.skipped)
+    if waves is not None:
+        p.topology = topology.Topology.of(waves, nodes, scan.domains)
     node_states.settle(p, scan, revision, counted=True)
     node_states.unrecorded(p, scan, revision, True)
     p.in_flight = scan.in_flight

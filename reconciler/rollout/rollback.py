@@ -10,7 +10,7 @@ from typing import Any
 
 from reconciler.names import ANN_FAILURES
 from reconciler.policy.payload import Payload
-from reconciler.rollout import node_states, selection
+from reconciler.rollout import node_states, selection, topology
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import RestorePayload, SetDaemonSetImage
 from reconciler.rollout.model import RolloutSnapshot
@@ -61,6 +61,9 @@ def rolling_back(p: Pass) -> None:
     old = ds.current_revision
     new = p.s.upgrading_pod_spec_revision
     p.set(last_pod_spec_revision=old, step_message="")
+    settings = topology.read(p.s.topology)
+    if settings is not None and p.topology is None:
+        p.topology = topology.Topology.of(settings, snap.nodes.values())  # the order alone
     scan = scan_nodes(
         snap.nodes.values(), old, now=p.now, epoch=p.s.epoch(),
         ready_timeout=p.settings.ready_timeout, rollback_from=new,
@@ -91,7 +94,7 @@ def starts(p: Pass, scan: NodeScan, old: str) -> int:
     batch = p.s.current_upgrade_replicas or 1
     slots = p.policy.batch_max_parallel(batch) - scan.in_flight
     started = selection.retries(p, scan.failed, old, slots) if slots > 0 else 0
-    waiting = scan.failed_other + selection.in_order(scan.untouched)
+    waiting = scan.failed_other + selection.in_order(scan.untouched, p.topology)
     for node in waiting:
         if started >= slots:
             break

@@ -69,6 +69,22 @@ class NodeScan:
     #: not rollout nodes of this rollout (SPEC 13, ``skipped``): counted nowhere else (one
     #: cordoned ahead is in ``stale_cordoned`` too, to be released)
     skipped: list[RolloutNode] = field(default_factory=list)
+    #: per topology domain (a value of the key's label, None: no label; SPEC 14), counted
+    #: only when the scan is given ``domain_key``
+    domains: dict[str | None, DomainCount] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class DomainCount:
+    """One topology domain's rollout nodes as the scan found them."""
+
+    nodes: int = 0
+    #: upgraded or failed: under ``sequential`` the next domain waits for every node here
+    settled: int = 0
+    in_flight: int = 0
+    #: names of its unavailable nodes (SPEC 4.3 step 5): a fresh start of one of them does
+    #: not add to the domain's budget, it only moves it to in flight
+    unavailable: set[str] = field(default_factory=set)
 
 
 def deletion_time(node: RolloutNode, revision: str | None) -> float:
@@ -105,6 +121,7 @@ class _Look:
     #: ``unavailableNodes: skip``: a node not started yet that is NotReady or cordoned by
     #: someone else is not counted unavailable (it is skipped at its turn, or recovers first)
     skip_unavailable: bool = False
+    domain_key: str | None = None
 
 
 def scan_nodes(
@@ -119,6 +136,7 @@ def scan_nodes(
     health_failed: Set[str] = frozenset(),
     skipped: Set[str] | None = None,
     skip_unavailable: bool = False,
+    domain_key: str | None = None,
 ) -> NodeScan:
     """Classify every node against ``target``; detect completions and failures.
 
@@ -129,11 +147,13 @@ def scan_nodes(
     ``skipped``: the nodes the rollout skipped so far (None: none are told apart, as in a
     rollback); nodes labelled ``upgrade.skip`` before their start or recorded as skipped for
     ``target`` join them (``NodeScan.skipped``). ``skip_unavailable``: ``unavailableNodes:
-    skip`` (SPEC 13).
+    skip`` (SPEC 13). ``domain_key``: count per domain of this node label too
+    (``NodeScan.domains``).
     """
     scan = NodeScan()
     look = _Look(target, now, epoch + "|", ready_timeout, rollback_from, verifying,
-                 health_failed, skipped is not None, skipped or frozenset(), skip_unavailable)
+                 health_failed, skipped is not None, skipped or frozenset(), skip_unavailable,
+                 domain_key)
     for node in nodes:
         _classify(scan, look, node)
     return scan
@@ -217,6 +237,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     elif (look.rollback_from and pod is not None and pod.ready
           and pod.revision == look.rollback_from):
         scan.ready_other += 1
+    unavailable = False
     if in_flight:
         scan.in_flight += 1
     elif (
@@ -230,6 +251,28 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
             and ann.get(ANN_WAS_UNSCHEDULABLE) == "false"))
     ) and not (look.skip_unavailable and _skip_pending(scan, node, waiting, state)):
         scan.unavailable += 1
+        unavailable = True
+    if look.domain_key is not None:
+        _count_domain(scan, node, look.domain_key, in_flight, unavailable,
+                      ready_target and not held)
+
+
+def _count_domain(scan: NodeScan, node: RolloutNode, key: str, in_flight: bool,
+                  unavailable: bool, upgraded: bool) -> None:
+    """The node in its domain's counts (a node ``_classify`` just sorted)."""
+    domain = node.labels.get(key)
+    count = scan.domains.get(domain)
+    if count is None:
+        count = scan.domains[domain] = DomainCount()
+    count.nodes += 1
+    failed = bool((scan.failed and scan.failed[-1] is node)
+                  or (scan.new_failures and scan.new_failures[-1][0] is node))
+    if upgraded or failed:
+        count.settled += 1
+    if in_flight:
+        count.in_flight += 1
+    if unavailable:
+        count.unavailable.add(node.name)
 
 
 def _begun(node: RolloutNode, target: str) -> bool:

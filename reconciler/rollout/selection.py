@@ -1,7 +1,8 @@
 """Which nodes start (SPEC 4.3 steps 4-6): the rollout order, retries after their back-off,
 fresh starts within the step's slots and ``maxUnavailable``, the nodes cordoned ahead, and the
-maintenance windows (SPEC 10) fresh starts wait for. A new rule of selection (a per-domain
-budget) is one more check in ``start_nodes`` before ``fresh_starts``.
+maintenance windows (SPEC 10) fresh starts wait for. With a topology (SPEC 14) the order is
+the topology's, ``sequential`` holds the nodes of a domain until the domains before it are done,
+and each domain's budget holds its fresh starts (``fresh_starts``).
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ from reconciler.rollout import status as st
 from reconciler.rollout.model import RolloutNode
 from reconciler.rollout.pass_state import Pass
 from reconciler.rollout.scan import CLOCK_SLACK, NodeScan
+from reconciler.rollout.topology import Budgets, Topology, domain_name
 from reconciler.timefmt import parse_time_or
 
 _NAME = attrgetter("name")
 
 
-def in_order(nodes: list[RolloutNode]) -> list[RolloutNode]:
+def in_order(nodes: list[RolloutNode], topology: Topology | None = None) -> list[RolloutNode]:
     """The rollout order: canaries first, then by name (names are unique, so this is the order
-    of ``(not canary, name)``; sorted by a C key, the lists are a fleet long)."""
+    of ``(not canary, name)``; sorted by a C key, the lists are a fleet long); with a
+    topology, the topology's."""
+    if topology is not None:
+        return topology.in_order(nodes)
     canaries = [n for n in nodes if n.labels and n.canary]
     if not canaries:
         return sorted(nodes, key=_NAME)
@@ -54,7 +59,7 @@ def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
     cond = p.s.condition(st.COND_PROGRESSING)
     epoch_start = parse_time_or(cond.last_transition_time if cond else None, p.now)
     started = 0
-    for node in in_order(failed):
+    for node in in_order(failed, p.topology):
         if started >= slots:
             break
         due = retry_due(p, node, epoch_start)
@@ -70,6 +75,8 @@ def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
             node=node.name,
             step=p.step_index(),
         )
+        if p.topology is not None:
+            p.topology.retried(node)
         started += 1
     return started
 
@@ -81,14 +88,31 @@ def fresh_starts(
     """Start up to ``count`` nodes not started yet, in rollout order, and cordon the next
     ``ahead`` ones; busy nodes wait. Returns how many started and the nodes cordoned ahead
     (kept or new). ``turns``: ``unavailableNodes: skip``, a node unavailable at its turn is
-    skipped (and ``count`` follows the smaller N)."""
+    skipped (and ``count`` follows the smaller N). With a topology, ``sequential`` neither
+    starts nor cordons a node of a domain after the first one not done, and a node whose
+    domain's budget is used up is cordoned ahead at most."""
     started = 0
     kept: set[str] = set()
     blocked: list[str] = []
     limit = p.settings.message_node_limit
-    for node in in_order(candidates):
+    topology = p.topology
+    gate: int | None = None
+    budgets: Budgets | None = None
+    gated: str | None = None  # the message of a domain the gate holds back
+    if topology is not None:
+        gate = topology.open_rank()
+        budgets = Budgets(topology) if topology.settings.max_unavailable_per_domain else None
+    for node in in_order(candidates, topology):
         if started >= count and len(kept) >= ahead:
             break
+        if budgets is not None and len(kept) >= ahead and budgets.exhausted():
+            break  # every domain's budget is used up
+        if gate is not None and topology is not None:
+            domain = topology.domain(node)
+            if topology.rank.get(domain, gate + 1) > gate:
+                if started < count:
+                    gated = _gate_message(topology, gate, domain)
+                break  # the order is domain by domain: every later node is held too
         if turns is not None and started < count and turns.skips(node):
             count = turns.count
             continue
@@ -107,19 +131,36 @@ def fresh_starts(
                 if not cordoned:
                     node_states.cordon_ahead(p, node, target)
             continue
-        if started < count:
+        if started < count and (budgets is None or budgets.allows(node)):
             if cordoned:
                 node_states.start_cordoned(p, node, target)
             else:
                 node_states.start(p, node, target, 1)
             started += 1
             continue
+        if len(kept) >= ahead:
+            continue  # held by its domain's budget, and no room ahead
         kept.add(node.name)
         if not cordoned:
             node_states.cordon_ahead(p, node, target)
+    waits: list[str] = []
     if blocked:
-        p.set(step_message="waiting for GPU workloads to finish: " + "; ".join(blocked))
+        waits.append("waiting for GPU workloads to finish: " + "; ".join(blocked))
+    if budgets is not None and budgets.held and started < count:
+        waits.append(budgets.message())
+    if gated:
+        waits.append(gated)
+    if waits:
+        p.set(step_message="; ".join(waits))
     return started, frozenset(kept)
+
+
+def _gate_message(topology: Topology, gate: int, waiting: str | None) -> str:
+    open_domain = topology.domain_at(gate)
+    count = topology.counts.get(open_domain)
+    done = f" ({count.settled}/{count.nodes} upgraded or failed)" if count is not None else ""
+    return (f"sequential by {topology.settings.key}: domain {domain_name(waiting)} waits "
+            f"until domain {domain_name(open_domain)} is done{done}")
 
 
 def window_open(p: Pass) -> bool:

@@ -108,6 +108,9 @@ class SimConfig:
     windows: WindowCalendar | None = None
     #: serving pods behind budgets on the fleet (SPEC 13; None: no workloads, as before)
     serving: ServingModel | None = None
+    #: the fleet's nodes by name with their labels (``--nodes-file``), ``nodes`` of them;
+    #: empty: ``node-0001`` .. without labels
+    fleet: tuple[tuple[str, Mapping[str, str]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +192,14 @@ class Simulation:
         width = max(4, len(str(config.nodes)))
         self.nodes: dict[str, RolloutNode] = {}
         self.pod_serial: dict[str, int] = {}
-        for index in range(1, config.nodes + 1):
-            name = node_name(index, width)
+        labels = dict(config.fleet)
+        names = ([name for name, _ in config.fleet] if config.fleet
+                 else [node_name(index, width) for index in range(1, config.nodes + 1)])
+        for name in names:
             ready = config.faults.get(name) != "node-notready"
             pod = DriverPod(f"metax-driver-{name}-0", self.ds.current_revision, ready=ready)
-            self.nodes[name] = RolloutNode(name, ready, False, _NOTHING, _NOTHING, pod)
+            self.nodes[name] = RolloutNode(name, ready, False, labels.get(name, _NOTHING),
+                                           _NOTHING, pod)
             self.pod_serial[name] = 0
         self.serving = ServingFleet(config.serving) if config.serving is not None else None
         if self.serving is not None:

@@ -293,6 +293,10 @@ class UpgradeStatus:
     #: ``draining`` (not a SPEC 4.1 field; absent when empty): the draining nodes, by name, at
     #: most ``drain.STATUS_LIMIT``: ``{node, since, pods, budgets, waitingFor}``
     draining: tuple[Mapping[str, Any], ...] = ()
+    # -- issue 32: one block per helper (keys left out of the JSON when empty)
+    #: ``topology`` (absent when the rollout started without one): ``rollout.topology``
+    #: frozen when the rollout started (``{key, order, maxUnavailablePerDomain}``, SPEC 14)
+    topology: Mapping[str, Any] = field(default_factory=dict)
     #: the JSON this value was read from, every SPEC field present (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
@@ -326,6 +330,7 @@ class UpgradeStatus:
             holds=tuple(h for h in _list(source.get("holds")) if isinstance(h, Mapping)),
             skipped=tuple(n for n in _list(source.get("skipped")) if isinstance(n, str)),
             draining=tuple(d for d in _list(source.get("draining")) if isinstance(d, Mapping)),
+            topology=_mapping(source.get("topology")),
             source=source,
         )
         object.__setattr__(read, "origin", read)  # frozen: set once, here, before anyone sees it
@@ -360,6 +365,11 @@ class UpgradeStatus:
                 result["draining"] = [copy.deepcopy(dict(d)) for d in self.draining]
             else:
                 result.pop("draining", None)  # left out when empty, like ``holds``
+        if self.topology != read.topology:
+            if self.topology:
+                result["topology"] = copy.deepcopy(dict(self.topology))
+            else:
+                result.pop("topology", None)
         return result
 
     def evolve(self, **changes: Any) -> Self:

@@ -39,7 +39,8 @@ from reconciler.sim.faults import FaultKind
 from reconciler.sim.prometheus import ScrapeTarget
 
 if TYPE_CHECKING:
-    from reconciler.sim.fleet import Fleet, SimNode, SimPod
+    from reconciler.sim.fleet import Fleet
+    from reconciler.sim.fleet_state import SimNode, SimPod
 
 GPUS_PER_NODE = 8  # what the fleet's nodes report as metax-tech.com/gpu capacity
 FAULTY_GPUS = 2  # GPUs a gpu-unavailable or gpu-throttling fault affects on its node

@@ -27,7 +27,8 @@ from reconciler.kube.api import JSON, Conflict, KubeApi, resource_path
 from reconciler.names import GPU_RESOURCE, OPERATOR_NAMESPACE
 
 if TYPE_CHECKING:
-    from reconciler.sim.fleet import Fleet, SimPod
+    from reconciler.sim.fleet_state import SimPod
+    from reconciler.sim.pods import Pods
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,8 @@ def run_seconds(pod: JSON) -> float | None:
 class WorkloadPods:
     """The kubelet's part for the workload pods of one fleet (see the module docstring)."""
 
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
+    def __init__(self, pods: Pods) -> None:
+        self.pods = pods
 
     @staticmethod
     def plays(pod: SimPod) -> bool:
@@ -83,17 +84,16 @@ class WorkloadPods:
     def start(self, pod: SimPod, generation: int) -> None:
         if pod.finished:  # a node back from NotReady does not run a completed pod again
             return
-        self.fleet._write_pod_status(pod, phase="Running", ready=True)
+        self.pods.write_status(pod, phase="Running", ready=True)
         if pod.run_seconds is not None:
-            assert self.fleet.timers is not None
-            self.fleet.timers.call_later(pod.run_seconds, pod.node,
-                                         functools.partial(self._exit, pod, generation))
+            self.pods.state.later(pod.run_seconds, pod.node,
+                                  functools.partial(self._exit, pod, generation))
 
     def _exit(self, pod: SimPod, generation: int) -> None:
-        if not self.fleet._alive(pod, generation):
+        if not self.pods.alive(pod, generation):
             return
         pod.finished = True
-        self.fleet._write_pod_status(pod, phase="Succeeded", ready=False, exited=True)
+        self.pods.write_status(pod, phase="Succeeded", ready=False, exited=True)
 
     def stop(self, pod: SimPod, meta: JSON) -> None:
         """A deletion (or eviction) seen: the deletion is finished once the grace period is
@@ -106,10 +106,8 @@ class WorkloadPods:
             pod.deleting = True
             pod.generation += 1  # its run ends with it
         pod.stops_at = due
-        assert self.fleet.timers is not None
         # a timer set before stays: it finds the pod gone (the deletion ignores that)
-        self.fleet.timers.call_later(grace, pod.node,
-                                     functools.partial(self.fleet._finish_deletion, pod))
+        self.pods.state.later(grace, pod.node, functools.partial(self.pods.finish_deletion, pod))
 
     @staticmethod
     def grace_seconds(pod: SimPod, meta: JSON) -> float:
