@@ -110,7 +110,9 @@ def serving_fleet(sizes: list[int], grace: int) -> list[tuple[str, JSON]]:
                                                 policy_version=POLICY_VERSION, name=name):
             if body["kind"] == "Deployment":
                 template = body["spec"]["template"]
-                template["metadata"]["labels"][TIER_LABEL] = TIER
+                # a copy: serving_objects shares one labels dict with the selectors
+                template["metadata"]["labels"] = {**template["metadata"]["labels"],
+                                                  TIER_LABEL: TIER}
                 template["spec"]["terminationGracePeriodSeconds"] = grace
                 template["spec"]["topologySpreadConstraints"] = [{
                     "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
