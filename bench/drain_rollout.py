@@ -410,8 +410,9 @@ def table(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                    for i, n in enumerate(sizes, start=1))
         rows.append((f"{mode}: budgets held (fewest Ready per Deployment)",
                      "replicas - 10%",
-                     f"{min(fewest.values(), default=0)} of {max(sizes, default=0)} "
-                     f"(placement {row['serving_placement']})", verdict(held)))
+                     ", ".join(f"{fewest.get(f'serve-{i:02d}', 0)}/{n}"
+                               for i, n in enumerate(sizes, start=1))
+                     + f" (placement {row['serving_placement']})", verdict(held)))
         if mode == "sequential":
             rows.append((f"{mode}: starts before an earlier zone was done", "0",
                          f"{row['sequential_violations']} ({row['zones']} zones)",
