@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -409,9 +410,11 @@ class DevCluster:
     ``with DevCluster(nodes, install) as cluster: cluster.kubeconfig``."""
 
     def __init__(self, nodes: int, install: float, *, timeout: float = 900.0,
-                 lease_seconds: float = 0.0) -> None:
+                 lease_seconds: float = 0.0, extra_args: Sequence[str] = ()) -> None:
         self.nodes, self.install, self.timeout = nodes, install, timeout
         self.lease_seconds = lease_seconds
+        #: more ``dev-cluster up`` options (bench/drain_rollout.py: ``--workloads``, ``--domains``)
+        self.extra_args = tuple(extra_args)
         self.state = Path(tempfile.mkdtemp(prefix="bench-controller-"))
         self.kubeconfig = ""
         self.process: subprocess.Popen[str] | None = None
@@ -426,7 +429,8 @@ class DevCluster:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "reconciler.cli.main", "dev-cluster", "up", "--nodes",
              str(self.nodes), "--install-seconds", str(self.install), "--dir", str(self.state),
-             "--timeout", str(self.timeout), "--lease-seconds", str(self.lease_seconds)],
+             "--timeout", str(self.timeout), "--lease-seconds", str(self.lease_seconds),
+             *self.extra_args],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             start_new_session=True, text=True, preexec_fn=die_with_parent,
@@ -491,17 +495,22 @@ def wait_completed(api: KubeApi, started: float, *, limit: float = 3600.0) -> fl
 
 
 def run_rollout(cluster: DevCluster, *, spec: dict[str, Any] = POLICY,
-                version: str = NEW) -> dict[str, Any]:
+                version: str = NEW, settings: PlannerSettings | None = None,
+                on_eviction: Callable[[str], None] | None = None,
+                with_times: bool = False) -> dict[str, Any]:
     """Our rollout of ``version`` with the policy ``spec`` on the running dev cluster, the
-    controller in this process; returns the figures (the keys of ``--json``)."""
+    controller in this process; returns the figures (the keys of ``--json``). ``settings``:
+    the controller's (default: a 600 s ready timeout); ``on_eviction``: each drain eviction's
+    result, as the metric counts it; ``with_times``: also ``deleted_at`` and ``ready_at``,
+    (when, node) per old driver pod deleted and per new one Ready, as the observer saw them."""
     nodes, install = cluster.nodes, cluster.install
     watcher = ObserverProcess(cluster.kubeconfig).start()
     prefer_responsiveness()  # as `reconciler run` does for the controller role
     api = KubeApi.from_kubeconfig(cluster.kubeconfig, pool_size=64)
     timings = Timings()
     controller = RolloutController(api, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-                                   settings=PlannerSettings(ready_timeout=600),
-                                   observer=timings).start()
+                                   settings=settings or PlannerSettings(ready_timeout=600),
+                                   observer=timings, on_eviction=on_eviction).start()
     controller.wait_synced(120)
     while not (api.get(cluster_operator_path(CLUSTER_OPERATOR_NAME)).get("status") or {}):
         time.sleep(0.1)
@@ -555,7 +564,11 @@ def run_rollout(cluster: DevCluster, *, spec: dict[str, Any] = POLICY,
                 stages["ready"] - stages["running"] - install)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     waves = round(minimum / install) if install else 0
+    times = {"deleted_at": observer.deleted_at, "ready_at": readies} if with_times else {}
     return {
+        **times,
+        # the drain's eviction requests by result, as the executor counted them
+        "evictions": dict(controller.executor.evictions),
         "nodes": nodes,
         "install_seconds": install,
         "rollout_wall_seconds": round(wall, 2),
