@@ -20,7 +20,12 @@ import click
 
 from reconciler.cli.json_out import write_json
 from reconciler.cli.numbers import BoundedInt, FiniteFloat
-from reconciler.cli.simulate_topology import load_nodes_file, render_topology, topology_report
+from reconciler.cli.simulate_topology import (
+    load_nodes_file,
+    read_located,
+    render_topology,
+    topology_report,
+)
 from reconciler.files import FileRefused, printable, read_bounded
 from reconciler.fleet.calendars import windows_for
 from reconciler.health.checks import HealthConfig
@@ -132,22 +137,7 @@ def load_faults(path: Path | None, nodes: int,
     ``names``: the fleet's node names (``--nodes-file``; else ``node-0001`` ..)."""
     if path is None:
         return {}
-    from reconciler.policy.document import parse_document
-
-    try:
-        raw = read_bounded(path)
-    except FileRefused as refused:
-        _fail(f"cannot read faults file {path}: {refused.reason}")
-    doc = parse_document(raw, str(path))
-    errors = [f for f in doc.findings if f.is_error]
-    if errors:
-        _fail("cannot read faults file: " + "\n".join(
-            f"{f.file}:{f.line}:{f.column}: {f.message}" for f in errors))
-    data = doc.obj
-
-    def at(pointer: str) -> str:
-        loc = doc.locate(pointer)
-        return f"{path}:{loc.line}:{loc.column}"
+    data, at = read_located(path, "faults file", _fail)
 
     entries = data.get("faults") if isinstance(data, Mapping) else None
     if not isinstance(data, Mapping) or set(data) - {"faults"} or not isinstance(entries, list):

@@ -28,25 +28,34 @@ from reconciler.rollout.topology import Topology, domain_name
 Fleet = tuple[tuple[str, Mapping[str, str]], ...]
 
 
-def load_nodes_file(path: Path, limit: int, fail: Callable[[str], NoReturn]) -> Fleet:
-    """The nodes of ``--nodes-file``, in the file's order; every problem located at
-    file:line:col (``fail`` exits 2)."""
+def read_located(path: Path, what: str, fail: Callable[[str], NoReturn]
+                 ) -> tuple[object, Callable[[str], str]]:
+    """A small input file of ``simulate`` (``what``: its name in messages), read and parsed with
+    the policy files' bounds (no link, a regular file of at most 1 MiB, 100 levels of nesting):
+    its data and ``at(pointer)``, the place of a value as file:line:col (``fail`` exits 2)."""
     from reconciler.policy.document import parse_document
 
     try:
         raw = read_bounded(path)
     except FileRefused as refused:
-        fail(f"cannot read nodes file {path}: {refused.reason}")
+        fail(f"cannot read {what} {path}: {refused.reason}")
     doc = parse_document(raw, str(path))
     errors = [f for f in doc.findings if f.is_error]
     if errors:
-        fail("cannot read nodes file: " + "\n".join(
+        fail(f"cannot read {what}: " + "\n".join(
             f"{f.file}:{f.line}:{f.column}: {f.message}" for f in errors))
-    data = doc.obj
 
     def at(pointer: str) -> str:
         loc = doc.locate(pointer)
         return f"{path}:{loc.line}:{loc.column}"
+
+    return doc.obj, at
+
+
+def load_nodes_file(path: Path, limit: int, fail: Callable[[str], NoReturn]) -> Fleet:
+    """The nodes of ``--nodes-file``, in the file's order; every problem located at
+    file:line:col (``fail`` exits 2)."""
+    data, at = read_located(path, "nodes file", fail)
 
     kubectl = isinstance(data, Mapping) and "items" in data
     entries = data.get("items" if kubectl else "nodes") if isinstance(data, Mapping) else None
