@@ -5,9 +5,10 @@
 The server runs in a child process, as in the daemon (its own interpreter, so the clients here
 do not share its GIL); 50 clients (``--clients``) each keep one HTTPS connection, as the API
 server does, and send reviews back to back. The reviews are UPDATEs of the installed 0.9.2
-ClusterOperator (SPEC 7: every section, Helm metadata, managedFields), half of them a valid
-change while idle and half a locked change during a rollout (denied), so both answers are
-measured. Figures: latency percentiles per review, reviews/s, the server's CPU seconds.
+ClusterOperator (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone: every
+section, Helm metadata, managedFields), half of them a valid change while idle and half a locked
+change during a rollout (denied), so both answers are measured. Figures: latency percentiles per
+review, reviews/s, the server's CPU seconds.
 
 Usage: bench/admission.py [--clients 50] [--reviews 40] [--big]
        (--big: annotations that make each object 1 MiB, near etcd's limit)

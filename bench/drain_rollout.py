@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Drain rollouts on the live dev cluster (issue 32's performance figures, SPEC 13 and 14).
+"""Drain rollouts on the live dev cluster (issue 32's performance figures,
+docs/live-clusters.md#the-drain and docs/rollout.md#topology-aware-waves).
 
 One ``reconciler dev-cluster up --workloads 0 [--domains K]`` (the workload controllers:
 deployment, replicaset, job, disruption; zone labels ``topology.kubernetes.io/zone`` over K

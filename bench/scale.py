@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scaling benchmark (issue 21, SPEC 12): the 2,000-node benchmark's rollout
+"""Scaling benchmark (issue 21, docs/rollout.md#scale): the 2,000-node benchmark's rollout
 (bench/controller_rollout.py: steps 5%, 30%, 60%, 100%, maxParallel 50%, maxUnavailable 10%)
 at each fleet size with a fixed install time, one run each, each in a fresh dev cluster and a
 fresh process (so the controller's peak RSS and CPU time are that size's alone).

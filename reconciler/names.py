@@ -1,6 +1,7 @@
-"""The domain's names (SPEC sections 2, 4 and 5): the vendor operator's API group and kind, the
-annotation and label keys the program reads and writes, and the phases and step states of
-``status.upgradeStatus`` and ``status.firmwareUpgrade``.
+"""The domain's names (docs/policy.md#the-objects-in-the-cluster, docs/rollout.md#the-state-machine
+and docs/firmware.md): the vendor operator's API group and kind, the annotation and label keys the
+program reads and writes, and the phases and step states of ``status.upgradeStatus`` and
+``status.firmwareUpgrade``.
 
 Defined once so a renamed key cannot drift between the planner that writes it and the code that
 reads it. The bottom layer: imports nothing from ``reconciler``.
@@ -11,7 +12,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final
 
-# -- the vendor operator's objects (SPEC 2) ---------------------------------------------------
+# -- the vendor operator's objects (docs/policy.md#the-objects-in-the-cluster)
+# ---------------------------------------------------
 
 GROUP: Final = "gpu.metax-tech.com"
 VERSION: Final = "v1alpha1"
@@ -21,10 +23,10 @@ PLURAL: Final = "clusteroperators"
 #: label of a DaemonSet's pods and ControllerRevisions: the revision they belong to
 REVISION_LABEL: Final = "controller-revision-hash"
 CLUSTER_OPERATOR_NAME: Final = "cluster-operator"
-#: field managers of SPEC 4.6: the sync role and the rollout controller
+#: field managers of docs/gitops.md#git-stays-the-truth: the sync role and the rollout controller
 SYNC_FIELD_MANAGER: Final = "gpu-gitops-reconciler"
 CONTROLLER_FIELD_MANAGER: Final = "gpu-rollout-controller"
-#: the notifier's own (SPEC 15): the events it sent, in ``NOTIFIED_ANNOTATION``
+#: the notifier's own (docs/notifications.md): the events it sent, in ``NOTIFIED_ANNOTATION``
 NOTIFY_FIELD_MANAGER: Final = "gpu-gitops-reconciler-notify"
 
 OPERATOR_NAMESPACE: Final = "metax-operator"
@@ -40,7 +42,8 @@ VFIO_GPU_RESOURCE: Final = "metax-tech.com/vfio-gpu"
 GPU_RESOURCES: Final = (GPU_RESOURCE, VFIO_GPU_RESOURCE)
 VBIOS_VERSION_LABEL: Final = "metax-tech.com/gpu.vbios.version"
 
-# -- the rollout (SPEC 4) ----------------------------------------------------------------------
+# -- the rollout (docs/rollout.md#the-state-machine)
+# ----------------------------------------------------------------------
 
 ANNOTATION_PREFIX: Final = "gpu.metax-tech.com/"
 #: on the ClusterOperator: the commit the cluster runs (the sync role writes it)
@@ -60,25 +63,26 @@ ANN_FAILED_AT: Final = ANNOTATION_PREFIX + "failed-at"
 #: ``<batch epoch>|<failures counted in that epoch>``; the source of ``currentFailureRetry``
 ANN_FAILURES: Final = ANNOTATION_PREFIX + "failures"
 ANN_FAILURE_REASON: Final = ANNOTATION_PREFIX + "failure-reason"
-#: the node checks' timers (SPEC 9): a ``HealthRecord`` as JSON, written while the node is
+#: the node checks' timers (docs/health.md): a ``HealthRecord`` as JSON, written while the node is
 #: verified on the target; a restart resumes the same timers
 ANN_HEALTH: Final = ANNOTATION_PREFIX + "health"
 #: why the node's health check failed (check, value, node): the fallback condition names it
 ANN_HEALTH_FAILURE: Final = ANNOTATION_PREFIX + "health-failure"
 #: the step in which the node passed its checks: the step checks' ``{{nodes}}``
 ANN_HEALTH_STEP: Final = ANNOTATION_PREFIX + "health-step"
-#: operator mode (SPEC 9): the sync role's node checks of a node the vendor upgraded:
-#: ``{"revision", "started", "passed", "failure"}`` as JSON
+#: operator mode (docs/health.md#operator-mode): the sync role's node checks of a node the vendor
+#: upgraded: ``{"revision", "started", "passed", "failure"}`` as JSON
 ANN_VENDOR_HEALTH: Final = ANNOTATION_PREFIX + "vendor-health"
 
-# -- live clusters (SPEC 13, 14) ---------------------------------------------------------------
+# -- live clusters (docs/live-clusters.md#the-drain and docs/rollout.md#topology-aware-waves)
+# ---------------------------------------------------------------
 #: when the node's drain began (its cordon): ``drain.timeout`` and ``waitFor.timeout`` run from it
 ANN_DRAIN_STARTED: Final = ANNOTATION_PREFIX + "drain-started-at"
-#: the drain settings the node started with (JSON; SPEC 13: settings apply from the next node
-#: that starts, so a node in flight keeps its own)
+#: the drain settings the node started with (JSON; docs/live-clusters.md#the-drain: settings apply
+#: from the next node that starts, so a node in flight keeps its own)
 ANN_DRAIN_SETTINGS: Final = ANNOTATION_PREFIX + "drain-settings"
 #: a node the rollout skipped (value: the target revision it was skipped for), so a restart
-#: keeps the decision (SPEC 13)
+#: keeps the decision (docs/live-clusters.md#a-node-under-repair)
 ANN_SKIPPED: Final = ANNOTATION_PREFIX + "upgrade-skipped"
 #: a node label: not a rollout node at all while it is ``true``
 LABEL_UPGRADE_SKIP: Final = ANNOTATION_PREFIX + "upgrade.skip"
@@ -106,7 +110,7 @@ STATE_DRAINING: Final = "draining"
 
 
 class Phase(StrEnum):
-    """``status.upgradeStatus.phase`` (SPEC 4.1)."""
+    """``status.upgradeStatus.phase`` (docs/rollout.md#status-fields)."""
 
     IDLING = "Idling"
     PROGRESSING = "Progressing"
@@ -117,14 +121,15 @@ class Phase(StrEnum):
 
 #: phases in which a rollout is active (``upgrading: true``)
 ACTIVE_PHASES: Final = frozenset({Phase.PROGRESSING, Phase.TERMINATING, Phase.DISABLING})
-#: the active phases that move nodes back to the previous revision (SPEC 4.5)
+#: the active phases that move nodes back to the previous revision
+#: (docs/rollout.md#fallback-rollback-and-pause)
 ROLLBACK_PHASES: Final = frozenset({Phase.TERMINATING, Phase.DISABLING})
 #: phases with no rollout running
 TERMINAL_PHASES: Final = frozenset({Phase.IDLING, Phase.DISABLED})
 
 
 class StepState(StrEnum):
-    """``status.upgradeStatus.status.currentStepState`` (SPEC 4.1)."""
+    """``status.upgradeStatus.status.currentStepState`` (docs/rollout.md#status-fields)."""
 
     INIT = "StepUpgradeInit"
     UPGRADE = "StepUpgrade"
@@ -142,11 +147,12 @@ class ConditionType(StrEnum):
     MANUAL_GATE = "ManualGate"
     BATCH_FAILED = "BatchFailed"
     ROLLED_BACK = "RolledBack"
-    #: a health check failed (SPEC 9): beside the fallback it caused
+    #: a health check failed (docs/health.md): beside the fallback it caused
     HEALTH_CHECK_FAILED = "HealthCheckFailed"
 
 
-# -- firmware (SPEC 5) -------------------------------------------------------------------------
+# -- firmware (docs/firmware.md)
+# -------------------------------------------------------------------------
 
 #: Annotations: the request on the ClusterOperator, and per node whether it was cordoned before
 #: the flow (written in the same patch that cordons it).
@@ -169,7 +175,7 @@ REBOOTED_ANNOTATION: Final = ANNOTATION_PREFIX + "rebooted"
 
 
 class FirmwarePhase(StrEnum):
-    """``status.firmwareUpgrade.phase`` (SPEC 5)."""
+    """``status.firmwareUpgrade.phase`` (docs/firmware.md)."""
 
     IDLE = "Idle"
     PREFLIGHT = "Preflight"
@@ -190,5 +196,6 @@ FIRMWARE_DONE_PHASES: Final = frozenset({
 #: the same, plus a status that names no phase yet: no firmware upgrade is running
 FIRMWARE_IDLE_PHASES: Final = frozenset({"", *FIRMWARE_DONE_PHASES})
 
-#: the arch suffixes of a driver version (SPEC 2: none means ``-amd64``)
+#: the arch suffixes of a driver version (docs/policy.md#the-objects-in-the-cluster: none means
+#: ``-amd64``)
 ARCH_SUFFIXES: Final = ("-amd64", "-arm64")

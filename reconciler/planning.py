@@ -1,10 +1,10 @@
 """What every planner returns: a ``Plan`` of actions as data and the new status, and the one
 action every planner shares, a Kubernetes Event on the ClusterOperator.
 
-The rollout planner (SPEC 4) and the firmware planner (SPEC 5) each take a snapshot and "now"
-and return a ``Plan``; a controller carries out its actions in order, writes its status when
-``changed``, and plans again at ``requeue_at`` if nothing happens before. The node actions
-(``NodeAction``) are one vocabulary for both. Pure data: imports nothing else from
+The rollout planner (docs/rollout.md#the-state-machine) and the firmware planner (docs/firmware.md)
+each take a snapshot and "now" and return a ``Plan``; a controller carries out its actions in order,
+writes its status when ``changed``, and plans again at ``requeue_at`` if nothing happens before. The
+node actions (``NodeAction``) are one vocabulary for both. Pure data: imports nothing else from
 ``reconciler``.
 """
 
@@ -105,5 +105,5 @@ class Plan(Generic[A]):
     again: bool = False
     #: rollout nodes in flight after the actions are carried out
     in_flight: int = 0
-    #: unavailable rollout nodes as observed (SPEC 4.3 step 5)
+    #: unavailable rollout nodes as observed (docs/rollout.md#upgrading-one-node step 5)
     unavailable: int = 0

@@ -44,7 +44,7 @@ def test_phases_and_step_states_are_the_spec_strings() -> None:
         "Idling", "Progressing", "Terminating", "Disabling", "Disabled"]
     assert [str(s) for s in StepState] == [
         "StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", "Completed"]
-    # HealthCheckFailed: SPEC 9's condition of a fallback a health check caused
+    # HealthCheckFailed: docs/health.md's condition of a fallback a health check caused
     assert [str(c) for c in ConditionType] == [
         "Progressing", "ManualGate", "BatchFailed", "RolledBack", "HealthCheckFailed"]
     assert {"Progressing", "Terminating", "Disabling"} == ACTIVE_PHASES

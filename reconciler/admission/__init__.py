@@ -1,4 +1,4 @@
-"""The in-cluster validating admission webhook (SPEC 8): the API server asks before any
+"""The in-cluster validating admission webhook (docs/admission.md): the API server asks before any
 ClusterOperator change, and the answer comes from the very validation ``reconciler validate``
 and the sync role run (``reconciler.policy``).
 

@@ -1,4 +1,4 @@
-"""The review: one admission.k8s.io/v1 ``AdmissionReview`` in, its response out (SPEC 8).
+"""The review: one admission.k8s.io/v1 ``AdmissionReview`` in, its response out (docs/admission.md).
 
 The object under review goes through :func:`reconciler.policy.validation.validate_document`
 exactly as a policy file does (JSON is YAML 1.2), with ``oldObject`` as the spec the cluster runs
@@ -39,7 +39,7 @@ GROUP, PLURAL = "gpu.metax-tech.com", "clusteroperators"
 KIND = "AdmissionReview"
 #: An UPDATE carries two objects of up to 1.5 MiB (etcd's limit) and the review's envelope.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
-#: Validation findings of a policy *file* that every stored object would trip (SPEC 8).
+#: Validation findings of a policy *file* that every stored object would trip (docs/admission.md).
 FILE_ONLY_RULES = frozenset({"server-populated-field", "helm-ownership-metadata"})
 #: The transition rules' findings (reconciler.policy.transitions), about the change itself.
 TRANSITION_RULES = frozenset({"transition-locked-field", "firmware-locked-field",
@@ -129,8 +129,9 @@ def decide(request: Mapping[str, Any]) -> Decision:
         raw_old = request.get("oldObject")
         if not isinstance(raw_old, Mapping):
             return Decision(False, 400, "request.oldObject is missing on UPDATE: the transition "
-                                        "rules (SPEC 4.2) compare with the stored object, so "
-                                        "the change cannot be checked and is refused")
+                                        "rules (docs/rollout.md#starting-a-rollout) compare "
+                                        "with the stored object, so the change cannot be "
+                                        "checked and is refused")
         old = raw_old
     findings = _validate(obj, old)
     if old is not None:
@@ -191,8 +192,9 @@ def _own_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
 
 def _payload_back(status: Mapping[str, Any], new_spec: Mapping[str, Any], pointer: str,
                   after: Any) -> bool:
-    """A rollback's RestorePayload (SPEC 4.5): the rollout is active and the new payload names
-    the image the rollout started from (``lastCoDriverSpec.payload``).
+    """A rollback's RestorePayload (docs/rollout.md#fallback-rollback-and-pause): the rollout is
+    active and the new payload names the image the rollout started from
+    (``lastCoDriverSpec.payload``).
 
     The controller writes the payload before the status that names the rollback (so a crash in
     between never leaves the spec asking for the failed version), so the stored phase may still
@@ -213,9 +215,9 @@ def _payload_back(status: Mapping[str, Any], new_spec: Mapping[str, Any], pointe
 
 
 def _firmware_own(status: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """The firmware orchestrator's own writes (SPEC 5) while its flow runs: ``PreferCloud`` with
-    the flow's ``fwEnableVirt`` (applied and held), or ``Never`` written together with the
-    annotation that records the end of that very flow."""
+    """The firmware orchestrator's own writes (docs/firmware.md) while its flow runs:
+    ``PreferCloud`` with the flow's ``fwEnableVirt`` (applied and held), or ``Never`` written
+    together with the annotation that records the end of that very flow."""
     firmware = _mapping(status, "firmwareUpgrade")
     if not firmware_upgrade_running(_text(firmware.get("phase"))):
         return False

@@ -1,4 +1,5 @@
-"""``--admission-self-signed``: the daemon issues its own CA and serving certificate (SPEC 8).
+"""``--admission-self-signed``: the daemon issues its own CA and serving certificate
+(docs/admission.md).
 
 They live in one Secret (``tls.crt``, ``tls.key``, ``ca.crt``, ``ca.key``), so every replica
 serves the same pair and a restart finds it. Only the leader issues and rotates: a missing or

@@ -1,4 +1,4 @@
-"""The webhook's HTTPS listener: ``POST /validate-clusteroperator`` (SPEC 8).
+"""The webhook's HTTPS listener: ``POST /validate-clusteroperator`` (docs/admission.md).
 
 Its own listener, not the ops or push-webhook server: the API server must reach it over TLS with
 a certificate its configuration trusts, and nothing else is served here.

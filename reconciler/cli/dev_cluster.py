@@ -18,7 +18,8 @@ from reconciler import clock
 from reconciler.cli.numbers import MAX_SECONDS, BoundedInt, FiniteFloat
 from reconciler.files import printable
 
-#: The SPEC's largest rollout; every simulated node is a Node, a Pod and a kubelet loop.
+#: The largest rollout docs/rollout.md#scale asks for; every simulated node is a Node, a Pod and a
+#: kubelet loop.
 MAX_NODES = 10_000
 #: ``metax-tech.com/gpu`` each simulated GPU node advertises (a serving pod takes one)
 GPUS_PER_NODE = 8
@@ -100,7 +101,8 @@ def dev_cluster() -> None:
 @click.option("--prometheus", "with_prometheus", is_flag=True,
               help="Also run a Prometheus server on loopback that scrapes the fleet's MX Exporter "
                    "metrics; its URL is printed on stderr.")
-# --admission (SPEC 8): our webhook server beside the control plane, registered fail-closed
+# --admission (docs/admission.md): our webhook server beside the control plane, registered
+# fail-closed
 @click.option("--admission", is_flag=True, default=False,
               help="Start the reconciler's validating admission webhook on a loopback port and "
                    "register it (failurePolicy Fail), so bad ClusterOperator changes are refused "

@@ -1,5 +1,5 @@
 """``reconciler plan --against REF``: what merging the working tree into REF does, per cluster
-(SPEC 15). The findings are ``validate --against REF``'s own (its jobs run here); the decisions
+(docs/plan.md). The findings are ``validate --against REF``'s own (its jobs run here); the decisions
 and the rendering are ``reconciler.fleet.plan`` (pure).
 
 Exit status as ``validate``: 0 no error, 1 errors found (a refused or held cluster), 2 usage.

@@ -93,7 +93,8 @@ def _duration(value: str | None, flag: str) -> float | None:
 @click.option("--controller-field-manager", envvar=f"{ENV}CONTROLLER_FIELD_MANAGER",
               default="gpu-rollout-controller", show_default=True,
               help="Field manager whose spec changes are the rollout's own (written back to "
-                   "Git, SPEC 4.6); in operator mode, the vendor operator's.")
+                   "Git, docs/gitops.md#git-stays-the-truth); in operator mode, the vendor "
+                   "operator's.")
 @click.option("--webhook-listen", envvar=f"{ENV}WEBHOOK_LISTEN", default=None,
               metavar="HOST:PORT", help="Serve the push webhook here (off when not set).")
 @click.option("--webhook-secret-file", envvar=f"{ENV}WEBHOOK_SECRET_FILE", default=None,

@@ -59,7 +59,8 @@ _HEADER = (
 )
 
 
-#: 10 times the SPEC's largest rollout (10,000 nodes); the run is linear in the fleet.
+#: 10 times the largest rollout docs/rollout.md#scale asks for (10,000 nodes); the run is linear in
+#: the fleet.
 MAX_NODES = 100_000
 
 

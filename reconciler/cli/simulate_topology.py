@@ -1,6 +1,7 @@
 """``reconciler simulate --nodes-file``: the fleet's node names and labels, and what a topology
-(SPEC 14) makes of the rollout: per domain its nodes, how many upgraded, in how many waves and
-when; and the same for the other order, so that both are shown side by side.
+(docs/rollout.md#topology-aware-waves) makes of the rollout: per domain its nodes, how many
+upgraded, in how many waves and when; and the same for the other order, so that both are shown side
+by side.
 
 The nodes file (YAML or JSON) is either
 

@@ -6,7 +6,8 @@ unavailable nodes and, when the rollout has a topology, the progress per domain.
 waits for is the read model's (``reconciler.views``, the dashboard's too): ``--format json``
 carries each entry typed under ``waits`` (kind, title, detail, action) and as a sentence under
 ``waitingFor``; the draining nodes with the pods and budgets that hold them under ``draining``,
-the skipped nodes under ``skipped``, the domains under ``domains`` (SPEC 13, 14). Exit status:
+the skipped nodes under ``skipped``, the domains under ``domains``
+(docs/live-clusters.md#a-node-under-repair and docs/rollout.md#topology-aware-waves). Exit status:
 0, 1 when the status cannot be read (the message says why), 2 on a usage error.
 """
 
@@ -220,8 +221,9 @@ def _render(item: StatusReport) -> None:
 
 
 def _render_live(console: Any, item: StatusReport) -> None:
-    """What a live cluster adds (SPEC 13, 14): progress per domain, draining nodes with what
-    holds them, skipped nodes."""
+    """What a live cluster adds (docs/live-clusters.md#the-drain and
+    docs/rollout.md#topology-aware-waves): progress per domain, draining nodes with what holds them,
+    skipped nodes."""
     from rich.table import Table
 
     from reconciler.views.nodes import UNLABELLED

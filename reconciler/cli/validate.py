@@ -293,7 +293,8 @@ class GitState:
 def live_spec(previous: Mapping[str, Any] | None, snapshot: Mapping[str, Any] | None
               ) -> Mapping[str, Any] | None:
     """The spec the cluster runs: the file at the ref, with the payload and upgradePolicy the
-    snapshot reports (they include the rollout controller's own changes, SPEC 4.6)."""
+    snapshot reports (they include the rollout controller's own changes,
+    docs/gitops.md#git-stays-the-truth)."""
     spec = dict(previous.get("spec") or {}) if isinstance(previous, Mapping) else None
     live = snapshot.get("spec") if isinstance(snapshot, Mapping) else None
     live_driver = live.get("driver") if isinstance(live, Mapping) else None

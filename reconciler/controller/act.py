@@ -48,9 +48,9 @@ log = logging.getLogger(__name__)
 
 COMPONENT = "gpu-rollout-controller"
 
-#: SPEC 13: a pod whose eviction a budget refused is asked again at most once per this long,
-#: plus up to ``EVICTION_JITTER`` of it at random, so the pods a budget holds do not all ask
-#: again in the same instant
+#: docs/live-clusters.md#the-drain: a pod whose eviction a budget refused is asked again at most
+#: once per this long, plus up to ``EVICTION_JITTER`` of it at random, so the pods a budget holds do
+#: not all ask again in the same instant
 EVICTION_BACKOFF_SECONDS = 5.0
 EVICTION_JITTER = 0.5
 #: the API server's cause of a budget's refusal: "The disruption budget web needs 3 healthy
@@ -290,9 +290,10 @@ class ActionExecutor:
         self.on_object("node", obj)
 
     def _apply_spec(self, driver_fields: JSON) -> None:
-        """Server-side apply under the controller's own field manager (SPEC 4.6): the sync role
-        sees these fields owned by ``gpu-rollout-controller`` and writes them back to Git. The
-        manager's other fields (a restored version, the firmware's result) are kept."""
+        """Server-side apply under the controller's own field manager
+        (docs/gitops.md#git-stays-the-truth): the sync role sees these fields owned by
+        ``gpu-rollout-controller`` and writes them back to Git. The manager's other fields (a
+        restored version, the firmware's result) are kept."""
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,

@@ -1,4 +1,4 @@
-"""The controller's thin health step before each plan (SPEC 9): ask Prometheus the pending
+"""The controller's thin health step before each plan (docs/health.md): ask Prometheus the pending
 checks only, at most once per check and node (or step) per ``health.interval``, and hand the
 latest readings, with the time each was read, to the planner's snapshot. The planner decides.
 """
@@ -30,7 +30,7 @@ class HealthFeeder:
                  clock: Clock = wall, query: Callable[[str], Reading] | None = None,
                  on_result: Callable[[str, str], None] | None = None) -> None:
         """``section``: the section, or where to read the current one (the daemon's: the live
-        view of reconciler.yaml, SPEC 9 reads ``health`` at every commit)."""
+        view of reconciler.yaml, docs/health.md reads ``health`` at every commit)."""
         self._section = section if callable(section) else (lambda: section)
         self.clock = clock
         #: a fixed query function (tests); else one Prometheus client per URL and timeout

@@ -140,7 +140,8 @@ class NodeIndex:
         #: node -> when the deletion of its last driver pod that went away was asked for (a
         #: move's start when the deletion's record is not written: see ``scan_nodes``)
         self.pod_deleted_at: dict[str, float] = {}
-        #: the node label keys a view keeps: the planner's, and a topology's key (SPEC 14)
+        #: the node label keys a view keeps: the planner's, and a topology's key
+        #: (docs/rollout.md#topology-aware-waves)
         self.labels: frozenset[str] = PLANNER_LABELS
         self.track_pods = False
         #: node -> pod key -> view, and pod key -> node (``track_pods`` only)

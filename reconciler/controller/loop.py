@@ -117,7 +117,8 @@ class RolloutController(WatchDrivenWorker):
         super().__init__(clock=clock, settle_seconds=settle_seconds, is_leader=is_leader,
                          pass_share=PASS_SHARE)
         self.config = config
-        #: the cluster's maintenance windows as of the latest commit (SPEC 10)
+        #: the cluster's maintenance windows as of the latest commit
+        #: (docs/configuration.md#maintenance-windows)
         self.windows = windows if config is None else (lambda: config().windows)
         self.api = api
         self.target = target
@@ -275,8 +276,8 @@ class RolloutController(WatchDrivenWorker):
             return snap, co
 
     def _follow_drain_settings(self, settings: PlannerSettings) -> None:
-        """Pods are kept while drain or waitFor is set, budgets watched while drain is (SPEC
-        13); nothing of either otherwise."""
+        """Pods are kept while drain or waitFor is set, budgets watched while drain is
+        (docs/live-clusters.md#the-drain); nothing of either otherwise."""
         track = settings.drain is not None or settings.wait_for is not None
         if track != self.index.track_pods:
             with self._lock:
@@ -334,8 +335,8 @@ class RolloutController(WatchDrivenWorker):
                              or "")
         if (firmware_phase not in FIRMWARE_IDLE_PHASES
                 and snap.status.get("phase") not in ACTIVE_PHASES):
-            # SPEC 5: a driver rollout never starts while a firmware upgrade runs; the firmware
-            # status changing wakes us again
+            # docs/firmware.md: a driver rollout never starts while a firmware upgrade runs; the
+            # firmware status changing wakes us again
             return None
         self.observer.pass_started()
         result = plan(snap, self.clock(), settings)
@@ -378,7 +379,7 @@ class RolloutController(WatchDrivenWorker):
 
     def pass_settings(self) -> PlannerSettings:
         """The planner's settings for this pass: the repository's ``rollout`` settings as of
-        the latest commit (SPEC 13: read at every commit) over the process's own."""
+        the latest commit (docs/live-clusters.md: read at every commit) over the process's own."""
         if self.config is None:
             return self.settings
         rollout = self.config().rollout
@@ -388,9 +389,9 @@ class RolloutController(WatchDrivenWorker):
             topology=rollout.topology)
 
     def _report_windows_error(self, windows: WindowCalendar | None, co: JSON) -> None:
-        """A ``windows`` section that does not validate fails closed (SPEC 9/10): the planner
-        starts no node and its status message says why; a Warning Event carries the located
-        error, once per error."""
+        """A ``windows`` section that does not validate fails closed (docs/health.md and
+        docs/configuration.md#maintenance-windows): the planner starts no node and its status
+        message says why; a Warning Event carries the located error, once per error."""
         error = windows.error if windows is not None else None
         if error is not None and error != self._windows_error_reported:
             self.dispatcher.record_event(RecordEvent(

@@ -64,9 +64,9 @@ def requests_gpu(pod: Mapping[str, Any]) -> bool:
 
 
 def workload_pod_view(pod: Mapping[str, Any]) -> WorkloadPod:
-    """A pod other than the driver pod as the drain reads it (SPEC 13). Small on purpose: one
-    per pod of the fleet. Its strings and its labels are the cached object's own (no copies);
-    the few strings many pods repeat are interned."""
+    """A pod other than the driver pod as the drain reads it (docs/live-clusters.md#the-drain).
+    Small on purpose: one per pod of the fleet. Its strings and its labels are the cached object's
+    own (no copies); the few strings many pods repeat are interned."""
     meta = pod.get("metadata") or {}
     controller = next((ref for ref in meta.get("ownerReferences") or ()
                        if ref.get("controller") is True), None)
@@ -151,7 +151,7 @@ def node_view(node: Mapping[str, Any], pod: DriverPod | None,
               labels: Collection[str] = PLANNER_LABELS,
               pods: Iterable[WorkloadPod] = ()) -> RolloutNode:
     """``labels``: the label keys the planner reads (a topology adds its key); ``pods``: the
-    node's workload pods the drain sees (SPEC 13)."""
+    node's workload pods the drain sees (docs/live-clusters.md#the-drain)."""
     meta = node.get("metadata") or {}
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"

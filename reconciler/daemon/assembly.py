@@ -252,8 +252,9 @@ def _settings_at_head(s: DaemonSettings, sync: ClusterSync, live: LiveSettings) 
 
 def _warn_ignored_settings(api: KubeApi, cluster_operator: str, live: LiveSettings,
                            is_leader: Callable[[], bool]) -> None:
-    """Operator mode: drain, waitFor, unavailableNodes and topology are ignored (SPEC 13, 14),
-    said in the log and, by the leader, in a Warning Event, whenever a commit sets them."""
+    """Operator mode: drain, waitFor, unavailableNodes and topology are ignored
+    (docs/live-clusters.md#waiting-for-jobs and docs/rollout.md#topology-aware-waves), said in the
+    log and, by the leader, in a Warning Event, whenever a commit sets them."""
     from reconciler.sync.events import record_event
     from reconciler.sync.operator_settings import REASON, IgnoredSettingsWarning
 
@@ -271,7 +272,7 @@ def _warn_ignored_settings(api: KubeApi, cluster_operator: str, live: LiveSettin
 
 def _start_vendor_health(s: DaemonSettings, api: KubeApi, sync: ClusterSync, metrics: Metrics,
                          is_leader: Callable[[], bool], shutdown: Shutdown) -> None:
-    """Operator mode: the sync role checks the nodes the vendor upgraded (SPEC 9), with the
+    """Operator mode: the sync role checks the nodes the vendor upgraded (docs/health.md), with the
     ``health`` section in force (the live view: the commit applied last). Started with no
     section too: a later commit may add one. One that does not validate commits
     ``pause: true``."""
@@ -293,7 +294,8 @@ def _start_vendor_health(s: DaemonSettings, api: KubeApi, sync: ClusterSync, met
 
 def _start_window_pauses(s: DaemonSettings, sync: ClusterSync, is_leader: Callable[[], bool],
                          shutdown: Shutdown) -> None:
-    """Operator mode: ``pause: true`` / ``pause: false`` at maintenance-window edges (SPEC 10)."""
+    """Operator mode: ``pause: true`` / ``pause: false`` at maintenance-window edges
+    (docs/configuration.md#maintenance-windows)."""
     from reconciler.sync.window_watch import WindowPauseWatch
 
     assert s.cluster is not None  # check_roles: a sync role has its cluster
@@ -340,7 +342,7 @@ def _start_sync(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader: Leade
 
 def _start_forge_statuses(s: DaemonSettings, sync: ClusterSync, metrics: Metrics,
                           is_leader: Callable[[], bool], shutdown: Shutdown) -> None:
-    """Commit statuses to the forge (SPEC 15): the flags, else reconciler.yaml's ``forge:``
+    """Commit statuses to the forge (docs/forges.md): the flags, else reconciler.yaml's ``forge:``
     (--repo-config's, else the branch head's); off when neither names one."""
     from reconciler.gitops.forge_status import CommitStatuses
     from reconciler.policy.forge_config import ForgeConfigError, forge_config
@@ -445,8 +447,8 @@ def _start_webhook(s: DaemonSettings, sync: ClusterSync, metrics: Metrics,
 
 def _start_admission(s: DaemonSettings, api: KubeApi, leader: Leadership,
                      shutdown: Shutdown) -> None:
-    """The admission webhook's own HTTPS listener (SPEC 8). Every replica serves it, leader or
-    not: the API server calls whichever Service endpoint it picks."""
+    """The admission webhook's own HTTPS listener (docs/admission.md). Every replica serves it,
+    leader or not: the API server calls whichever Service endpoint it picks."""
     from reconciler.admission.server import AdmissionServer, CertificateError, CertificateSource
     from reconciler.ops.http_server import ListenAddressError, parse_listen_address
 

@@ -155,7 +155,7 @@ def check_roles(role: Role, mode: Mode, *, repo: str | None, cluster: str | None
 
 
 def check_forge_url(url: str | None) -> None:
-    """An API URL the forge's token may go to (SPEC 15), refused before anything starts."""
+    """An API URL the forge's token may go to (docs/forges.md), refused before anything starts."""
     if not url:
         return
     from reconciler.policy.forge_config import ForgeConfigError, check_api_url

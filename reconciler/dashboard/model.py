@@ -9,9 +9,9 @@ status`` shows too), so the page and the command never disagree: "waiting for" i
 typed entries (``Wait``) of every kind (``reconciler.views.waits.KINDS``: gate, pause timer,
 ``pause: true``, failure fallback, health checks, maintenance window, promotion gate, draining,
 busy and unavailable nodes, a rejected commit, the firmware reboot); the page renders any kind it
-is given. A live cluster (SPEC 13, 14) adds the draining nodes with the pods and budgets that
-hold them, the skipped nodes and, when the rollout has a topology key, the map grouped by domain
-with each domain's progress.
+is given. A live cluster (docs/live-clusters.md#the-drain and docs/rollout.md#topology-aware-waves)
+adds the draining nodes with the pods and budgets that hold them, the skipped nodes and, when the
+rollout has a topology key, the map grouped by domain with each domain's progress.
 """
 
 from __future__ import annotations
@@ -210,7 +210,8 @@ class DashboardView:
             fleet["names"] = [row.name for row in self.nodes]
             fleet["steps"] = [row.step for row in self.nodes]
             if self.domains:
-                # the map grouped by domain (SPEC 14): each node's domain, by index
+                # the map grouped by domain (docs/rollout.md#topology-aware-waves): each node's
+                # domain, by index
                 fleet["domains"] = self.domain_indexes()
         return {
             "cluster": self.cluster,
@@ -283,7 +284,8 @@ def _started_at(node: NodeFacts, target: str) -> float | None:
     """When the node's move to ``target`` began (for grouping nodes by the step they went in)."""
     ann = node.annotations
     if ann.get(ANN_TARGET) == target:
-        # a drained node started at its cordon (SPEC 13), before its pod's deletion
+        # a drained node started at its cordon (docs/live-clusters.md#the-drain), before its pod's
+        # deletion
         at = _time(ann.get(ANN_DRAIN_STARTED)) or _time(ann.get(ANN_DELETED_AT))
         if at is not None:
             return at
@@ -299,9 +301,9 @@ def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequen
               skipped: frozenset[str] = frozenset()) -> list[NodeRow]:
     """Every GPU node, in the order of the map: the nodes moved to ``target`` by when they
     started, then the rest in the rollout's order (canary first, then by name; with a topology,
-    domain by domain or in turn, SPEC 14), skipped nodes last; cut into steps at the step
-    targets. With a topology key the map then shows the nodes grouped by domain, in the
-    rollout's domain order (each row's step kept)."""
+    domain by domain or in turn, docs/rollout.md#topology-aware-waves), skipped nodes last; cut into
+    steps at the step targets. With a topology key the map then shows the nodes grouped by domain,
+    in the rollout's domain order (each row's step kept)."""
     key = topology_key({"topology": topology or {}})
     states = {node.name: classify(node, target=target, active=active, skipped=skipped)
               for node in facts.nodes}

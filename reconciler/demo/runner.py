@@ -420,7 +420,7 @@ class Demo:
 
     def _refused_patch(self) -> None:
         """Someone changes maxParallel in the cluster mid-rollout, the seed's way; the API
-        server refuses it with the webhook's message (SPEC 4.2)."""
+        server refuses it with the webhook's message (docs/rollout.md#starting-a-rollout)."""
         patch = '[{"op": "replace", "path": "/spec/driver/upgradePolicy/maxParallel", "value": 5}]'
         command = ["kubectl", "patch",
                    f"clusteroperators.gpu.metax-tech.com/{CLUSTER_OPERATOR_NAME}",

@@ -1,4 +1,4 @@
-"""Firmware upgrade orchestration (SPEC section 5; docs/firmware.md).
+"""Firmware upgrade orchestration (docs/firmware.md).
 
 ``preflight`` and ``planner`` are pure (snapshot + settings + now in, refusals, actions and a new
 status out); ``controller`` is the thin adapter that observes the cluster and carries the actions

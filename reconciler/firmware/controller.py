@@ -325,8 +325,9 @@ class FirmwareController(WatchDrivenWorker):
         self._on_node("MODIFIED", obj)
 
     def _apply_spec(self, policy: str, enable_virt: bool | None, done: str | None) -> None:
-        """Server-side apply under the controller's field manager (SPEC 4.6): the sync role sees
-        these fields owned by ``gpu-rollout-controller`` and writes them back to Git."""
+        """Server-side apply under the controller's field manager
+        (docs/gitops.md#git-stays-the-truth): the sync role sees these fields owned by
+        ``gpu-rollout-controller`` and writes them back to Git."""
         body: JSON = {
             "apiVersion": API_VERSION,
             "kind": KIND,

@@ -1,5 +1,5 @@
-"""The firmware upgrade planner (SPEC 5): snapshot + settings + now in, actions and the new
-``status.firmwareUpgrade`` out. Pure: no Kubernetes, no clock.
+"""The firmware upgrade planner (docs/firmware.md): snapshot + settings + now in, actions and the
+new ``status.firmwareUpgrade`` out. Pure: no Kubernetes, no clock.
 
 Each pass reads everything it needs from the snapshot (status, node annotations, Events), so a
 planner run after a restart, or after a write that was lost, asks again for what is missing and
@@ -159,7 +159,7 @@ def _idle(p: _Pass) -> None:
                        "message": f"firmware upgrade refused, nothing was touched: "
                                   f"{shown}{more}"})
         # Never under our field manager: the sync writes it back, so Git does not keep saying
-        # PreferCloud for an upgrade that will not run (SPEC 4.6)
+        # PreferCloud for an upgrade that will not run (docs/gitops.md#git-stays-the-truth)
         virt = snap.driver_spec.get("fwEnableVirt")
         p.actions.append(ApplyFirmwareSpec("Never", virt if isinstance(virt, bool) else None,
                                            done=f"{flow}:Refused"))

@@ -1,4 +1,5 @@
-"""Firmware preflight (SPEC 5): refuse before touching anything, naming each node and reason.
+"""Firmware preflight (docs/firmware.md): refuse before touching anything, naming each node and
+reason.
 
 The facts come from node labels (keys configurable, ``NodeLabelKeys``). The same rules run
 offline in ``reconciler validate``, where the facts come from the ``preflight`` section the

@@ -1,1 +1,2 @@
-"""Many clusters in one repository (SPEC 10): maintenance windows and the promotion gate."""
+"""Many clusters in one repository (docs/configuration.md#maintenance-windows): maintenance windows
+and the promotion gate."""

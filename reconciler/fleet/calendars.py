@@ -11,7 +11,7 @@ from reconciler.policy.repo_config import RepoConfigFile
 
 def windows_for(file: RepoConfigFile, cluster: str | None) -> WindowCalendar | None:
     """The cluster's maintenance windows; None: no ``windows`` section (always open). A
-    section that does not validate fails closed (SPEC 9): a calendar that never opens and
+    section that does not validate fails closed (docs/health.md): a calendar that never opens and
     says why."""
     if file.yaml_error is not None:
         return WindowCalendar.failed(file.yaml_error)

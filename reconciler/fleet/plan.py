@@ -1,4 +1,4 @@
-"""What merging a change does to each cluster (SPEC 15, ``reconciler plan``): pure.
+"""What merging a change does to each cluster (docs/plan.md, ``reconciler plan``): pure.
 
 Per cluster it takes the policy object at the ref and in the working tree, the cluster's
 settings (``reconciler.yaml`` resolved for it) at both, its last status snapshot and the
@@ -97,7 +97,7 @@ class PlanStep:
 
 @dataclass(frozen=True, slots=True)
 class ClusterPlan:
-    """What merging does to one cluster: ``to_json`` gives the keys of SPEC 15 and more."""
+    """What merging does to one cluster: ``to_json`` gives the keys of docs/plan.md and more."""
 
     cluster: str
     change: Change
@@ -154,7 +154,8 @@ class ClusterPlan:
 
 def resolved_settings(raw: Mapping[str, Any], cluster: str) -> dict[str, Any]:
     """``reconciler.yaml`` as one cluster sees it: the repository-wide keys, each replaced as a
-    whole by the cluster's own section of that key (SPEC 10: no deep merge)."""
+    whole by the cluster's own section of that key
+    (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion: no deep merge)."""
     settings = {key: value for key, value in raw.items() if key != "clusters"}
     own = _mapping(_mapping(raw.get("clusters")).get(cluster))
     settings.update(own)
@@ -224,7 +225,7 @@ def _steps(policy: Mapping[str, Any], nodes: int | None) -> tuple[PlanStep, ...]
 
 
 def classify(inp: ClusterInput) -> Change:
-    """Which change merging is for the cluster (SPEC 15): a cluster whose only errors are
+    """Which change merging is for the cluster (docs/plan.md): a cluster whose only errors are
     ``promotion-gate`` is held, any other error refuses it; then a new driver version starts a
     rollout, ``PreferCloud`` the firmware flow, and anything else that differs is settings."""
     errors = [f for f in inp.findings if f.is_error]
@@ -270,7 +271,7 @@ def plan_cluster(inp: ClusterInput, *, now: float) -> ClusterPlan:
                      "PreferCloud)")
     if firmware and change == "firmware":
         notes.append("the firmware orchestrator checks every node first, cordons the GPU "
-                     "nodes and waits for each node's reboot (SPEC 5)")
+                     "nodes and waits for each node's reboot (docs/firmware.md)")
     if change not in ("rollout", "held"):
         return replace(plan, notes=tuple(notes))
     return _rollout(plan, inp, notes, now=now)

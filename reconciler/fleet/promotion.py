@@ -1,4 +1,5 @@
-"""The promotion gate (SPEC 10) as a pure function: may a payload version reach a cluster now?
+"""The promotion gate (docs/configuration.md#promotion) as a pure function: may a payload version
+reach a cluster now?
 
 It reads only the upstream cluster's status snapshot (plain data, the shape of
 ``schemas/status-snapshot.schema.json``) at one commit, never the history: the gate passes when
@@ -126,7 +127,8 @@ def promotion_rule(upstream: str, snapshot: Mapping[str, Any] | None, *, soak: f
 def upstream_rolled_back(upstream: str, snapshot: Mapping[str, Any] | None,
                          running: str | None) -> dict[str, Any] | None:
     """The upstream rolled back the version this cluster runs (after it was promoted here):
-    reported in this cluster's status, never acted on (SPEC 10). None when not the case."""
+    reported in this cluster's status, never acted on (docs/configuration.md#promotion). None when
+    not the case."""
     record = _mapping(_mapping(snapshot).get("lastRollout"))
     if running is None or record.get("result") != "RolledBack":
         return None
@@ -141,9 +143,9 @@ def upstream_rolled_back(upstream: str, snapshot: Mapping[str, Any] | None,
 
 def promotion_candidate(upstream: str, snapshot: Mapping[str, Any] | None, file_version: str | None,
                         *, soak: float, now: float) -> tuple[str | None, float | None]:
-    """``branch`` mode (SPEC 10): the version the upstream completed that this cluster's policy
-    does not name yet, when the gate allows it now (else None), and when to look again (the
-    earliest time the gate can pass, None: not by time alone)."""
+    """``branch`` mode (docs/configuration.md#promotion): the version the upstream completed that
+    this cluster's policy does not name yet, when the gate allows it now (else None), and when to
+    look again (the earliest time the gate can pass, None: not by time alone)."""
     record = _mapping(_mapping(snapshot).get("lastRollout"))
     version = record.get("version")
     if record.get("result") != "Completed" or not isinstance(version, str) or not version:

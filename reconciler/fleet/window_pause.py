@@ -1,8 +1,9 @@
-"""Operator mode's maintenance windows (SPEC 10) as a pure decision: the vendor operator runs the
-rollout and knows no windows, so the sync role commits ``pause: true`` when a window closes and
-``pause: false`` when the next opens, each with its reason, and undoes only its own window
-pause: never a person's ``pause: true``, a gate or a fallback (their commits are not the
-window's). Inputs are what Git says at the watched head; no clock, Git or Kubernetes here."""
+"""Operator mode's maintenance windows (docs/configuration.md#maintenance-windows) as a pure
+decision: the vendor operator runs the rollout and knows no windows, so the sync role commits
+``pause: true`` when a window closes and ``pause: false`` when the next opens, each with its reason,
+and undoes only its own window pause: never a person's ``pause: true``, a gate or a fallback (their
+commits are not the window's). Inputs are what Git says at the watched head; no clock, Git or
+Kubernetes here."""
 
 from __future__ import annotations
 

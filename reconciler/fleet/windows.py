@@ -1,4 +1,5 @@
-"""Maintenance windows (SPEC 10) as a pure calendar: when fresh node starts may happen.
+"""Maintenance windows (docs/configuration.md#maintenance-windows) as a pure calendar: when fresh
+node starts may happen.
 
 ``windows:`` of ``reconciler.yaml`` (or ``clusters.<name>.windows``)::
 
@@ -137,7 +138,7 @@ class WindowCalendar:
     timezone: str = "UTC"
     allow: tuple[Allow, ...] = ()
     deny: tuple[Deny, ...] = ()
-    #: a section that does not validate fails closed (SPEC 9): nothing starts, this says why
+    #: a section that does not validate fails closed (docs/health.md): nothing starts, this says why
     error: str | None = None
 
     @classmethod

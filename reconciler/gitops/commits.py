@@ -17,8 +17,9 @@ CHANGE_ID_TRAILER = "Reconciler-Change-Id"
 SOURCE_COMMIT_TRAILER = "Source-Commit"
 ROLLOUT_STEP_TRAILER = "Rollout-Step"
 PHASE_TRAILER = "Phase"
-#: marks a ``mode: auto`` promotion commit (SPEC 10): the reconciler wrote it, but it is a policy
-#: change like a person's (applied), so it carries no ``Reconciler-Commit: true``
+#: marks a ``mode: auto`` promotion commit (docs/configuration.md#promotion): the reconciler wrote
+#: it, but it is a policy change like a person's (applied), so it carries no ``Reconciler-Commit:
+#: true``
 PROMOTION_TRAILER = "Reconciler-Promotion"
 #: marks an operator-mode maintenance-window pause (``pause``) or its undoing (``resume``),
 #: applied like a person's commit; how the sync knows after a restart that a pause is its own

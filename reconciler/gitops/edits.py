@@ -1,4 +1,5 @@
-"""File edits the reconciler commits: spec write-backs (SPEC 4.6) and status snapshot files.
+"""File edits the reconciler commits: spec write-backs (docs/gitops.md#git-stays-the-truth) and
+status snapshot files.
 
 Pure text in, text out. Spec write-backs go through ruamel.yaml's round-trip mode so the
 policy file keeps its comments, quoting, key order and indentation; only the edited line changes.

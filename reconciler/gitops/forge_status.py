@@ -1,5 +1,5 @@
-"""Commit statuses to the forge (SPEC 15): the HTTP calls of GitHub, GitLab and Gitea/Forgejo,
-and the worker thread that makes them.
+"""Commit statuses to the forge (docs/forges.md): the HTTP calls of GitHub, GitLab and
+Gitea/Forgejo, and the worker thread that makes them.
 
 The sync loop only ``offer``s a state: the newest one per context waits in a small slot map
 (bounded: a full map drops the offer, counted), and one background thread posts it when the

@@ -1,4 +1,5 @@
-"""Who owns a field the rollout controller changed: Git or the cluster (SPEC 4.6).
+"""Who owns a field the rollout controller changed: Git or the cluster
+(docs/gitops.md#git-stays-the-truth).
 
 Pure. The controller changes a few fields itself (``pause`` at a gate or on failure, the payload
 version on rollback, ``fwUpgradePolicy`` after firmware). For such a field, Git's value is applied

@@ -46,9 +46,10 @@ from reconciler.policy.document import YamlRefused, parse_yaml
 
 log = logging.getLogger(__name__)
 
-#: ``spec``: the rollout's own write-backs (ignored by the sync, SPEC 4.6); ``promotion`` (a
-#: ``mode: auto`` promotion), ``window`` (an operator-mode window pause) and ``health`` (an
-#: operator-mode health pause): policy changes the sync applies like a person's (SPEC 9, 10)
+#: ``spec``: the rollout's own write-backs (ignored by the sync,
+#: docs/gitops.md#git-stays-the-truth); ``promotion`` (a ``mode: auto`` promotion), ``window`` (an
+#: operator-mode window pause) and ``health`` (an operator-mode health pause): policy changes the
+#: sync applies like a person's (docs/health.md and docs/configuration.md#promotion)
 ChangeKind = Literal["status", "spec", "promotion", "window", "health"]
 #: the kinds whose commits are not "own": the sync applies them
 APPLIED_KINDS: frozenset[str] = frozenset({"promotion", "window", "health"})

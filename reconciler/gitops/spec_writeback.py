@@ -1,4 +1,4 @@
-"""The rollout's own changes to the policy, committed to Git (SPEC 4.6).
+"""The rollout's own changes to the policy, committed to Git (docs/gitops.md#git-stays-the-truth).
 
 Each write-back is its own commit on the policy branch with a message that says why, pushed
 through the ``Publisher`` like status snapshots. Each edit names the value it replaces, so if a
@@ -60,10 +60,10 @@ class SpecWriteBack:
         self, cluster: str, *, reason: str, step: str | None = None,
         source_commit: str | None = None,
     ) -> PendingChange:
-        """Operator mode (SPEC 9): ``pause: true`` because a node check failed on a node the
-        vendor upgraded, or the ``health`` section does not validate. The sync role decided it,
-        not the cluster: applied like a person's commit (``kind: health``), so a sync of a
-        commit that raced it cannot leave the cluster unpaused once it landed."""
+        """Operator mode (docs/health.md#operator-mode): ``pause: true`` because a node check failed
+        on a node the vendor upgraded, or the ``health`` section does not validate. The sync role
+        decided it, not the cluster: applied like a person's commit (``kind: health``), so a sync of
+        a commit that raced it cannot leave the cluster unpaused once it landed."""
         return self._submit(
             cluster,
             subject=_pause_subject(cluster, step, reason),
@@ -114,7 +114,8 @@ class SpecWriteBack:
         self, cluster: str, *, version: str, replaces: str | None, upstream: str,
         finished_at: str, soak: str,
     ) -> PendingChange:
-        """``mode: auto`` (SPEC 10): ``payload.version`` to ``version`` once it passed the gate.
+        """``mode: auto`` (docs/configuration.md#promotion): ``payload.version`` to ``version`` once
+        it passed the gate.
 
         A policy change like a person's (``kind: promotion``): the sync applies it. Its change
         id is derived from the cluster, the version and the upstream's completion, so a restart
@@ -142,11 +143,12 @@ class SpecWriteBack:
 
     def window_pause(self, cluster: str, *, pause: bool, reason: str, edge: str
                      ) -> PendingChange:
-        """Operator mode (SPEC 10): ``pause: true`` when a maintenance window closed, ``pause:
-        false`` when the next opened (``edge``: the instant, RFC 3339). Applied like a person's
-        commit (``kind: window``), marked ``Reconciler-Window: pause|resume`` so a restarted
-        sync knows its own pause; one change id per edge (never committed twice); the edit
-        names the value it replaces, so a person's change in between wins."""
+        """Operator mode (docs/configuration.md#maintenance-windows): ``pause: true`` when a
+        maintenance window closed, ``pause: false`` when the next opened (``edge``: the instant, RFC
+        3339). Applied like a person's commit (``kind: window``), marked ``Reconciler-Window:
+        pause|resume`` so a restarted sync knows its own pause; one change id per edge (never
+        committed twice); the edit names the value it replaces, so a person's change in between
+        wins."""
         action = "pause" if pause else "resume"
         change_id = hashlib.sha256(
             f"window\0{cluster}\0{action}\0{edge}".encode()).hexdigest()[:32]
@@ -158,7 +160,7 @@ class SpecWriteBack:
                      f"{reason}"),
             body=("The vendor operator runs the rollout and knows no maintenance windows, so "
                   f"the sync role sets spec.driver.upgradePolicy.pause: {str(pause).lower()} "
-                  "at the window's edge (SPEC 10). "
+                  "at the window's edge (docs/configuration.md#maintenance-windows). "
                   + ("It sets pause: false itself when the next window opens; a person's "
                      "pause is never undone." if pause else
                      "Only the window's own pause is undone.")),

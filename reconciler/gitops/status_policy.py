@@ -1,4 +1,4 @@
-"""When a status snapshot becomes a commit (SPEC section 6), and what its message says.
+"""When a status snapshot becomes a commit (docs/gitops.md), and what its message says.
 
 Pure: snapshots are plain data (the shape of ``schemas/status-snapshot.schema.json``), time is a
 number passed in. The rules:
@@ -34,18 +34,20 @@ class SnapshotKey:
     step_state: str | None
     rejected_commit: str | None = None
     firmware_phase: str | None = None
-    #: the version the promotion gate holds (SPEC 10)
+    #: the version the promotion gate holds (docs/configuration.md#promotion)
     held_version: str | None = None
-    #: the version this cluster runs that its upstream rolled back (SPEC 10; reported only)
+    #: the version this cluster runs that its upstream rolled back (docs/configuration.md#promotion;
+    #: reported only)
     upstream_rolled_back: str | None = None
     #: the payload version the last rollout applied (``lastAppliedSpec``): a rollout that ends
     #: between two looks in the same phase, step and state as the last one (Idling, step 3/3
-    #: Completed) is still a new state, and a downstream's promotion gate reads it (SPEC 10).
-    #: The spec's version alone (a merge the controller has not acted on) makes no commit.
+    #: Completed) is still a new state, and a downstream's promotion gate reads it
+    #: (docs/configuration.md#promotion). The spec's version alone (a merge the controller has not
+    #: acted on) makes no commit.
     applied_version: str | None = None
     #: a closed maintenance window's next opening ("": none within the horizon; None: no window
     #: holds): a window closing or opening is a new state, and the snapshot says when the next
-    #: one opens (SPEC 10)
+    #: one opens (docs/configuration.md#maintenance-windows)
     window_until: str | None = None
 
     @property
@@ -285,7 +287,7 @@ def build_snapshot(
     return snapshot
 
 
-# -- the fleet record (SPEC 15: ``reconciler plan`` predicts from it) ------------------------
+# -- the fleet record (docs/plan.md: ``reconciler plan`` predicts from it) ------------------------
 
 def fleet_record(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
                  measured: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -310,7 +312,8 @@ def _positive(value: object) -> bool:
             and math.isfinite(value) and value > 0)
 
 
-# -- the completion record (SPEC 10) ----------------------------------------------------------
+# -- the completion record (docs/configuration.md#the-completion-record)
+# ----------------------------------------------------------
 
 _ROLLED_BACK_VERSION = re.compile(r"^driver (\S+) rolled back to ")
 

@@ -1,4 +1,4 @@
-"""Writes status snapshots of one cluster to ``status/<cluster>.yaml`` (SPEC section 6).
+"""Writes status snapshots of one cluster to ``status/<cluster>.yaml`` (docs/gitops.md).
 
 The when-to-commit decision is ``status_policy`` (pure); this adapter feeds it snapshots and the
 clock, and hands due snapshots to the ``Publisher`` (queue, push, rebase, retry). On start it
@@ -50,10 +50,11 @@ class StatusWriter:
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
-        #: the completion record the newest snapshot carries (SPEC 10), and the version the
-        #: last active snapshot was rolling out
+        #: the completion record the newest snapshot carries
+        #: (docs/configuration.md#the-completion-record), and the version the last active snapshot
+        #: was rolling out
         self._last_rollout: Mapping[str, Any] | None = None
-        #: ``fleet`` of the newest snapshot (SPEC 15): kept across snapshots and restarts
+        #: ``fleet`` of the newest snapshot (docs/plan.md): kept across snapshots and restarts
         self._fleet: Mapping[str, Any] | None = None
         self._active_version: str | None = None
         self._state = WriterState(committed_key=self._committed_key())

@@ -1,4 +1,4 @@
-"""GPU health gates (SPEC section 9), the pure half: the ``health:`` configuration, the query a
+"""GPU health gates (docs/health.md), the pure half: the ``health:`` configuration, the query a
 check sends, the verdict of one reading, and the check timers over stored timestamps.
 
 Nothing here reads a clock or the network: ``now`` and the readings come in, and what to store
@@ -225,7 +225,8 @@ def check_placeholder(ph: Placeholder, allowed: frozenset[str]) -> None:
 
 def exporter_version(version: str) -> str:
     """``{{version}}``: the payload version as the exporter's ``driver_version`` label writes
-    it, without the arch suffix (``2.33.0.9-amd64`` and ``2.33.0.9`` are one driver, SPEC 2)."""
+    it, without the arch suffix (``2.33.0.9-amd64`` and ``2.33.0.9`` are one driver,
+    docs/policy.md#the-objects-in-the-cluster)."""
     for suffix in ARCH_SUFFIXES:
         if version.endswith(suffix):
             return version[: -len(suffix)]

@@ -1,7 +1,7 @@
 """The ``health`` section of one ``reconciler.yaml`` as the controller uses it: validated by the
 same rules as ``reconciler validate`` (schema and ``health_rules``), then read into a
 ``HealthConfig``. A section that does not validate fails closed: ``error`` carries the located
-finding and the rollout starts no node (SPEC 9). Pure: text in, value out."""
+finding and the rollout starts no node (docs/health.md). Pure: text in, value out."""
 
 from __future__ import annotations
 

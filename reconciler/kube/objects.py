@@ -1,4 +1,5 @@
-"""Names of the vendor operator's objects (SPEC section 2) and their API paths."""
+"""Names of the vendor operator's objects (docs/policy.md#the-objects-in-the-cluster) and their API
+paths."""
 
 from __future__ import annotations
 

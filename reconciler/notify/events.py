@@ -1,5 +1,5 @@
-"""What happened, as events a person is told about (SPEC 15): the previous status snapshot and
-the current one in, events with stable keys out. Pure: no clock, network or Kubernetes.
+"""What happened, as events a person is told about (docs/notifications.md): the previous status
+snapshot and the current one in, events with stable keys out. Pure: no clock, network or Kubernetes.
 
 The words come from the read model (``reconciler.views.waits``). State events (a gate or a
 fallback waits, a check failed, a commit was rejected, promotion holds, a window closed with

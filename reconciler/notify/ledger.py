@@ -1,4 +1,4 @@
-"""Where the events already sent are remembered (SPEC 15): an annotation of the
+"""Where the events already sent are remembered (docs/notifications.md): an annotation of the
 ``ClusterOperator``, so a restart or a new leader finds it (the state folder is per replica).
 
 ``{"<sink>": ["<event key>", ...]}`` as JSON, the newest ``KEEP`` keys per sink, applied with

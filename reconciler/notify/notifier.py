@@ -1,4 +1,4 @@
-"""Sends events to the sinks (SPEC 15) without ever holding up the rollout.
+"""Sends events to the sinks (docs/notifications.md) without ever holding up the rollout.
 
 ``observe(snapshot)`` is called by the sync role's pass (so only the leader offers): it derives
 the events (``events.py``, pure) against the snapshot it saw last and puts each (sink, event)

@@ -1,5 +1,5 @@
-"""Each sink's request (SPEC 15): the body in the vendor's shape and its signature, as the
-vendor documents it. Pure: the event, the URL, the secret and the time in, a request out.
+"""Each sink's request (docs/notifications.md): the body in the vendor's shape and its signature, as
+the vendor documents it. Pure: the event, the URL, the secret and the time in, a request out.
 
 - Slack incoming webhook: ``{"text": ...}``.
 - Feishu/Lark custom robot: ``{"msg_type": "text", "content": {"text": ...}}``; with a secret,

@@ -19,15 +19,15 @@ from reconciler.names import Phase, StepState
 
 PREFIX: Final = "gpu_reconciler"
 
-# SPEC 4.1: status.upgradeStatus.phase and status.currentStepState values.
+# docs/rollout.md#status-fields: status.upgradeStatus.phase and status.currentStepState values.
 ROLLOUT_PHASES: Final = tuple(phase.value for phase in Phase)
 STEP_STATES: Final = tuple(state.value for state in StepState)
 
 # status.upgradeStatus.condition types (reconciler.rollout.status); a caller may add others.
 ROLLOUT_CONDITIONS: Final = ("Progressing", "ManualGate", "BatchFailed", "RolledBack")
 
-# Node states the rollout reports (SPEC 4.3); a caller may add others, these always exist
-# so a dashboard shows explicit zeros.
+# Node states the rollout reports (docs/rollout.md#upgrading-one-node); a caller may add others,
+# these always exist so a dashboard shows explicit zeros.
 NODE_STATES: Final = ("upgraded", "in_flight", "pending", "failed", "unavailable", "waiting_busy")
 
 # What a rollout can wait for a person at: a gate (ManualGate) or a fallback pause (BatchFailed).
@@ -37,7 +37,7 @@ AWAITING_PERSON: Final = ("gate", "fallback")
 GIT_OPERATIONS: Final = ("fetch", "push", "read")
 ROLLBACK_REASONS: Final = ("FailureThresholdReached", "RolloutDisabled")
 
-# Drain (SPEC 13): what each eviction request or drain deletion came to
+# Drain (docs/live-clusters.md#the-drain): what each eviction request or drain deletion came to
 # (reconciler.controller.act.EVICTION_RESULTS).
 DRAIN_EVICTION_RESULTS: Final = ("evicted", "refused", "gone", "error", "deleted")
 
@@ -187,23 +187,23 @@ class Metrics:
         # and alerts are written against that name
         self.health_checks_total = Counter(
             "reconciler_health_check_total",
-            "Health check readings (SPEC 9), by check and result (pass, fail, waiting: no "
+            "Health check readings (docs/health.md), by check and result (pass, fail, waiting: no "
             "usable answer).",
             ["check", "result"],
             registry=r,
         )
         self.forge_status_posts_total = Counter(
             f"{PREFIX}_forge_status_posts_total",
-            "Commit statuses sent to the forge (SPEC 15), by forge and outcome (posted, "
+            "Commit statuses sent to the forge (docs/forges.md), by forge and outcome (posted, "
             "failed: one failed try, given_up: retries spent, dropped: queue full).",
             ["forge", "outcome"],
             registry=r,
         )
         self.drain_evictions_total = Counter(
             f"{PREFIX}_drain_evictions_total",
-            "Drain's pod evictions (SPEC 13), by result (evicted, refused: a disruption "
-            "budget's 429, gone: the pod was gone already, error: any other answer, deleted: "
-            "onTimeout delete).",
+            "Drain's pod evictions (docs/live-clusters.md#the-drain), by result (evicted, "
+            "refused: a disruption budget's 429, gone: the pod was gone already, error: any "
+            "other answer, deleted: onTimeout delete).",
             ["result"],
             registry=r,
         )

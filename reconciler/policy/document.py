@@ -49,8 +49,9 @@ MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
 #: Below this bound on the nesting depth the C composer is safe without a precise check.
 _SAFE_DEPTH_BOUND = 400
-#: Kubernetes integers are signed 64-bit (SPEC section 3): the API server and the vendor's Go
-#: webhook cannot hold a value outside this range, so validation rejects it at that value.
+#: Kubernetes integers are signed 64-bit (docs/policy.md#the-fields): the API server and the
+#: vendor's Go webhook cannot hold a value outside this range, so validation rejects it at that
+#: value.
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 #: Decimal digits of INT64_MAX: a longer digit string is out of range without converting it

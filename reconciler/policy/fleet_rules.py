@@ -1,7 +1,8 @@
-"""Semantic rules of the fleet sections of ``reconciler.yaml`` (SPEC section 10): ``windows`` (at
-the top level and in ``clusters.<name>``) and ``clusters.<name>.promotion``. What the schema
-cannot say: a cron expression, a time zone, a deny range's times and order, a window's length,
-the upstream cluster of ``after`` and cycles in ``after`` chains.
+"""Semantic rules of the fleet sections of ``reconciler.yaml``
+(docs/configuration.md#maintenance-windows): ``windows`` (at the top level and in
+``clusters.<name>``) and ``clusters.<name>.promotion``. What the schema cannot say: a cron
+expression, a time zone, a deny range's times and order, a window's length, the upstream cluster of
+``after`` and cycles in ``after`` chains.
 
 Like the other rules they judge only values whose type the schema accepted.
 """

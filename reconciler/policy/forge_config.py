@@ -1,4 +1,4 @@
-"""Where commit statuses go (SPEC 15): the forge's kind, API base URL and repository, from
+"""Where commit statuses go (docs/forges.md): the forge's kind, API base URL and repository, from
 ``run --forge ...`` or ``forge:`` in reconciler.yaml (never the token: that is a file the
 daemon reads at each post). Pure: checked here, posted by ``reconciler.gitops.forge_status``.
 """

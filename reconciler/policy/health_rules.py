@@ -1,4 +1,4 @@
-"""Semantic rules of the ``health:`` sections of ``reconciler.yaml`` (SPEC section 9), at the top
+"""Semantic rules of the ``health:`` sections of ``reconciler.yaml`` (docs/health.md), at the top
 level and in ``clusters.<name>.health``: what the schema cannot say about an expectation, a
 duration, a check name, a placeholder, a PromQL query or the Prometheus URL.
 

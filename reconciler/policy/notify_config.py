@@ -1,5 +1,5 @@
-"""``notify:`` of ``reconciler.yaml`` (SPEC 15): the sinks events go to, typed. Pure: the
-section as parsed in, frozen sinks (or a ``RepoConfigError`` naming the key) out.
+"""``notify:`` of ``reconciler.yaml`` (docs/notifications.md): the sinks events go to, typed. Pure:
+the section as parsed in, frozen sinks (or a ``RepoConfigError`` naming the key) out.
 
 A sink names where its URL and secret live, never the secret: Slack and WeCom URLs carry
 their key (``urlFile`` only); Feishu/Lark, DingTalk and the generic webhook sign with the

@@ -1,5 +1,5 @@
-"""Driver payload identity (SPEC section 2): ``<registry>/<name>:<version>``, where a version
-without an arch suffix means ``-amd64``."""
+"""Driver payload identity (docs/policy.md#the-objects-in-the-cluster):
+``<registry>/<name>:<version>``, where a version without an arch suffix means ``-amd64``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Int-or-percent quantities of ``upgradePolicy`` (SPEC section 3) and their resolution.
+"""Int-or-percent quantities of ``upgradePolicy`` (docs/policy.md#how-the-numbers-resolve) and their
+resolution.
 
 A percentage is digits followed by ``%`` and nothing else; percentages round up.
 """

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from reconciler.policy.rollout_settings import RolloutSettings
 
 CONFIG_FILE = "reconciler.yaml"
-#: the sections ``clusters.<name>`` may replace as a whole (SPEC 10; promotion lives only there)
+#: the sections ``clusters.<name>`` may replace as a whole (docs/configuration.md#promotion;
+#: promotion lives only there)
 CLUSTER_SECTIONS = ("rollout", "health", "windows", "promotion", "notify")
 PROMOTION_MODES = ("hold", "branch", "auto")
 
@@ -167,7 +168,9 @@ class RepoConfigFile:
             raise self.error
         return self.config
 
-    # -- per-cluster sections (SPEC 10) --------------------------------------------------
+    # -- per-cluster sections
+    # (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion)
+    # --------------------------------------------------
 
     def section_for(self, key: str, cluster: str | None) -> tuple[str, Any]:
         """``clusters.<cluster>.<key>`` when that cluster has it, else the repository-wide
@@ -198,7 +201,7 @@ class RepoConfigFile:
         from reconciler.policy.rollout_settings import RolloutSettings
 
         label, value = self._checked_section("rollout", cluster, path)
-        # key by key over the repository-wide section (SPEC 13), itself checked
+        # key by key over the repository-wide section (docs/live-clusters.md), itself checked
         wide = self._checked_section("rollout", None, path)[1] if label != "rollout" else None
         try:
             return RolloutSettings.from_sections(wide, value, label=label)
@@ -206,8 +209,9 @@ class RepoConfigFile:
             raise RepoConfigError(self.located(label, str(exc))) from None
 
     def notify_for(self, cluster: str | None, path: str = CONFIG_FILE) -> tuple[NotifySink, ...]:
-        """The cluster's notification sinks (SPEC 15: ``clusters.<cluster>.notify`` replaces the
-        repository-wide list). Raises ``RepoConfigError`` with the place in the file."""
+        """The cluster's notification sinks (docs/notifications.md: ``clusters.<cluster>.notify``
+        replaces the repository-wide list). Raises ``RepoConfigError`` with the place in the
+        file."""
         from reconciler.policy.notify_config import NotifyConfigError, read_notify
 
         label, value = self._checked_section("notify", cluster, path)

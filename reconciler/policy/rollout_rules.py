@@ -1,7 +1,8 @@
-"""Semantic rules of ``rollout`` in ``reconciler.yaml`` (SPEC 13, 14), at the top level and in
-``clusters.<name>``: what the schema cannot say. A label selector that does not parse, a label
-key that is not one, and a ``waitFor.timeout`` without ``drain`` in the settings a cluster ends
-up with (its own keys over the repository-wide ones, key by key), each located in the file.
+"""Semantic rules of ``rollout`` in ``reconciler.yaml`` (docs/live-clusters.md and
+docs/rollout.md#topology-aware-waves), at the top level and in ``clusters.<name>``: what the schema
+cannot say. A label selector that does not parse, a label key that is not one, and a
+``waitFor.timeout`` without ``drain`` in the settings a cluster ends up with (its own keys over the
+repository-wide ones, key by key), each located in the file.
 
 Like the other rules they judge only values whose type the schema accepted.
 """

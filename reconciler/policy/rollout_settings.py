@@ -1,10 +1,11 @@
-"""``rollout:`` of reconciler.yaml for one cluster (SPEC 13, 14): the builtin controller's own
-settings, typed and frozen. Read at every commit like the rest of the file (the live view in
-``reconciler.settings`` carries them to the controller's passes): a key added here follows
-commits with no other wiring. Pure.
+"""``rollout:`` of reconciler.yaml for one cluster (docs/live-clusters.md#when-a-change-applies and
+docs/rollout.md#topology-aware-waves): the builtin controller's own settings, typed and frozen. Read
+at every commit like the rest of the file (the live view in ``reconciler.settings`` carries them to
+the controller's passes): a key added here follows commits with no other wiring. Pure.
 
 ``clusters.<name>.rollout`` replaces the repository-wide section key by key (``readyTimeout``,
-``drain``, ``waitFor``, ``unavailableNodes``, ``topology`` each replaced whole: SPEC 13)."""
+``drain``, ``waitFor``, ``unavailableNodes``, ``topology`` each replaced whole:
+docs/live-clusters.md#waiting-for-jobs)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class WaitForSettings:
 
 @dataclass(frozen=True, slots=True)
 class TopologySettings:
-    """``rollout.topology`` (SPEC 14): domains of a node label, in order or in turn."""
+    """``rollout.topology`` (docs/rollout.md#topology-aware-waves): domains of a node label, in
+    order or in turn."""
 
     key: str
     order: TopologyOrder = "sequential"
@@ -77,7 +79,7 @@ class RolloutSettings:
 
     #: seconds a new driver pod may take to become Ready before the node failed
     ready_timeout: float = DEFAULT_READY_TIMEOUT
-    #: None: drain is off, busy nodes wait (SPEC 4.3)
+    #: None: drain is off, busy nodes wait (docs/rollout.md#upgrading-one-node)
     drain: DrainSettings | None = None
     wait_for: WaitForSettings | None = None
     unavailable_nodes: UnavailableNodes = "count"

@@ -1,4 +1,4 @@
-"""Semantic rules of SPEC section 3 and the metadata rules of section 6.
+"""Semantic rules of docs/policy.md#the-fields and the metadata rules of section 6.
 
 They run after the schema layer and look only at values whose type the schema accepted, so a
 mistake is reported once, by the layer that explains it best.
@@ -21,9 +21,10 @@ SERVER_POPULATED_METADATA = (
     "resourceVersion", "uid", "creationTimestamp", "generation", "managedFields", "selfLink",
     "deletionTimestamp", "deletionGracePeriodSeconds",
 )
-#: Helm's ownership metadata (SPEC section 7): the vendor chart's release owns it, never a policy
-#: (a ``helm upgrade`` refuses an object whose managed-by is not Helm). The same keys the sync
-#: leaves out of every apply (``reconciler.sync.desired``).
+#: Helm's ownership metadata
+#: (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone): the vendor chart's
+#: release owns it, never a policy (a ``helm upgrade`` refuses an object whose managed-by is not
+#: Helm). The same keys the sync leaves out of every apply (``reconciler.sync.desired``).
 HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
 

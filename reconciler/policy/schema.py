@@ -302,8 +302,9 @@ class _ErrorMapper:
     # -- hints -----------------------------------------------------------------------------
     def accepts(self, field: Mapping[str, Any], candidate: object) -> bool:
         """Whether ``field`` takes ``candidate``: its schema, the int64 range of Kubernetes
-        integers, and for an int-or-percent field the percentage range SPEC section 3 gives it
-        (from the integer branch's minimum to 100%, which the semantic rules check)."""
+        integers, and for an int-or-percent field the percentage range
+        docs/policy.md#how-the-numbers-resolve gives it (from the integer branch's minimum to 100%,
+        which the semantic rules check)."""
         if rejected_number(candidate):
             return False
         field = self.resolve(field)
@@ -317,7 +318,7 @@ class _ErrorMapper:
         return True
 
     def takes_percent(self, field: Mapping[str, Any]) -> bool:
-        """An int-or-percent field (SPEC section 3)."""
+        """An int-or-percent field (docs/policy.md#how-the-numbers-resolve)."""
         return any(self.resolve(b).get("pattern") == PERCENT_PATTERN
                    for b in self.resolve(field).get("oneOf", []))
 

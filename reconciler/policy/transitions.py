@@ -1,4 +1,5 @@
-"""Transition rules (SPEC 4.2 and 5): what may change given the spec the cluster runs.
+"""Transition rules (docs/rollout.md#starting-a-rollout and docs/firmware.md): what may change given
+the spec the cluster runs.
 
 During an active rollout only ``enableRollout`` and ``pause`` may change. While a firmware
 upgrade runs, its parameters may not change and no driver rollout may start. The proposed spec
@@ -17,7 +18,8 @@ from reconciler.policy.payload import normalize_version
 from reconciler.policy.rules import RuleContext
 from reconciler.policy.schema import describe_value
 
-#: The only fields a person may change during an active rollout (SPEC 4.2).
+#: The only fields a person may change during an active rollout
+#: (docs/rollout.md#starting-a-rollout).
 MUTABLE_DURING_ROLLOUT = frozenset({
     "/spec/driver/upgradePolicy/enableRollout",
     "/spec/driver/upgradePolicy/pause",
@@ -43,7 +45,9 @@ def spec_changes(old: Any, new: Any, pointer: str = "/spec") -> Iterator[tuple[s
         return
     if (pointer == _PAYLOAD_VERSION and isinstance(old, str) and isinstance(new, str)
             and normalize_version(old) == normalize_version(new)):
-        return  # 2.33.0.9 and 2.33.0.9-amd64 name the same image (SPEC section 2)
+        # 2.33.0.9 and 2.33.0.9-amd64 name the same image
+        # (docs/policy.md#the-objects-in-the-cluster)
+        return
     if type(old) is not type(new) or old != new:
         yield pointer, old, new
 

@@ -1,4 +1,5 @@
-"""Typed view of a validated ``spec.driver.upgradePolicy`` with the SPEC section 3 defaults.
+"""Typed view of a validated ``spec.driver.upgradePolicy`` with the docs/policy.md#the-fields
+defaults.
 
 Build it only from a policy that passed validation; it does not re-check what validation checks.
 """
@@ -25,7 +26,8 @@ class UpgradeStep:
         return self.pause_ms is None
 
 
-# The values a real install of the vendor's operator carries (SPEC sections 3 and 7).
+# The values a real install of the vendor's operator carries (docs/policy.md#how-the-numbers-resolve
+# and docs/policy.md#the-fields).
 DEFAULT_MAX_PARALLEL = Quantity(100, percent=True)
 DEFAULT_MAX_UNAVAILABLE = Quantity(0, percent=True)
 DEFAULT_MAX_FAILURE_THRESHOLD = 5
@@ -71,7 +73,7 @@ class UpgradePolicy:
         """Cumulative node targets per step against ``total`` rollout nodes, capped at it.
 
         A target not above the previous one is kept as is: that step adds no nodes but its pause
-        still applies (SPEC section 3).
+        still applies (docs/policy.md#how-the-numbers-resolve).
         """
         return [min(step.replicas.resolve(total, minimum=1), total) for step in self.steps]
 

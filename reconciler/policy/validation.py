@@ -1,8 +1,9 @@
 """Validation in layers, the way the operator's admission webhook would see a policy file.
 
-parse (YAML 1.2, located) -> schema (JSON Schema 2020-12) -> semantic rules (SPEC 3 and 6)
--> transition rules (SPEC 4.2 and 5, given the live spec and phases) -> extra rules (a seam for
-the firmware preflight, which needs node facts).
+parse (YAML 1.2, located) -> schema (JSON Schema 2020-12) -> semantic rules
+(docs/policy.md#the-fields and docs/gitops.md)
+-> transition rules (docs/rollout.md#starting-a-rollout and docs/firmware.md, given the live spec
+and phases) -> extra rules (a seam for the firmware preflight, which needs node facts).
 
 The daemon calls :func:`validate_document` before applying; ``reconciler validate`` and
 pull-request checks call the same function offline.

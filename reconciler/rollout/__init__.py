@@ -1,1 +1,2 @@
-"""Rollout: the batched canary state machine of SPEC section 4, as a pure planner."""
+"""Rollout: the batched canary state machine of docs/rollout.md#the-state-machine, as a pure
+planner."""

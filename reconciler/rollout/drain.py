@@ -1,7 +1,7 @@
-"""The drain of SPEC 13, pure: which of a draining node's pods are evicted, which are waited
-for and why, what the PodDisruptionBudgets allow in one pass, and the settings a node started
-with (``ANN_DRAIN_SETTINGS``: drain, waitFor and readyTimeout apply from the next node that
-starts, so a node in flight keeps its own record).
+"""The drain of docs/live-clusters.md#the-drain, pure: which of a draining node's pods are evicted,
+which are waited for and why, what the PodDisruptionBudgets allow in one pass, and the settings a
+node started with (``ANN_DRAIN_SETTINGS``: drain, waitFor and readyTimeout apply from the next node
+that starts, so a node in flight keeps its own record).
 
 Never evicted: DaemonSet pods, mirror pods and pods labelled ``drain.skip=true`` (left alone:
 they do not hold the node); terminating pods are waited for (their grace period is theirs);
@@ -24,7 +24,8 @@ from reconciler.policy.label_selector import LabelSelector, LabelSelectorError, 
 from reconciler.policy.rollout_settings import DrainSettings, OnTimeout, WaitForSettings
 from reconciler.rollout.model import DisruptionBudget, PlannerSettings, RolloutNode, WorkloadPod
 
-#: seconds between two eviction requests for a pod a budget holds (SPEC 13: at most once per 5 s)
+#: seconds between two eviction requests for a pod a budget holds (docs/live-clusters.md#the-drain:
+#: at most once per 5 s)
 EVICTION_RETRY = 5.0
 #: entries of ``upgradeStatus.draining`` at most (the status stays small on a large fleet)
 STATUS_LIMIT = 20

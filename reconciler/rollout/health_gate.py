@@ -1,4 +1,4 @@
-"""The health gates of SPEC 9 inside the rollout, pure: which nodes and which step are being
+"""The health gates of docs/health.md inside the rollout, pure: which nodes and which step are being
 verified, what to ask Prometheus next, and the timers read back from where a restart finds them
 (the node annotation ``ANN_HEALTH``, ``status.upgradeStatus.health.step``).
 
@@ -71,8 +71,8 @@ def verifying(node: RolloutNode, revision: str) -> bool:
 def joined_unchecked(node: RolloutNode, revision: str) -> bool:
     """Ready on ``revision`` without the rollout having moved it there: a node that joined
     mid-rollout (or whose old pod went away for another reason) and got the new template from
-    the DaemonSet (SPEC 4.3.6). It runs the new driver unchecked, so the planner records a
-    move for it and its checks run like any moved node's (SPEC 9)."""
+    the DaemonSet (docs/rollout.md#upgrading-one-node). It runs the new driver unchecked, so the
+    planner records a move for it and its checks run like any moved node's (docs/health.md)."""
     ann = node.annotations
     pod = node.pod
     moved = ann.get(ANN_TARGET) == revision and ann.get(ANN_STATE) in (
@@ -102,7 +102,7 @@ def judge_node(config: HealthConfig, node: RolloutNode, version: str,
 def no_answer(config: HealthConfig, health: Health,
               readings: Mapping[str, Reading]) -> bool:
     """A check that waits because its query got no usable answer (not merely not read yet):
-    nothing new starts (SPEC 9)."""
+    nothing new starts (docs/health.md)."""
     checks: dict[str, NodeCheck | StepCheck] = {c.name: c for c in config.node_checks}
     checks.update((c.name, c) for c in config.step_checks)
     for outcome in health.checks:
@@ -175,7 +175,8 @@ def pending_queries(snapshot: RolloutSnapshot) -> list[PendingQuery]:
     return out
 
 
-# -- operator mode: the vendor runs the rollout, the sync role checks its nodes (SPEC 9) ------
+# -- operator mode: the vendor runs the rollout, the sync role checks its nodes (docs/health.md)
+# ------
 
 @dataclass(frozen=True, slots=True)
 class VendorRecord:

@@ -1,4 +1,4 @@
-"""Health judgement inside a pass (SPEC 9): the node checks of the nodes moved to the target
+"""Health judgement inside a pass (docs/health.md): the node checks of the nodes moved to the target
 (verifying, passed, failed), the step checks once a step reached its target, and what each
 records (node annotations, ``upgradeStatus.health``, events). It judges; the steps decide what
 a failure does (``steps.step_check_failed``, the fallback).
@@ -40,7 +40,7 @@ def note(p: Pass, health: Health, node: str | None) -> None:
 
 def judge_nodes(p: Pass, revision: str) -> tuple[frozenset[str], frozenset[str],
                                                  dict[str, RolloutNode]]:
-    """The node checks of the moved nodes Ready on ``revision`` (SPEC 9): returns the nodes
+    """The node checks of the moved nodes Ready on ``revision`` (docs/health.md): returns the nodes
     still verifying (in flight), those that failed now, and the nodes that got the new driver
     without a move (joined mid-rollout), seen as moved from now on."""
     config = p.health

@@ -86,7 +86,8 @@ class DriverPod:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadPod:
-    """A pod on a node other than the driver pod, as the drain sees it (SPEC 13)."""
+    """A pod on a node other than the driver pod, as the drain sees it
+    (docs/live-clusters.md#the-drain)."""
 
     namespace: str
     name: str
@@ -143,8 +144,9 @@ class RolloutNode:
     #: the node's last driver pod that went away: when its deletion was asked for (0: unknown,
     #: e.g. it went before the controller started)
     pod_deleted_at: float = 0.0
-    #: the node's pods besides the driver pod, for the drain and waitFor (SPEC 13); filled
-    #: by a caller when either is set (empty otherwise: ``workloads`` alone decides)
+    #: the node's pods besides the driver pod, for the drain and waitFor
+    #: (docs/live-clusters.md#waiting-for-jobs); filled by a caller when either is set (empty
+    #: otherwise: ``workloads`` alone decides)
     pods: tuple[WorkloadPod, ...] = ()
 
     @property
@@ -173,8 +175,8 @@ class HealthReading:
 
 @dataclass(frozen=True, slots=True)
 class HealthInput:
-    """The health gates of SPEC 9 as the planner sees them: the ``health`` section (None when
-    the section does not validate: ``error`` says why, and no node starts) and the latest
+    """The health gates of docs/health.md as the planner sees them: the ``health`` section (None
+    when the section does not validate: ``error`` says why, and no node starts) and the latest
     readings of the pending checks, which the controller fills."""
 
     config: HealthConfig | None
@@ -197,8 +199,8 @@ class RolloutSnapshot:
     status: Mapping[str, Any] = field(default_factory=dict)
     #: the health gates; None: no ``health`` section (the rollout judges pods alone)
     health: HealthInput | None = None
-    #: the cluster's maintenance windows (SPEC 10; None: always open): fresh node starts
-    #: happen only when the calendar is open at the planner's ``now``
+    #: the cluster's maintenance windows (docs/configuration.md#maintenance-windows; None: always
+    #: open): fresh node starts happen only when the calendar is open at the planner's ``now``
     windows: WindowCalendar | None = None
     #: the PodDisruptionBudgets of the namespaces with pods on rollout nodes, by
     #: ``namespace/name`` (filled when ``drain`` is set)
@@ -219,7 +221,8 @@ class PlannerSettings:
     #: the pod deletion alone, and no new GPU job lands on a node about to go offline
     cordon_ahead: bool = True
     #: ``rollout.drain`` (None: off, busy nodes wait) and the rest of ``rollout`` in
-    #: reconciler.yaml (SPEC 13, 14), as of the latest commit
+    #: reconciler.yaml (docs/live-clusters.md#the-drain and docs/rollout.md#topology-aware-waves),
+    #: as of the latest commit
     drain: DrainSettings | None = None
     wait_for: WaitForSettings | None = None
     unavailable_nodes: UnavailableNodes = "count"

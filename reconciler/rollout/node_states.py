@@ -1,8 +1,8 @@
-"""The node state machine of SPEC 4.3, NVIDIA ``pkg/upgrade``'s shape: the scan sorts every node
-into one state (``NodeScan``'s lists), and one small function per state says what moves a node
-out of it. ``SETTLE`` is the table of the states that settle by themselves in every pass, in
-rollout and rollback alike; the states that wait for a free slot (untouched, cordoned ahead,
-failed after its back-off) are left by ``selection``'s starts.
+"""The node state machine of docs/rollout.md#upgrading-one-node, NVIDIA ``pkg/upgrade``'s shape: the
+scan sorts every node into one state (``NodeScan``'s lists), and one small function per state says
+what moves a node out of it. ``SETTLE`` is the table of the states that settle by themselves in
+every pass, in rollout and rollback alike; the states that wait for a free slot (untouched, cordoned
+ahead, failed after its back-off) are left by ``selection``'s starts.
 
 The moves themselves (``move``, ``cordon_ahead``, ``start_cordoned``, ``release``) keep one
 order: record on the node first, then cordon, then delete, so a crash in between leaves a
@@ -127,8 +127,8 @@ def cordon_ahead(p: Pass, node: RolloutNode, target: str) -> None:
 
 
 def start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
-    """A node's start: drained first when ``rollout.drain`` is on (SPEC 13; rollback moves
-    too), else ``move``."""
+    """A node's start: drained first when ``rollout.drain`` is on (docs/live-clusters.md#the-drain;
+    rollback moves too), else ``move``."""
     if p.settings.drain is None:
         move(p, node, target, attempt)
     else:
@@ -185,10 +185,10 @@ def drain_cleanup(node: RolloutNode) -> dict[str, str | None]:
 
 
 def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
-    """A start with ``rollout.drain`` on: record the settings it starts with (SPEC 13: they
-    decide for it until it ends), keep the autoscaler away, cordon, then either delete the old
-    pod at once (nothing to drain) or leave the node ``draining`` and ask for its first
-    evictions in this same pass."""
+    """A start with ``rollout.drain`` on: record the settings it starts with
+    (docs/live-clusters.md#the-drain: they decide for it until it ends), keep the autoscaler away,
+    cordon, then either delete the old pod at once (nothing to drain) or leave the node ``draining``
+    and ask for its first evictions in this same pass."""
     assert node.pod is not None
     ann = node.annotations
     previous = drain.recorded(node) if ann.get(ANN_STATE) in OURS else None
@@ -405,9 +405,9 @@ def unrecorded(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
 
 
 def draining(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
-    """Draining for the target (SPEC 13): evictions within the budgets, or the driver pod
-    once the node is idle; a drain that timed out with ``onTimeout: fail`` fails the node
-    (one failure; a rollback counts none and keeps waiting)."""
+    """Draining for the target (docs/live-clusters.md#the-drain): evictions within the budgets, or
+    the driver pod once the node is idle; a drain that timed out with ``onTimeout: fail`` fails the
+    node (one failure; a rollback counts none and keeps waiting)."""
     for node in scan.draining:
         if not drain_node(p, node, counted=counted):
             scan.new_failures.append((node, DRAIN_TIMEOUT))

@@ -36,7 +36,7 @@ class Pass:
     #: the status as read
     old: Mapping[str, Any]
     total: int
-    #: the health gates (SPEC 9); None: pods alone decide, exactly as without ``health``
+    #: the health gates (docs/health.md); None: pods alone decide, exactly as without ``health``
     health: HealthConfig | None
     #: the status as this pass leaves it so far; every step replaces it
     s: UpgradeStatus
@@ -59,15 +59,15 @@ class Pass:
     health_status: dict[str, Any] = field(default_factory=dict)
     #: ``upgradeStatus.holds`` as this pass leaves it: what holds fresh starts back, as data
     holds: list[dict[str, Any]] = field(default_factory=list)
-    # -- the drain (SPEC 13)
+    # -- the drain (docs/live-clusters.md#the-drain)
     #: this pass's copy of the budgets' disruptionsAllowed (made at the first eviction)
     allowance: Allowance | None = None
     #: ``upgradeStatus.draining`` as this pass leaves it
     draining: list[dict[str, Any]] = field(default_factory=list)
     #: node -> what holds it, for the step message
     drain_notes: dict[str, str] = field(default_factory=dict)
-    #: the topology the rollout started with (SPEC 14): the order, the sequential gate and
-    #: the per-domain budgets; None: the order of SPEC 3
+    #: the topology the rollout started with (docs/rollout.md#topology-aware-waves): the order, the
+    #: sequential gate and the per-domain budgets; None: the order of docs/policy.md#the-fields
     topology: Topology | None = None
 
     @classmethod
@@ -115,7 +115,7 @@ class Pass:
         )
 
     def budgets(self) -> Allowance:
-        """The budgets' allowance left in this pass (SPEC 13)."""
+        """The budgets' allowance left in this pass (docs/live-clusters.md#the-drain)."""
         if self.allowance is None:
             self.allowance = Allowance(self.snap.budgets)
         return self.allowance

@@ -1,6 +1,6 @@
-"""The rollout's phases (SPEC 4.2): idle (a new payload starts a rollout), progressing (the
-template, the health judgement, the node scan, its states settled, then the steps), and the
-rollback (``rollback``)."""
+"""The rollout's phases (docs/rollout.md#starting-a-rollout): idle (a new payload starts a rollout),
+progressing (the template, the health judgement, the node scan, its states settled, then the steps),
+and the rollback (``rollback``)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def idle(p: Pass) -> None:
     )
     p.actions.append(SetDaemonSetImage(desired.image))
     if not p.policy.enable_rollout:
-        # SPEC 4.2: the template changes; OnDelete leaves every pod where it is.
+        # docs/rollout.md#starting-a-rollout: the template changes; OnDelete leaves every pod where
+        # it is.
         message = (
             f"grey release off: driver template set to {desired.version}; nodes change "
             "when their driver pod is deleted"
@@ -87,7 +88,8 @@ def start(p: Pass, before: dict[str, Any], desired: Payload, old_revision: str) 
         total_upgrade_ready_replicas=0,
         step_message="waiting for the driver DaemonSet to take the new template",
         recheck_time="",
-        # SPEC 14: the topology holds for the whole rollout (none if it starts without)
+        # docs/rollout.md#topology-aware-waves: the topology holds for the whole rollout (none if it
+        # starts without)
         topology=topology.frozen(p.settings.topology),
     )
     p.set_epoch(1, reason="StepStarted")

@@ -1,4 +1,4 @@
-"""The batched canary rollout of SPEC section 4 as a pure function.
+"""The batched canary rollout of docs/rollout.md#the-state-machine as a pure function.
 
 ``plan(snapshot, now)`` looks at what a controller can observe and returns the actions to take
 and the new ``status.upgradeStatus``. It keeps no memory between calls: everything a restart
@@ -67,7 +67,7 @@ def _finish(p: Pass) -> Plan:
         notes = [p.drain_notes[n] for n in sorted(p.drain_notes)]
         p.set(step_message="draining " + p.named(notes, separator="; ", more="; and "))
     status = p.s.to_json()
-    # ``source`` is the status as read, every SPEC field present
+    # ``source`` is the status as read, every field of docs/rollout.md#status-fields present
     changed = st.without_update_time(status) != st.without_update_time(p.s.source)
     if changed:
         status["status"]["lastUpdateTime"] = p.now_text

@@ -1,5 +1,5 @@
-"""The rollback of SPEC 4.4 (the fallback ``rollback``, enableRollout turned off, the payload
-reverted): the previous payload and template first, then every node back to the previous
+"""The rollback of docs/rollout.md#steps (the fallback ``rollback``, enableRollout turned off, the
+payload reverted): the previous payload and template first, then every node back to the previous
 revision, maxParallel of the step at a time, no failures counted.
 """
 
@@ -100,7 +100,8 @@ def starts(p: Pass, scan: NodeScan, old: str) -> int:
             break
         if selection.waits_for(p, node) or not node.ready:
             continue
-        node_states.start(p, node, old, 1)  # drained first when drain is on (SPEC 13)
+        # drained first when drain is on (docs/live-clusters.md#the-drain)
+        node_states.start(p, node, old, 1)
         started += 1
     return started
 

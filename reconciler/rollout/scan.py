@@ -1,5 +1,5 @@
-"""One pass over the rollout nodes against a target revision (SPEC 4.3): what is Ready, in
-flight, failed, untouched; which moves completed or failed since the last look.
+"""One pass over the rollout nodes against a target revision (docs/rollout.md#upgrading-one-node):
+what is Ready, in flight, failed, untouched; which moves completed or failed since the last look.
 
 This is the planner's only O(N) step; everything else works on its counts and short lists.
 """
@@ -60,17 +60,17 @@ class NodeScan:
     #: cordoned ahead and its old pod deleted, and neither the pods nor the controller's
     #: memory say when (it restarted meanwhile): in flight; the planner records it now
     unrecorded: list[RolloutNode] = field(default_factory=list)
-    #: draining for the target (SPEC 13): in flight, its pods evicted or waited for, the old
-    #: driver pod still there (``node_states.draining``)
+    #: draining for the target (docs/live-clusters.md#the-drain): in flight, its pods evicted or
+    #: waited for, the old driver pod still there (``node_states.draining``)
     draining: list[RolloutNode] = field(default_factory=list)
     epoch_failures: int = 0
     ready_other: int = 0  # rollback: still Ready on the revision being rolled back
     deadlines: list[float] = field(default_factory=list)
-    #: not rollout nodes of this rollout (SPEC 13, ``skipped``): counted nowhere else (one
-    #: cordoned ahead is in ``stale_cordoned`` too, to be released)
+    #: not rollout nodes of this rollout (docs/live-clusters.md#a-node-under-repair, ``skipped``):
+    #: counted nowhere else (one cordoned ahead is in ``stale_cordoned`` too, to be released)
     skipped: list[RolloutNode] = field(default_factory=list)
-    #: per topology domain (a value of the key's label, None: no label; SPEC 14), counted
-    #: only when the scan is given ``domain_key``
+    #: per topology domain (a value of the key's label, None: no label;
+    #: docs/rollout.md#topology-aware-waves), counted only when the scan is given ``domain_key``
     domains: dict[str | None, DomainCount] = field(default_factory=dict)
 
 
@@ -82,8 +82,8 @@ class DomainCount:
     #: upgraded or failed: under ``sequential`` the next domain waits for every node here
     settled: int = 0
     in_flight: int = 0
-    #: names of its unavailable nodes (SPEC 4.3 step 5): a fresh start of one of them does
-    #: not add to the domain's budget, it only moves it to in flight
+    #: names of its unavailable nodes (docs/rollout.md#upgrading-one-node step 5): a fresh start of
+    #: one of them does not add to the domain's budget, it only moves it to in flight
     unavailable: set[str] = field(default_factory=set)
 
 
@@ -142,13 +142,13 @@ def scan_nodes(
 
     ``rollback_from`` is the revision being rolled back (empty while progressing).
     ``verifying``: moved nodes Ready on the target whose health checks have not passed yet
-    (in flight, not upgraded); ``health_failed``: those whose check failed just now (SPEC 9).
-    A node that failed a health check stays failed with its pod Ready until it is retried.
-    ``skipped``: the nodes the rollout skipped so far (None: none are told apart, as in a
+    (in flight, not upgraded); ``health_failed``: those whose check failed just now
+    (docs/health.md). A node that failed a health check stays failed with its pod Ready until it is
+    retried. ``skipped``: the nodes the rollout skipped so far (None: none are told apart, as in a
     rollback); nodes labelled ``upgrade.skip`` before their start or recorded as skipped for
     ``target`` join them (``NodeScan.skipped``). ``skip_unavailable``: ``unavailableNodes:
-    skip`` (SPEC 13). ``domain_key``: count per domain of this node label too
-    (``NodeScan.domains``).
+    skip`` (docs/live-clusters.md#a-node-under-repair). ``domain_key``: count per domain of this
+    node label too (``NodeScan.domains``).
     """
     scan = NodeScan()
     look = _Look(target, now, epoch + "|", ready_timeout, rollback_from, verifying,
@@ -163,9 +163,9 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     """One node: its recorded state (a node cordoned ahead or draining whose old pod went
     counts as upgrading; a draining node is in flight), then the function of its state
     (``_upgrading``, ``_failed``, ``_not_moved``),
-    then availability (SPEC 4.3 step 5: in flight, or else unavailable when not Ready, held by
-    its checks, or cordoned by someone other than us). Counted inline: this runs once per node
-    and pass. A node skipped in this rollout (``skipped``) counts nowhere."""
+    then availability (docs/rollout.md#upgrading-one-node step 5: in flight, or else unavailable
+    when not Ready, held by its checks, or cordoned by someone other than us). Counted inline: this
+    runs once per node and pass. A node skipped in this rollout (``skipped``) counts nowhere."""
     ann = node.annotations
     if look.skipping and (
         ann.get(ANN_SKIPPED) == look.target
@@ -321,7 +321,8 @@ def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,
         scan.new_failures.append((node, str(pod.waiting_reason)))
         return False
     deleted_at = started or parse_time_or(node.annotations.get(ANN_DELETED_AT), look.now)
-    # the readyTimeout the node started with (SPEC 13: settings apply from the next start)
+    # the readyTimeout the node started with (docs/live-clusters.md: settings apply from the next
+    # start)
     timeout = ready_timeout_of(node, look.timeout)
     if look.now + CLOCK_SLACK >= deleted_at + timeout:
         scan.new_failures.append((node, "ReadyTimeout"))

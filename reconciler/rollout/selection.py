@@ -1,8 +1,9 @@
-"""Which nodes start (SPEC 4.3 steps 4-6): the rollout order, retries after their back-off,
-fresh starts within the step's slots and ``maxUnavailable``, the nodes cordoned ahead, and the
-maintenance windows (SPEC 10) fresh starts wait for. With a topology (SPEC 14) the order is
-the topology's, ``sequential`` holds the nodes of a domain until the domains before it are done,
-and each domain's budget holds its fresh starts (``fresh_starts``).
+"""Which nodes start (docs/rollout.md#upgrading-one-node steps 4-6): the rollout order, retries
+after their back-off, fresh starts within the step's slots and ``maxUnavailable``, the nodes
+cordoned ahead, and the maintenance windows (docs/configuration.md#maintenance-windows) fresh starts
+wait for. With a topology (docs/rollout.md#topology-aware-waves) the order is the topology's,
+``sequential`` holds the nodes of a domain until the domains before it are done, and each domain's
+budget holds its fresh starts (``fresh_starts``).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def in_order(nodes: list[RolloutNode], topology: Topology | None = None) -> list
 
 
 def waits_for(p: Pass, node: RolloutNode) -> Sequence[str]:
-    """The pods a node waits for before it starts (SPEC 4.3: a busy node waits; SPEC 13: and
-    for its ``waitFor`` pods). Nothing when drain is on: a draining node waits for its pods
-    itself, in flight."""
+    """The pods a node waits for before it starts (docs/rollout.md#upgrading-one-node: a busy node
+    waits; docs/live-clusters.md#waiting-for-jobs: and for its ``waitFor`` pods). Nothing when drain
+    is on: a draining node waits for its pods itself, in flight."""
     if p.settings.drain is not None:
         return ()
     if p.settings.wait_for is None or not node.pods:
@@ -126,7 +127,8 @@ def fresh_starts(
                 blocked.append(f"{node.name} ({', '.join(busy)})")
             if (started < count and p.settings.wait_for is not None
                     and drain.wait_for_pods(node, p.settings.wait_for)):
-                # its turn: cordoned so no new job lands while its jobs finish (SPEC 13)
+                # its turn: cordoned so no new job lands while its jobs finish
+                # (docs/live-clusters.md#waiting-for-jobs)
                 kept.add(node.name)
                 if not cordoned:
                     node_states.cordon_ahead(p, node, target)
@@ -164,8 +166,8 @@ def _gate_message(topology: Topology, gate: int, waiting: str | None) -> str:
 
 
 def window_open(p: Pass) -> bool:
-    """Fresh starts only inside a maintenance window (SPEC 10); when closed, the step message
-    says when the next one opens and the planner wakes then."""
+    """Fresh starts only inside a maintenance window (docs/configuration.md#maintenance-windows);
+    when closed, the step message says when the next one opens and the planner wakes then."""
     calendar = p.snap.windows
     if calendar is None or calendar.is_open(p.now):
         return True  # (is_open is cheap; only a closed calendar looks ahead)

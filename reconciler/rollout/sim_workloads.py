@@ -1,5 +1,6 @@
-"""Serving pods behind PodDisruptionBudgets on the simulator's virtual fleet (SPEC 13): what
-``reconciler simulate --serving-pods N`` models of a live cluster.
+"""Serving pods behind PodDisruptionBudgets on the simulator's virtual fleet
+(docs/live-clusters.md#the-drain): what ``reconciler simulate --serving-pods N`` models of a live
+cluster.
 
 A simple model, deterministic: N serving pods spread evenly over the fleet, in groups of
 ``pods_per_budget`` (one Deployment each) behind a budget of ``maxUnavailable``. The API server

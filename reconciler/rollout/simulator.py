@@ -87,7 +87,7 @@ class SimConfig:
     auto_confirm: float | None = None
     until: float = DEFAULT_UNTIL
     faults: Mapping[str, Fault] = field(default_factory=dict)
-    #: the health gates (SPEC 9); None: no ``health`` section
+    #: the health gates (docs/health.md); None: no ``health`` section
     health: HealthConfig | None = None
     #: node -> ``gpu-unavailable`` (its node checks fail on the new version) or
     #: ``gpu-throttling`` (the step checks of its step fail)
@@ -111,9 +111,11 @@ class SimConfig:
     observer: Callable[[RolloutSnapshot, Plan, int], None] | None = None
     #: the wall-clock instant virtual time 0 stands for (``--start``): windows are read there
     start: float = EPOCH
-    #: the cluster's maintenance windows (SPEC 10; None: always open)
+    #: the cluster's maintenance windows (docs/configuration.md#maintenance-windows; None: always
+    #: open)
     windows: WindowCalendar | None = None
-    #: serving pods behind budgets on the fleet (SPEC 13; None: no workloads, as before)
+    #: serving pods behind budgets on the fleet (docs/live-clusters.md#the-drain; None: no
+    #: workloads, as before)
     serving: ServingModel | None = None
     #: the fleet's nodes by name with their labels (``--nodes-file``), ``nodes`` of them;
     #: empty: ``node-0001`` .. without labels

@@ -1,13 +1,13 @@
-"""Skipped nodes (SPEC 13): nodes that are not rollout nodes of this rollout. A node is skipped
-when it carries the label ``gpu.metax-tech.com/upgrade.skip=true`` before its start, or, with
-``rollout.unavailableNodes: skip``, when it is cordoned by someone else or NotReady at the
-moment it would be the next fresh start (its turn).
+"""Skipped nodes (docs/live-clusters.md#a-node-under-repair): nodes that are not rollout nodes of
+this rollout. A node is skipped when it carries the label ``gpu.metax-tech.com/upgrade.skip=true``
+before its start, or, with ``rollout.unavailableNodes: skip``, when it is cordoned by someone else
+or NotReady at the moment it would be the next fresh start (its turn).
 
 A skipped node keeps its old driver, is not in N (the step targets and maxUnavailable are
 resolved again against the smaller N, as when a node leaves) and is never counted unavailable.
-Decisions are frozen for the rollout (SPEC 13 decision): a node listed in
-``upgradeStatus.skipped`` stays skipped even if its label goes or it recovers; a skip for being
-unavailable is also recorded on the node (``ANN_SKIPPED`` = the target revision) so a restart
+Decisions are frozen for the rollout (docs/live-clusters.md#when-a-change-applies decision): a node
+listed in ``upgradeStatus.skipped`` stays skipped even if its label goes or it recovers; a skip for
+being unavailable is also recorded on the node (``ANN_SKIPPED`` = the target revision) so a restart
 keeps it even when the status write was lost. A new rollout starts with an empty list and clears
 the old records (a record of another revision is ignored anyway).
 
@@ -40,7 +40,8 @@ from reconciler.rollout.model import RolloutNode
 if TYPE_CHECKING:  # the scan reads the node predicates: no import of the pass at run time
     from reconciler.rollout.pass_state import Pass
 
-#: the condition of a completed rollout that skipped nodes: names every one (SPEC 13)
+#: the condition of a completed rollout that skipped nodes: names every one
+#: (docs/live-clusters.md#a-node-under-repair)
 COND_NODES_SKIPPED: Final = "NodesSkipped"
 #: ``unavailableNodes`` value that skips nodes unavailable at their turn
 SKIP: Final = "skip"
@@ -52,7 +53,7 @@ def labelled(node: RolloutNode) -> bool:
 
 
 def cordoned_by_other(node: RolloutNode) -> bool:
-    """Unschedulable, and not by our own cordon (SPEC 4.3 step 5)."""
+    """Unschedulable, and not by our own cordon (docs/rollout.md#upgrading-one-node step 5)."""
     if not node.unschedulable:
         return False
     ann = node.annotations

@@ -1,4 +1,5 @@
-"""``status.upgradeStatus`` (SPEC 4.1): field names, timestamps and condition bookkeeping.
+"""``status.upgradeStatus`` (docs/rollout.md#status-fields): field names, timestamps and condition
+bookkeeping.
 
 The planner reads the CR's JSON once into a frozen ``UpgradeStatus`` and writes back JSON shaped
 exactly like the CR status, so the controller writes what it gets and a restarted planner reads
@@ -91,7 +92,8 @@ def empty_status() -> dict[str, Any]:
 
 
 def normalized(status: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy with every SPEC 4.1 field present (missing ones take their empty value)."""
+    """A deep copy with every docs/rollout.md#status-fields field present (missing ones take their
+    empty value)."""
     result = empty_status()
     for key, value in status.items():
         if key != "status":
@@ -194,7 +196,8 @@ class Condition:
     reason: str
     message: str
     #: the entry as read: written back as it was while this condition is not replaced (unknown
-    #: keys kept); a condition the planner sets has none and is written in SPEC form
+    #: keys kept); a condition the planner sets has none and is written in the form of
+    #: docs/rollout.md#status-fields
     source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -244,14 +247,14 @@ _INNER_FIELDS: Final = (
     ("message", "step_message"),
     ("recheckTime", "recheck_time"),
 )
-#: the SPEC 4.1 fields under ``status``, in the order they are written
+#: the docs/rollout.md#status-fields fields under ``status``, in the order they are written
 INNER_FIELDS: Final = tuple(key for key, _ in _INNER_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
 class UpgradeStatus:
-    """``status.upgradeStatus`` (SPEC 4.1) as a value: read once from the CR's JSON
-    (``from_json``), changed by methods that return a new value, written back by ``to_json``,
+    """``status.upgradeStatus`` (docs/rollout.md#status-fields) as a value: read once from the CR's
+    JSON (``from_json``), changed by methods that return a new value, written back by ``to_json``,
     which keeps every field whose value did not change exactly as it was read (unknown keys and
     key order included), so an unchanged status is written as it was."""
 
@@ -274,30 +277,34 @@ class UpgradeStatus:
     #: ``status.message``: what the current step waits for
     step_message: str = ""
     recheck_time: str = ""
-    #: ``health`` (not a SPEC 4.1 field; absent without a ``health`` section): the step
-    #: checks' timers and each check's last value and verdict (SPEC 9)
+    #: ``health`` (not a docs/rollout.md#status-fields field; absent without a ``health`` section):
+    #: the step checks' timers and each check's last value and verdict (docs/health.md)
     health: Mapping[str, Any] = field(default_factory=dict)
-    #: ``rolledBackSpec`` (not a SPEC 4.1 field; absent before the first rollback): the payload
-    #: the last completed rollback rolled back, so the completion record (SPEC 10) names it
-    #: from a structured field, not from the ``RolledBack`` condition's message
+    #: ``rolledBackSpec`` (not a docs/rollout.md#status-fields field; absent before the first
+    #: rollback): the payload the last completed rollback rolled back, so the completion record
+    #: (docs/configuration.md#the-completion-record) names it from a structured field, not from the
+    #: ``RolledBack`` condition's message
     rolled_back_spec: Mapping[str, Any] = field(default_factory=dict)
-    #: ``holds`` (not a SPEC 4.1 field; absent when empty): what holds fresh node starts back,
-    #: as data (``{kind, until, detail}``), for the read model (``reconciler.views``)
+    #: ``holds`` (not a docs/rollout.md#status-fields field; absent when empty): what holds fresh
+    #: node starts back, as data (``{kind, until, detail}``), for the read model
+    #: (``reconciler.views``)
     holds: tuple[Mapping[str, Any], ...] = ()
-    # -- skipped nodes (SPEC 13)
-    #: ``skipped`` (not a SPEC 4.1 field; absent when empty): the nodes this rollout skipped
-    #: (labelled ``upgrade.skip``, or ``unavailableNodes: skip``), in name order; a decision
-    #: is frozen for the rollout (a node listed stays skipped), a new rollout starts empty
+    # -- skipped nodes (docs/live-clusters.md#a-node-under-repair)
+    #: ``skipped`` (not a docs/rollout.md#status-fields field; absent when empty): the nodes this
+    #: rollout skipped (labelled ``upgrade.skip``, or ``unavailableNodes: skip``), in name order; a
+    #: decision is frozen for the rollout (a node listed stays skipped), a new rollout starts empty
     skipped: tuple[str, ...] = ()
     # -- issue 32 (live clusters), drain: its own block
-    #: ``draining`` (not a SPEC 4.1 field; absent when empty): the draining nodes, by name, at
-    #: most ``drain.STATUS_LIMIT``: ``{node, since, pods, budgets, waitingFor}``
+    #: ``draining`` (not a docs/rollout.md#status-fields field; absent when empty): the draining
+    #: nodes, by name, at most ``drain.STATUS_LIMIT``: ``{node, since, pods, budgets, waitingFor}``
     draining: tuple[Mapping[str, Any], ...] = ()
     # -- issue 32: one block per helper (keys left out of the JSON when empty)
     #: ``topology`` (absent when the rollout started without one): ``rollout.topology``
-    #: frozen when the rollout started (``{key, order, maxUnavailablePerDomain}``, SPEC 14)
+    #: frozen when the rollout started (``{key, order, maxUnavailablePerDomain}``,
+    #: docs/rollout.md#topology-aware-waves)
     topology: Mapping[str, Any] = field(default_factory=dict)
-    #: the JSON this value was read from, every SPEC field present (``normalized``)
+    #: the JSON this value was read from, every field of docs/rollout.md#status-fields present
+    #: (``normalized``)
     source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: the value as read from ``source`` (what ``to_json`` compares with)
     origin: UpgradeStatus | None = field(default=None, compare=False, repr=False)

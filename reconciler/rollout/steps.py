@@ -1,6 +1,6 @@
-"""The steps of SPEC 4.3: each step's counters, its end (the gate a person confirms, or the
-pause timer), the fallback when failures reach the threshold, a person resuming, and the next
-step; while a step runs, ``selection`` starts its nodes.
+"""The steps of docs/rollout.md#upgrading-one-node: each step's counters, its end (the gate a person
+confirms, or the pause timer), the fallback when failures reach the threshold, a person resuming,
+and the next step; while a step runs, ``selection`` starts its nodes.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def tally(p: Pass, scan: NodeScan, targets: list[int], *, fresh_epoch: bool) -> 
     counter = 0 if fresh_epoch else min(threshold, scan.epoch_failures + len(scan.new_failures))
     index = min(max(p.s.current_step_index, 1), len(p.policy.steps))
     target = targets[index - 1]
-    # a step not above an earlier one adds no nodes (SPEC 3)
+    # a step not above an earlier one adds no nodes (docs/policy.md#the-fields)
     before = max(targets[: index - 1], default=0)
     batch = max(target - before, 0)
     p.set(
@@ -168,7 +168,7 @@ def upgrade(p: Pass, scan: NodeScan, revision: str, targets: list[int], index: i
     """The step's nodes upgrade: start what the budget allows."""
     steps = p.policy.steps
     p.set(current_step_state=st.STEP_UPGRADE)
-    if p.health_hold:  # SPEC 9: no answer (or no valid section): nothing new starts
+    if p.health_hold:  # docs/health.md: no answer (or no valid section): nothing new starts
         # one entry per waiting node, named up to the limit
         held = p.named(p.health_hold, separator="; ", more="; and ")
         p.set(step_message=held)
@@ -235,7 +235,7 @@ def fallback(p: Pass, scan: NodeScan, index: int) -> None:
 
 
 def step_check_failed(p: Pass, failure: HealthFailure, index: int) -> None:
-    """A false step check ends the batch: the fallback at once (SPEC 9)."""
+    """A false step check ends the batch: the fallback at once (docs/health.md)."""
     message = f"step {index}: {failure.message}"
     p.condition(ConditionType.HEALTH_CHECK_FAILED, "True", failure.reason,
                 f"check {failure.check}: value {failure.value} (query {failure.query})")

@@ -1,5 +1,5 @@
-"""Topology-aware waves (SPEC 14): the rollout order over the domains of a node label, the
-``sequential`` gate and the per-domain budget of fresh starts. Pure.
+"""Topology-aware waves (docs/rollout.md#topology-aware-waves): the rollout order over the domains
+of a node label, the ``sequential`` gate and the per-domain budget of fresh starts. Pure.
 
 ``rollout.topology`` is frozen in ``upgradeStatus.topology`` when a rollout starts (``frozen``)
 and read back from there for the rest of it (``read``): a change of the setting mid-rollout

@@ -4,8 +4,9 @@ parsed file in, a frozen value (or the reason it is refused) out.
 
 Refused, so the last good settings stay: a file that is not YAML, a wrong key the Git side uses,
 a ``rollout``, ``firmware`` or ``notify`` section that does not validate. ``health`` and
-``windows`` never refuse a file: a section of theirs that does not validate fails closed (SPEC 9
-and 10: no node starts, the status and an Event say why), so they carry their error instead."""
+``windows`` never refuse a file: a section of theirs that does not validate fails closed
+(docs/health.md and 10: no node starts, the status and an Event say why), so they carry their error
+instead."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ class ClusterSettings:
     firmware: FirmwareSettings = field(default_factory=FirmwareSettings)
     #: where they come from, for messages: a commit id or a file name (not compared)
     source: str = field(default="defaults", compare=False)
-    #: where events go (SPEC 15; none: nothing is sent); last, so positional use stays as is
+    #: where events go (docs/notifications.md; none: nothing is sent); last, so positional use stays
+    #: as is
     notify: tuple[NotifySink, ...] = ()
 
 

@@ -13,9 +13,11 @@ no type inside ``oneOf``/``anyOf``. The conversion:
   reconciler's validation checks it;
 - ``additionalProperties: false`` is dropped (the API server prunes unknown fields instead; the
   reconciler's validation reports them as errors before anything is applied);
-- ``default`` is kept: the defaults of SPEC 3 are the values a real install carries (SPEC 7),
+- ``default`` is kept: the defaults of docs/policy.md#the-fields are the values a real install
+carries (docs/policy.md#the-fields),
   so the API server fills in what a policy leaves out with what the controller assumes anyway;
-- the rules of SPEC 3 that a CRD can express in CEL (``x-kubernetes-validations``, enforced by
+- the rules of docs/policy.md#the-fields that a CRD can express in CEL
+(``x-kubernetes-validations``, enforced by
   1.25 and newer; left out for 1.20, whose server-side apply refuses the field) are added
   where they belong (``CEL_RULES``): percent ranges, ``upgradeSteps`` required by
   ``enableRollout: true``, the last step ``100%``. The rest (steps strictly increasing,
@@ -62,8 +64,8 @@ def _percent_rule(low: int) -> dict[str, str]:
 #: the first release whose CRDs take ``x-kubernetes-validations``
 CEL_MINOR = 25
 _LAST = "self[size(self) - 1]"
-#: CEL rules by their place under ``spec`` (SPEC 3), each in the words of the reconciler's own
-#: finding; a place the schema does not have is skipped.
+#: CEL rules by their place under ``spec`` (docs/policy.md#the-fields), each in the words of the
+#: reconciler's own finding; a place the schema does not have is skipped.
 CEL_RULES: dict[tuple[str, ...], list[dict[str, str]]] = {
     ("driver", "upgradePolicy"): [{
         "rule": "!has(self.enableRollout) || !self.enableRollout || has(self.upgradeSteps)",

@@ -1,5 +1,6 @@
-"""The MX Exporter stand-in: the vendor's per-GPU telemetry (SPEC 7) for every simulated node,
-served from one HTTP endpoint per fleet.
+"""The MX Exporter stand-in: the vendor's per-GPU telemetry
+(docs/dev-cluster.md#prometheus-and-the-mx-exporter-metrics) for every simulated node, served from
+one HTTP endpoint per fleet.
 
 The real exporter runs as a DaemonSet pod on each GPU node and needs the loaded driver, so a node
 whose driver pod is not Ready (installing, crash-looping, being replaced), a rebooting or NotReady
@@ -48,7 +49,8 @@ DEFAULT_MODEL = "MXC500"
 EXPORTER_POD = "mx-exporter"  # the scrape target's pod/container labels (see the docstring)
 METRICS_PATH = "/metrics"
 
-# Name and help text, in exposition order (SPEC 7).
+# Name and help text, in exposition order
+# (docs/dev-cluster.md#prometheus-and-the-mx-exporter-metrics).
 METRICS: tuple[tuple[str, str], ...] = (
     ("mx_gpu_state", "GPU state: 0 (not available) 1 (available)"),
     ("mx_gpu_usage", "GPU utilization, percent"),

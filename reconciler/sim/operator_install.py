@@ -3,9 +3,10 @@ CRD, the ``cluster-operator`` object, the ``metax-operator`` namespace and the `
 DaemonSet (OnDelete) running the payload's image.
 
 The ``cluster-operator`` object is the one a Helm install of the vendor operator 0.9.2 carries
-(SPEC 7): the vendor's finalizer, Helm's labels and annotations, and the full ``spec`` (every
-component section, ``upgradePolicy`` as installed), with the simulator's registry and starting
-version. ``release_finalizer`` is the vendor operator's part of a deletion.
+(docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone): the vendor's finalizer,
+Helm's labels and annotations, and the full ``spec`` (every component section, ``upgradePolicy`` as
+installed), with the simulator's registry and starting version. ``release_finalizer`` is the vendor
+operator's part of a deletion.
 
 Objects that exist already are left alone: once installed, the DaemonSet template belongs to the
 rollout controller and the ``ClusterOperator`` spec to Git.
@@ -60,7 +61,8 @@ HELM_ANNOTATIONS = {
     "meta.helm.sh/release-namespace": OPERATOR_NAMESPACE,
 }
 
-#: ``spec.driver.upgradePolicy`` as the vendor's chart installs it (SPEC 7)
+#: ``spec.driver.upgradePolicy`` as the vendor's chart installs it
+#: (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone)
 INSTALLED_UPGRADE_POLICY: JSON = {
     "enableRollout": False,
     "fallback": "pause",
@@ -100,8 +102,9 @@ def _component(name: str, registry: str) -> JSON:
 
 
 def cluster_operator(payload: Payload, *, spec: Mapping[str, Any] | None = None) -> JSON:
-    """The ``cluster-operator`` object a fresh vendor install carries (SPEC 7), running
-    ``payload``; ``spec`` replaces the whole spec."""
+    """The ``cluster-operator`` object a fresh vendor install carries
+    (docs/dev-cluster.md#what-the-vendor-operators-install-looks-like), running ``payload``;
+    ``spec`` replaces the whole spec."""
     driver: JSON = {
         "deployPolicy": "PreferCloud",
         "fwEffectPolicy": "NextReboot",

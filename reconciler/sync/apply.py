@@ -67,7 +67,7 @@ class CommitShell:
         self.holds: Callable[[], list[dict[str, str]]] = list
         self.settings = settings
         self.install_times = InstallTimes(api)
-        #: each snapshot offered to Git also goes here (forge commit statuses, SPEC 15)
+        #: each snapshot offered to Git also goes here (forge commit statuses, docs/forges.md)
         self.on_snapshot: Callable[[Mapping[str, Any]], None] | None = None
 
     def settle(self, view: CommitView, outcome: Outcome[ApplyPlan], *, seen_at: float,
@@ -172,9 +172,10 @@ class CommitShell:
             self.offer_status(live)
 
     def hold(self, view: CommitView, held: Held, live: Mapping[str, Any] | None) -> None:
-        """Nothing applied: the promotion gate holds the change (SPEC 10). The first time for
-        this commit and version: the log and an Event "held by promotion gate"; the snapshot
-        says so; the same head is judged again at ``recheck_at`` (and on every new head)."""
+        """Nothing applied: the promotion gate holds the change (docs/configuration.md#promotion).
+        The first time for this commit and version: the log and an Event "held by promotion gate";
+        the snapshot says so; the same head is judged again at ``recheck_at`` (and on every new
+        head)."""
         first_time = self.record.held is None or any(
             self.record.held.get(k) != held.held.get(k) for k in ("commit", "version"))
         self.record.held = dict(held.held)
@@ -208,10 +209,10 @@ class CommitShell:
         return snapshot
 
     def promote(self, view: CommitView) -> None:
-        """``mode: branch`` and ``auto`` (SPEC 10): once a version the upstream completed
-        passes the gate, ``branch`` pushes ``promote/<cluster>/<version>`` with this cluster's
-        policy naming it, on top of the head, for a person to merge; ``auto`` commits the same
-        edit to the watched branch, a policy change the next pass applies. Once each (an
+        """``mode: branch`` and ``auto`` (docs/configuration.md#promotion): once a version the
+        upstream completed passes the gate, ``branch`` pushes ``promote/<cluster>/<version>`` with
+        this cluster's policy naming it, on top of the head, for a person to merge; ``auto`` commits
+        the same edit to the watched branch, a policy change the next pass applies. Once each (an
         existing branch is left alone; the auto commit's change id is found again in Git). The
         upstream's snapshot changes with status commits, which bring no new head: looked at
         again every ``UPSTREAM_RECHECK`` seconds."""

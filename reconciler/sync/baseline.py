@@ -1,5 +1,5 @@
-"""The baseline of field ownership (SPEC 4.6): the object of the commit the cluster runs, plus
-the reconciler's own write-back commits that landed after it.
+"""The baseline of field ownership (docs/gitops.md#git-stays-the-truth): the object of the commit
+the cluster runs, plus the reconciler's own write-back commits that landed after it.
 
 Restart-safe: after a start, the commit the cluster runs is read from the object's
 ``gpu.metax-tech.com/source-commit`` annotation (else the status snapshot's ``sourceCommit``)

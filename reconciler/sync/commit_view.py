@@ -2,8 +2,8 @@
 
 Everything a step needs is read before the steps run (``observe.py``): the commit's
 ``reconciler.yaml`` parsed once, the signature verdicts, the cluster's policy files, and the
-cluster side (the live object, the baseline of SPEC 4.6). So each step is a pure function of
-this view and the steps before it, and a table test builds a view by hand.
+cluster side (the live object, the baseline of docs/gitops.md#git-stays-the-truth). So each step is
+a pure function of this view and the steps before it, and a table test builds a view by hand.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class CommitView:
     cluster: str
     #: the ClusterOperator this reconciler manages
     cluster_operator: str
-    #: field manager whose spec changes are the rollout's own (SPEC 4.6)
+    #: field manager whose spec changes are the rollout's own (docs/gitops.md#git-stays-the-truth)
     controller_manager: str
     live: LiveObject | None
     #: the last applied object with our landed write-backs (None: not known)

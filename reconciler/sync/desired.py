@@ -3,10 +3,10 @@
 The body of the server-side apply holds only what the repository owns: ``metadata.name``,
 labels and annotations from the file (server-populated metadata, ``status`` and Helm's ownership
 metadata are never applied; finalizers are never sent, so the vendor's stays), the spec without
-the fields the rollout controller keeps (SPEC 4.6), and two annotations of our own: the commit
-the cluster now runs, and a firmware request when a commit asks for ``fwUpgradePolicy:
-PreferCloud`` (SPEC 5: that value is never applied as is; the firmware orchestrator takes the
-request over).
+the fields the rollout controller keeps (docs/gitops.md#git-stays-the-truth), and two annotations of
+our own: the commit the cluster now runs, and a firmware request when a commit asks for
+``fwUpgradePolicy: PreferCloud`` (docs/firmware.md: that value is never applied as is; the firmware
+orchestrator takes the request over).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """After the cluster changed: Git's values applied again where the cluster drifted, and the
 rollout's own spec changes (pause, a rolled-back version, ``fwUpgradePolicy: Never``) dispatched
-as write-back commits to Git with the reason the cluster's status gives (SPEC 4.6).
+as write-back commits to Git with the reason the cluster's status gives
+(docs/gitops.md#git-stays-the-truth).
 
 Times come from the injected ``monotonic`` clock.
 """
@@ -85,8 +86,8 @@ class DriftRepair:
 
     def apply_now(self, field: FieldPath, value: Any) -> JSON | None:
         """Apply ``field = value`` at once with the last body, as a sync of Git would: for a
-        write-back the sync role itself decides (operator mode's health pause, SPEC 9), whose
-        commit says the same; the body keeps it, so a repair does not undo it. None: nothing
+        write-back the sync role itself decides (operator mode's health pause, docs/health.md),
+        whose commit says the same; the body keeps it, so a repair does not undo it. None: nothing
         applied by this process yet (no body to apply it with)."""
         with self._lock:
             if self.body is None:
@@ -175,10 +176,11 @@ class WriteBacks:
 
     def pause_for_health(self, reason: str, live: Mapping[str, Any], *,
                          cause: str = "health check failed") -> None:
-        """Operator mode (SPEC 9): a node check failed on a node the vendor upgraded (or the
-        ``health`` section does not validate: ``cause`` says which): commit ``pause: true``
-        with the reason (``health_watch.stop_vendor`` applies it at once, so the vendor stops
-        even while Git cannot be reached; the sync applies the commit once it landed)."""
+        """Operator mode (docs/health.md#operator-mode): a node check failed on a node the vendor
+        upgraded (or the ``health`` section does not validate: ``cause`` says which): commit
+        ``pause: true`` with the reason (``health_watch.stop_vendor`` applies it at once, so the
+        vendor stops even while Git cannot be reached; the sync applies the commit once it
+        landed)."""
         with self._lock:
             if any(p == PAUSE for p, _ in self._pending.values()):
                 return
@@ -211,7 +213,7 @@ class WriteBacks:
 def pause_reason(upgrade: Mapping[str, Any]) -> str | None:
     true = [c for c in items(upgrade, ("condition",))
             if isinstance(c, Mapping) and c.get("status") == "True"]
-    # a fallback a health check caused names the check (SPEC 9), not only the failed nodes
+    # a fallback a health check caused names the check (docs/health.md), not only the failed nodes
     health = next((c for c in true if c.get("type") == "HealthCheckFailed"), None)
     for condition in true:
         if condition.get("type") == "ManualGate":

@@ -1,6 +1,7 @@
 """The fields of the ClusterOperator the sync role watches for the rollout's own changes: the
-ones the rollout controller and the firmware orchestrator write (SPEC 4.6). Names of objects,
-annotations and field managers: ``reconciler.names``."""
+ones the rollout controller and the firmware orchestrator write
+(docs/gitops.md#git-stays-the-truth). Names of objects, annotations and field managers:
+``reconciler.names``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sync role's side of forge commit statuses (SPEC 15): each status snapshot it offers to
+"""The sync role's side of forge commit statuses (docs/forges.md): each status snapshot it offers to
 Git is also turned into a commit status (``reconciler.views.commit_status``) and offered to the
 poster (``reconciler.gitops.forge_status.CommitStatuses``), which never blocks this thread.
 

@@ -1,23 +1,23 @@
-"""Operator mode's health gate (SPEC 9): the vendor runs the rollout; the sync role runs the
+"""Operator mode's health gate (docs/health.md): the vendor runs the rollout; the sync role runs the
 same node checks on the nodes the vendor upgraded and, when one fails, commits ``pause: true``
 with the reason and applies it to the cluster (``stop_vendor``; the vendor stops). Thin: it
 lists, asks Prometheus, and records; the verdicts are ``reconciler.health.checks``'s and the
 node selection ``reconciler.rollout.health_gate``'s. Its timers live in a node annotation, so a
 restarted sync role resumes them.
 
-The section is read at every pass from the commit the sync handled last (SPEC 9: ``health`` is
-read at every commit); one that does not validate fails closed: ``pause: true`` is committed
+The section is read at every pass from the commit the sync handled last (docs/health.md: ``health``
+is read at every commit); one that does not validate fails closed: ``pause: true`` is committed
 with the located error as the reason and a Warning Event ``HealthConfigInvalid`` is recorded,
 once per error; the checks are never silently switched off.
 
 Step checks are not run in this mode: the vendor's status gives the current step only as counts
 (``currentStepIndex``, ``currentUpgradeReplicas``, ``currentUpgradeReadyReplicas``), never the
 names of the step's nodes, and which nodes a step takes depends on its own node order, retries
-and the rollout nodes frozen at its start, none of which it publishes (SPEC 4.1, 7). A
-``{{nodes}}`` guessed from when the sync role saw pods turn Ready could name nodes of another
-step, so a step check could pass or fail on the wrong nodes; and the vendor passes StepReady
-on its own, so the checks could not gate it anyway. The node checks cover every node the
-vendor upgrades."""
+and the rollout nodes frozen at its start, none of which it publishes (docs/rollout.md#status-fields
+and docs/dev-cluster.md#what-the-vendor-operators-install-looks-like). A ``{{nodes}}`` guessed from
+when the sync role saw pods turn Ready could name nodes of another step, so a step check could pass
+or fail on the wrong nodes; and the vendor passes StepReady on its own, so the checks could not gate
+it anyway. The node checks cover every node the vendor upgrades."""
 
 from __future__ import annotations
 
@@ -171,8 +171,8 @@ class VendorHealthWatch:
         self._check(self.config)
 
     def _fail_closed(self, error: str) -> None:
-        """SPEC 9: an invalid section stops the vendor (``pause: true`` with the located error),
-        with a Warning Event; once per error."""
+        """docs/health.md: an invalid section stops the vendor (``pause: true`` with the located
+        error), with a Warning Event; once per error."""
         co = self.api.get(cluster_operator_path(self.name))
         log.error("operator mode: health section invalid, committing pause: true: %s", error)
         record_event(self.api, self.name, co, reason="HealthConfigInvalid",

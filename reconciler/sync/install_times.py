@@ -1,5 +1,5 @@
 """The install time the cluster's last rollout measured, for the status snapshot's ``fleet``
-(SPEC 15: ``reconciler plan`` predicts the next rollout with it).
+(docs/plan.md: ``reconciler plan`` predicts the next rollout with it).
 
 Measured once per completed rollout: when the status says a rollout ended ``Completed`` (no
 ``RolledBack``) on a revision not measured yet, the driver pods on that revision are listed

@@ -2,7 +2,8 @@
 
 Each new commit is read (``observe.py``), judged by the ordered steps (``steps.py``) and applied
 or rejected, visibly (``apply.py``); the object's status goes to Git as snapshots, and the
-rollout's own spec changes go to Git as write-backs (``drift.py``, SPEC 4.6).
+rollout's own spec changes go to Git as write-backs (``drift.py``,
+docs/gitops.md#git-stays-the-truth).
 
 Threads: the commit source and the ClusterOperator watch only record what they saw and kick one
 worker (``reconciler.runtime.worker.Worker``, the core the controllers run on), which
@@ -147,7 +148,9 @@ class ClusterSync:
                                       stats=self.stats)
         self.rollout_metrics = (RolloutMetrics(metrics, cluster=cluster, node_counts=node_counts)
                                 if metrics is not None else None)
-        #: reconciler.yaml of the commit the cluster runs, resolved for it (SPEC 10, 13)
+        #: reconciler.yaml of the commit the cluster runs, resolved for it
+        #: (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion and
+        #: docs/live-clusters.md)
         self.settings = settings or LiveSettings(cluster)
         self.shell = CommitShell(
             api, self.repo, cluster=cluster, cluster_operator=cluster_operator,
@@ -157,7 +160,8 @@ class ClusterSync:
         )
         #: where the applied commit's policy lives, for the notifications' exact change
         self._git = GitContext(branch=branch)
-        #: events to chat and webhooks (SPEC 15): offered by the passes (the leader's only)
+        #: events to chat and webhooks (docs/notifications.md): offered by the passes (the leader's
+        #: only)
         self.notifier = Notifier(
             cluster, sinks=lambda: self.settings.current().notify,
             ledger=AnnotationLedger(api, cluster_operator), is_leader=lambda: self.is_leader(),
@@ -260,7 +264,9 @@ class ClusterSync:
         if self.metrics is not None:
             self.metrics.count_status_commit(commit_kind(change))
         if change.kind in APPLIED_KINDS:
-            self.repo.trigger()  # a policy change of ours to apply (SPEC 9, 10): fetch now
+            # a policy change of ours to apply (docs/health.md#operator-mode and
+            # docs/configuration.md#promotion): fetch now
+            self.repo.trigger()
         if change.kind == "spec":
             for edit in change.edits:
                 self.baseline.landed(edit.field, edit.value)

@@ -1,8 +1,8 @@
-"""Operator mode and the ``rollout`` keys of our own rollout (SPEC 13 and 14): the vendor runs
-the rollout there, so ``drain``, ``waitFor``, ``unavailableNodes`` and ``topology`` do nothing.
-They are not refused (the same reconciler.yaml serves clusters in both modes); each commit whose
-settings set any of them says so once: a warning in the log and a Warning Event
-``RolloutSettingsIgnored`` naming them."""
+"""Operator mode and the ``rollout`` keys of our own rollout (docs/live-clusters.md#the-drain and
+docs/rollout.md#topology-aware-waves): the vendor runs the rollout there, so ``drain``, ``waitFor``,
+``unavailableNodes`` and ``topology`` do nothing. They are not refused (the same reconciler.yaml
+serves clusters in both modes); each commit whose settings set any of them says so once: a warning
+in the log and a Warning Event ``RolloutSettingsIgnored`` naming them."""
 
 from __future__ import annotations
 

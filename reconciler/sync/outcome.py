@@ -52,9 +52,9 @@ class NothingToApply:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """The commit is valid but waits (SPEC 10 ``hold``): nothing is applied, and the same head
-    is judged again at ``recheck_at`` (wall-clock seconds; None: when the upstream's snapshot
-    changes) or when anything changes, and applied then without a new commit."""
+    """The commit is valid but waits (docs/configuration.md#promotion ``hold``): nothing is applied,
+    and the same head is judged again at ``recheck_at`` (wall-clock seconds; None: when the
+    upstream's snapshot changes) or when anything changes, and applied then without a new commit."""
 
     reason: str
     #: what the status snapshot's ``promotion.held`` shows

@@ -35,8 +35,8 @@ class SyncRecord:
     handled_source: str | None = None
     #: the rejection of the last judged commit, as the status snapshot shows it
     rejection: dict[str, Any] | None = None
-    #: the change the promotion gate holds (SPEC 10), as the status snapshot's
-    #: ``promotion.held`` shows it; None: nothing held
+    #: the change the promotion gate holds (docs/configuration.md#promotion), as the status
+    #: snapshot's ``promotion.held`` shows it; None: nothing held
     held: dict[str, Any] | None = None
     #: wall-clock seconds at which the held head is judged again (None: none scheduled)
     recheck_at: float | None = None

@@ -60,17 +60,17 @@ class StatusReport:
     conditions: list[dict[str, str]] = field(default_factory=list)
     rejection: dict[str, Any] | None = None
     firmware: dict[str, Any] | None = None
-    #: the change the promotion gate holds (SPEC 10)
+    #: the change the promotion gate holds (docs/configuration.md#promotion)
     held: dict[str, Any] | None = None
-    #: the upstream rolled back the version this cluster runs (SPEC 10)
+    #: the upstream rolled back the version this cluster runs (docs/configuration.md#promotion)
     upstream_rolled_back: dict[str, Any] | None = None
     busy_nodes: dict[str, list[str]] = field(default_factory=dict)
     unavailable_nodes: dict[str, str] = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
-    #: each health check's last value and verdict (SPEC 9): check, node (node checks),
+    #: each health check's last value and verdict (docs/health.md): check, node (node checks),
     #: state (Passed, Waiting, Failed), value, since
     health_checks: list[dict[str, str]] = field(default_factory=list)
-    # -- live clusters (SPEC 13, 14)
+    # -- live clusters (docs/live-clusters.md and docs/rollout.md#topology-aware-waves)
     #: the topology the rollout started with (``upgradeStatus.topology``: key, order, ...)
     topology: dict[str, Any] | None = None
     #: progress per domain of the topology key (from the cluster's nodes only): domain (None:

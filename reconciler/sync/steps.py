@@ -71,7 +71,7 @@ class ApplyPlan:
     body: dict[str, Any]
     #: the commit's object as written (the next baseline)
     proposed: dict[str, Any]
-    #: fields left to the controller (SPEC 4.6)
+    #: fields left to the controller (docs/gitops.md#git-stays-the-truth)
     kept: tuple[tuple[str, ...], ...]
     #: the cluster's values to commit to Git
     write_backs: tuple[FieldDecision, ...]
@@ -219,9 +219,9 @@ def validate(view: CommitView, progress: Progress) -> Outcome[Progress]:
 
 
 def promotion_gate(view: CommitView, progress: Progress) -> Outcome[Progress]:
-    """The promotion gate (SPEC 10): a payload version the cluster does not run yet waits
-    (``Held``) until the upstream completed it ``soak`` ago and still runs it. Rejects an
-    unusable ``promotion`` section, naming the key."""
+    """The promotion gate (docs/configuration.md#promotion): a payload version the cluster does not
+    run yet waits (``Held``) until the upstream completed it ``soak`` ago and still runs it. Rejects
+    an unusable ``promotion`` section, naming the key."""
     gate = view.promotion
     if gate is None:
         return Accepted(progress)

@@ -1,7 +1,8 @@
-"""Operator mode's maintenance windows (SPEC 10), the thin adapter: at each window edge it reads
-the policy at the watched head, asks ``reconciler.fleet.window_pause`` what to commit, and
-commits it through the policy publisher (no force, rebased on a race, one change id per edge).
-The commit is a policy change the sync applies, so the vendor stops (or goes on).
+"""Operator mode's maintenance windows (docs/configuration.md#maintenance-windows), the thin
+adapter: at each window edge it reads the policy at the watched head, asks
+``reconciler.fleet.window_pause`` what to commit, and commits it through the policy publisher (no
+force, rebased on a race, one change id per edge). The commit is a policy change the sync applies,
+so the vendor stops (or goes on).
 
 Restart-safe: whether Git's ``pause: true`` is the window's own is read from Git every time (the
 newest commit that changed the cluster's policy file carries ``Reconciler-Window: pause``); a

@@ -8,7 +8,7 @@ statuses call the same functions:
 - ``nodes``: the node states (old, cordoned ahead, draining, in flight, verifying, failed,
   upgraded, busy, NotReady, skipped, left alone), classified in one place, what they mean for a
   rollout (``NodeStates``: busy, unavailable, failed, draining, skipped nodes) and the progress
-  per topology domain (``domain_progress``, SPEC 14);
+  per topology domain (``domain_progress``, docs/rollout.md#topology-aware-waves);
 - ``waits``: what the rollout waits for, one typed ``Wait`` per entry (``kind`` one of
   ``KINDS``), with a title, a detail and the exact action a person takes.
 

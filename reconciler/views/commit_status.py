@@ -1,4 +1,4 @@
-"""Forge commit statuses (SPEC 15), decided purely: which state a status snapshot gives, in
+"""Forge commit statuses (docs/forges.md), decided purely: which state a status snapshot gives, in
 words from the read model, and whether a state is posted now, later or not at all.
 
 - ``commit_status``: the snapshot (plus the commit that started the rollout) -> a

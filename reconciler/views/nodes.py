@@ -1,6 +1,7 @@
-"""Node states, classified once (SPEC 4.3, 11, 13, 14): one GPU node against the revision a
-rollout moves to, what the states of all nodes mean for it (``NodeStates``), and the progress
-per topology domain (``domain_progress``)."""
+"""Node states, classified once (docs/rollout.md#upgrading-one-node, docs/dashboard.md,
+docs/live-clusters.md and docs/rollout.md#topology-aware-waves): one GPU node against the revision a
+rollout moves to, what the states of all nodes mean for it (``NodeStates``), and the progress per
+topology domain (``domain_progress``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from reconciler.rollout.model import FAILURE_REASONS
 NODE_STATES: tuple[str, ...] = (
     "old",  # on the old version, not touched yet
     "cordoned",  # cordoned ahead: next to start
-    "draining",  # cordoned and in flight: its pods are evicted or waited for (SPEC 13)
+    # cordoned and in flight: its pods are evicted or waited for (docs/live-clusters.md#the-drain)
+    "draining",
     "in-flight",  # old pod deleted, new one not Ready yet
     "verifying",  # new pod Ready, the controller has not recorded the node done yet
     "failed",  # the new pod failed (image pull, crash loop, readyTimeout)
@@ -90,8 +92,9 @@ def classify(node: NodeFacts, *, target: str, active: bool,
     if not on_target and (node.name in skipped or ann.get(ANN_SKIPPED) == target or (
             recorded in (None, STATE_CORDONED)
             and node.labels.get(LABEL_UPGRADE_SKIP) == "true")):
-        # not a rollout node (SPEC 13): neither unavailable nor waited for, NotReady or not; a
-        # label counts before the node's start (cordoned ahead is not started yet)
+        # not a rollout node (docs/live-clusters.md#waiting-for-jobs): neither unavailable nor
+        # waited for, NotReady or not; a label counts before the node's start (cordoned ahead is not
+        # started yet)
         return "skipped"
     if not node.ready:
         return "not-ready"
@@ -134,7 +137,7 @@ def target_revision(upgrade: Mapping[str, Any], current_revision: str = "") -> s
 
 
 def recorded_skips(upgrade: Mapping[str, Any]) -> frozenset[str]:
-    """The nodes ``upgradeStatus.skipped`` lists (SPEC 13)."""
+    """The nodes ``upgradeStatus.skipped`` lists (docs/live-clusters.md#a-node-under-repair)."""
     raw = upgrade.get("skipped")
     return frozenset(str(n) for n in raw) if isinstance(raw, list) else frozenset()
 
@@ -194,19 +197,21 @@ class NodeStates:
     unavailable: Mapping[str, str] = field(default_factory=dict)
     #: node -> why its move failed
     failed: Mapping[str, str] = field(default_factory=dict)
-    #: node -> the GPU pods on it while it drains (SPEC 13; which pods and budgets hold it is
-    #: the status's ``upgradeStatus.draining``)
+    #: node -> the GPU pods on it while it drains (docs/live-clusters.md#the-drain; which pods and
+    #: budgets hold it is the status's ``upgradeStatus.draining``)
     draining: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    #: nodes this rollout does not move (SPEC 13), by name
+    #: nodes this rollout does not move (docs/live-clusters.md#a-node-under-repair), by name
     skipped: tuple[str, ...] = ()
-    #: the progress per topology domain (SPEC 14), when the rollout has a topology key
+    #: the progress per topology domain (docs/rollout.md#topology-aware-waves), when the rollout has
+    #: a topology key
     domains: tuple[DomainProgress, ...] = ()
 
 
 def node_states(lines: Iterable[NodeLine], *,
                 domains: Sequence[DomainProgress] = ()) -> NodeStates:
     """The summary of classified nodes. A GPU node without a driver pod is not a rollout node
-    (SPEC 4.3): left alone, it is not unavailable; nor is a skipped node (SPEC 13)."""
+    (docs/rollout.md#upgrading-one-node): left alone, it is not unavailable; nor is a skipped node
+    (docs/live-clusters.md#a-node-under-repair)."""
     busy: dict[str, tuple[str, ...]] = {}
     unavailable: dict[str, str] = {}
     failed: dict[str, str] = {}
@@ -256,7 +261,8 @@ PROGRESS_COLUMNS: Final = (
 )
 #: how a status or the page names the domain of the nodes without the label
 UNLABELLED: Final = "(no label)"
-#: domain states that end a domain under ``order: sequential`` (SPEC 14)
+#: domain states that end a domain under ``order: sequential``
+#: (docs/rollout.md#topology-aware-waves)
 _FINISHED: Final = frozenset({"upgraded", "verifying", "failed", "skipped"})
 
 
@@ -300,9 +306,10 @@ class DomainProgress:
 
 def domain_progress(nodes: Iterable[tuple[NodeFacts, str]], *, key: str) -> list[DomainProgress]:
     """The GPU nodes with a driver pod (``(node, its state)``) by their value of the label
-    ``key``, counted per state, in the rollout's domain order (SPEC 14): domains holding canary
-    nodes first (canary nodes go first), then by value as strings; the nodes without the label
-    form one domain, last (of its group). Skipped nodes count in their domain, as ``skipped``."""
+    ``key``, counted per state, in the rollout's domain order
+    (docs/rollout.md#topology-aware-waves): domains holding canary nodes first (canary nodes go
+    first), then by value as strings; the nodes without the label form one domain, last (of its
+    group). Skipped nodes count in their domain, as ``skipped``."""
     counts: dict[str | None, dict[str, int]] = {}
     canary: set[str | None] = set()
     for node, state in nodes:

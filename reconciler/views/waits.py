@@ -1,4 +1,4 @@
-"""What a rollout waits for (SPEC 11): one list of typed entries, built once from a status
+"""What a rollout waits for (docs/dashboard.md): one list of typed entries, built once from a status
 snapshot, the node states and ``now``, for ``reconciler status``, the dashboard, the demo and,
 later, notifications and forge commit statuses.
 
@@ -291,7 +291,7 @@ def _paused(r: _Rollout, nodes: NodeStates, git: GitContext | None, object_name:
 
 
 def _health(health: Mapping[str, Any], holds: Sequence[Mapping[str, Any]]) -> list[Wait]:
-    """A check that waits for an answer or failed (SPEC 9): each check, its value and since
+    """A check that waits for an answer or failed (docs/health.md): each check, its value and since
     when; a recorded health hold (no answer, a section that does not validate)."""
     out = []
     for row in health_rows(health):
@@ -325,7 +325,8 @@ def _health(health: Mapping[str, Any], holds: Sequence[Mapping[str, Any]]) -> li
 
 
 def _window(hold: Mapping[str, Any], *, now: float) -> Wait:
-    """A closed maintenance calendar (SPEC 10): why, and when the next window opens."""
+    """A closed maintenance calendar (docs/configuration.md#maintenance-windows): why, and when the
+    next window opens."""
     why = str(hold.get("detail") or "outside the maintenance windows")
     until = hold.get("until")
     opens = parse_time(until)
@@ -346,8 +347,9 @@ def _window(hold: Mapping[str, Any], *, now: float) -> Wait:
 
 
 def _promotion(promotion: Mapping[str, Any]) -> list[Wait]:
-    """The promotion gate holds a merged change (SPEC 10): the upstream and the earliest time;
-    the upstream rolled back what this cluster runs (reported, never acted on)."""
+    """The promotion gate holds a merged change (docs/configuration.md#promotion): the upstream and
+    the earliest time; the upstream rolled back what this cluster runs (reported, never acted
+    on)."""
     out = []
     rolled = _mapping(promotion.get("upstreamRolledBack"))
     if rolled:
@@ -378,9 +380,9 @@ def _promotion(promotion: Mapping[str, Any]) -> list[Wait]:
 
 
 def draining_entries(upgrade: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """``upgradeStatus.draining`` (SPEC 13): per draining node (name order, at most 20) ``{node,
-    since, pods, budgets, waitingFor}``: the pods the drain still has to evict, the budgets
-    (disruptionsAllowed 0) that hold them, the pods it waits for (with why)."""
+    """``upgradeStatus.draining`` (docs/live-clusters.md#the-drain): per draining node (name order,
+    at most 20) ``{node, since, pods, budgets, waitingFor}``: the pods the drain still has to evict,
+    the budgets (disruptionsAllowed 0) that hold them, the pods it waits for (with why)."""
     raw = upgrade.get("draining")
     return [e for e in raw if isinstance(e, Mapping) and isinstance(e.get("node"), str)] \
         if isinstance(raw, list) else []
@@ -406,9 +408,9 @@ def draining_line(entry: Mapping[str, Any]) -> str:
 
 def _draining(nodes: NodeStates, holds: Sequence[Mapping[str, Any]],
               entries: Sequence[Mapping[str, Any]]) -> list[Wait]:
-    """Nodes whose pods are being evicted (or waited for) before they upgrade (SPEC 13): from
-    the node states, the status's ``draining`` list (pods and the budgets that hold them) and
-    a recorded hold."""
+    """Nodes whose pods are being evicted (or waited for) before they upgrade
+    (docs/live-clusters.md#waiting-for-jobs): from the node states, the status's ``draining`` list
+    (pods and the budgets that hold them) and a recorded hold."""
     if not nodes.draining and not holds and not entries:
         return []
     recorded = {str(e["node"]): e for e in entries}

@@ -1,6 +1,7 @@
 """The firmware orchestrator's own spec writes pass the webhook by their content (PreferCloud
 with the flow's fwEnableVirt while it runs, Never with the annotation that ends the flow), and a
-person's firmware change mid-flow is refused by the API server (SPEC 5, 8)."""
+person's firmware change mid-flow is refused by the API server (docs/firmware.md and
+docs/admission.md)."""
 
 from __future__ import annotations
 

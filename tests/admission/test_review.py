@@ -1,4 +1,4 @@
-"""The review handler, branch by branch: AdmissionReview in, response out (SPEC 8)."""
+"""The review handler, branch by branch: AdmissionReview in, response out (docs/admission.md)."""
 
 from __future__ import annotations
 

@@ -72,9 +72,10 @@ def inner(kube: KubeApi) -> JSON:
 
 @dataclass
 class InvariantObserver:
-    """Watches the API on its own (no access to the controller) and checks SPEC 4.3 throughout:
-    in-flight nodes never exceed ``max_parallel``; a node's driver pod is never deleted twice for
-    the same target revision unless the earlier attempt failed."""
+    """Watches the API on its own (no access to the controller) and checks
+    docs/rollout.md#upgrading-one-node throughout: in-flight nodes never exceed ``max_parallel``; a
+    node's driver pod is never deleted twice for the same target revision unless the earlier attempt
+    failed."""
 
     kube: KubeApi
     max_parallel: int
@@ -115,7 +116,8 @@ class InvariantObserver:
                 self._seen_deleting.add(view.name)
                 self._pod_ready[node] = False
                 if node not in self._touched and self.max_unavailable is not None:
-                    # a fresh start: only while unavailable <= maxUnavailable (SPEC 4.3)
+                    # a fresh start: only while unavailable <= maxUnavailable
+                    # (docs/rollout.md#upgrading-one-node)
                     unavailable = [n for n, ready in self._pod_ready.items()
                                    if not ready and n not in self._in_flight and n != node]
                     if len(unavailable) > self.max_unavailable:
@@ -170,7 +172,8 @@ STEP_STATES = {"", "StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", 
 
 
 def spec_41_problems(status: Mapping[str, Any]) -> list[str]:
-    """What in one ``status.upgradeStatus`` departs from SPEC 4.1's fields and values."""
+    """What in one ``status.upgradeStatus`` departs from docs/rollout.md#status-fields's fields and
+    values."""
     problems = []
     if set(status) != UPGRADE_STATUS_KEYS:
         problems.append(f"upgradeStatus keys {sorted(status)}")

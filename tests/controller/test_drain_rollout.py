@@ -1,6 +1,6 @@
-"""Drain rollouts end to end (SPEC 13, issue 32) on the dev cluster with workloads: pods of real
-Deployments, DaemonSets and Jobs, budgets computed by the real disruption controller and
-enforced by the real API server on eviction (``policy/v1``: not ``compat``)."""
+"""Drain rollouts end to end (docs/live-clusters.md#the-drain, issue 32) on the dev cluster with
+workloads: pods of real Deployments, DaemonSets and Jobs, budgets computed by the real disruption
+controller and enforced by the real API server on eviction (``policy/v1``: not ``compat``)."""
 
 from __future__ import annotations
 

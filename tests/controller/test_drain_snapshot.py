@@ -1,5 +1,5 @@
-"""The controller's side of the drain (SPEC 13) on the real API server (one fleet for both, to
-keep the time down).
+"""The controller's side of the drain (docs/live-clusters.md#the-drain) on the real API server (one
+fleet for both, to keep the time down).
 
 The snapshot: with ``drain`` set, each rollout node carries its pods (all but the driver pod:
 DaemonSet, mirror and bare pods flagged) and the snapshot the PodDisruptionBudgets as the

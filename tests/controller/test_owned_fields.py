@@ -1,4 +1,5 @@
-"""The controllers' server-side applies keep each other's fields (SPEC 4.6 ownership).
+"""The controllers' server-side applies keep each other's fields (docs/gitops.md#git-stays-the-truth
+ownership).
 
 The rollout controller and the firmware orchestrator both apply under ``gpu-rollout-controller``,
 one concern at a time. A server-side apply removes the fields its manager owned before and leaves

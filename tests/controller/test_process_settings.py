@@ -1,5 +1,5 @@
 """The controller process's interpreter settings (``prefer_responsiveness``): a planning pass
-over a big fleet must not cost more per node than one over a small fleet (SPEC 12)."""
+over a big fleet must not cost more per node than one over a small fleet (docs/rollout.md#scale)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The controller killed at random moments, and the API misbehaving under it: the rollout resumes
-with no node upgraded twice and no limit exceeded (SPEC 4.3, issue 5)."""
+with no node upgraded twice and no limit exceeded (docs/rollout.md#upgrading-one-node, issue 5)."""
 
 from __future__ import annotations
 

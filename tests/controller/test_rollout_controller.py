@@ -98,8 +98,8 @@ def test_seed_10_node_scenario_runs_to_completion(
     assert observer.violations == []
     assert all(len(revs) == 1 for revs in observer.deletions.values()), observer.deletions
     assert len(observer.deletions) == 10
-    # every status the object showed on the way has exactly SPEC 4.1's fields and values, and
-    # the steps went 1..4 in order through their states
+    # every status the object showed on the way has exactly docs/rollout.md#status-fields's fields
+    # and values, and the steps went 1..4 in order through their states
     for status in recorder.seen:
         assert spec_41_problems(status) == [], status
     progress = [(s["status"]["currentStepIndex"], s["status"]["currentStepState"])
@@ -277,7 +277,7 @@ def test_seed_100_node_scenario_runs_to_completion(
 def test_no_rollout_starts_while_a_firmware_upgrade_runs(
     kube: KubeApi, fleet_factory: Any, controller: RolloutController
 ) -> None:
-    """SPEC 5: the rollout and a firmware upgrade never run at the same time."""
+    """docs/firmware.md: the rollout and a firmware upgrade never run at the same time."""
     from reconciler.kube.objects import cluster_operator_path
 
     fleet = fleet_factory(nodes=3)

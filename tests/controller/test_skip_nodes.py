@@ -1,5 +1,6 @@
-"""Skipped nodes (SPEC 13) end to end: the rollout controller on the real control plane and the
-simulated fleet, a node cordoned for repair and one labelled ``upgrade.skip``."""
+"""Skipped nodes (docs/live-clusters.md#a-node-under-repair) end to end: the rollout controller on
+the real control plane and the simulated fleet, a node cordoned for repair and one labelled
+``upgrade.skip``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Topology-aware waves (SPEC 14) end to end: the rollout controller on the real control plane
-with the simulated fleet, 3 zones of 4 nodes (the dev cluster's ``--domains`` labels),
-``order: sequential``. Seen from the API alone: the first time a node of a zone carries our
+"""Topology-aware waves (docs/rollout.md#topology-aware-waves) end to end: the rollout controller on
+the real control plane with the simulated fleet, 3 zones of 4 nodes (the dev cluster's ``--domains``
+labels), ``order: sequential``. Seen from the API alone: the first time a node of a zone carries our
 upgrade state (cordoned ahead or upgrading), every node of the zones before it runs a Ready
 driver pod of the new revision."""
 

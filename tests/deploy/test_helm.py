@@ -91,7 +91,8 @@ def test_the_kustomize_manifests_are_the_chart_rendered() -> None:
 
 
 def test_the_drain_part_is_off_by_default_and_rendered_into_its_own_folder() -> None:
-    """SPEC 13: the eviction permissions are an optional part, on when drain is."""
+    """docs/live-clusters.md#the-drain: the eviction permissions are an optional part, on when drain
+    is."""
     assert not [d for d in _template() if d["metadata"]["name"].endswith("-drain")]
     on = [d for d in _template("--set", "drain.enabled=true")
           if d["metadata"]["name"] == f"{RELEASE}-drain"]

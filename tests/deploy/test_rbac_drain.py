@@ -1,7 +1,7 @@
 """The drain's optional RBAC part (deploy/drain/, the chart's drain.enabled) is exactly what a
-drain needs (SPEC 13): the rollout controller, run with an identity bound to the roles of
-deploy/rbac.yaml and deploy/drain/rbac-drain.yaml and nothing else, carries a drain rollout
-through (an eviction, a budget that holds, ``onTimeout: delete``) without a single 403, and
+drain needs (docs/live-clusters.md#the-drain): the rollout controller, run with an identity bound to
+the roles of deploy/rbac.yaml and deploy/drain/rbac-drain.yaml and nothing else, carries a drain
+rollout through (an eviction, a budget that holds, ``onTimeout: delete``) without a single 403, and
 every rule of the drain part is used in it (the audit log is the witness, as in test_rbac)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The firmware flow on the real control plane with the simulated fleet (SPEC 5, issue 8):
+"""The firmware flow on the real control plane with the simulated fleet (docs/firmware.md, issue 8):
 manual reboots by a person, the reboot hook, a node that never reports, one that comes back on
 the old firmware."""
 

@@ -1,5 +1,6 @@
-"""The firmware rules offline (SPEC 5, 6): a pull request is checked against the cluster's last
-status snapshot, whose ``firmware`` section the orchestrator's status gives."""
+"""The firmware rules offline (docs/firmware.md and docs/gitops.md): a pull request is checked
+against the cluster's last status snapshot, whose ``firmware`` section the orchestrator's status
+gives."""
 
 from __future__ import annotations
 

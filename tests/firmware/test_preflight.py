@@ -1,4 +1,4 @@
-"""Each preflight refusal, as table tests on the pure rules (SPEC 5)."""
+"""Each preflight refusal, as table tests on the pure rules (docs/firmware.md)."""
 
 from __future__ import annotations
 

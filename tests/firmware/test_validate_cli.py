@@ -1,5 +1,5 @@
 """``reconciler validate`` runs the firmware preflight offline from the status snapshot, and
-checks the repository config's ``firmware`` section (SPEC 5, 6; docs/firmware.md)."""
+checks the repository config's ``firmware`` section (docs/firmware.md and docs/gitops.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``reconciler plan --against REF`` (SPEC 15): per changed cluster, what merging does, in a real
-Git repository (``plan_repo``): table tests of each kind of change, markdown golden files, the
+"""``reconciler plan --against REF`` (docs/plan.md): per changed cluster, what merging does, in a
+real Git repository (``plan_repo``): table tests of each kind of change, markdown golden files, the
 JSON schema of the output, exit codes as ``validate``, and a plan too long for a comment."""
 
 from __future__ import annotations

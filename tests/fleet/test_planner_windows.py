@@ -1,6 +1,7 @@
-"""Maintenance windows in the pure planner (SPEC 10), on a virtual clock: fresh node starts only
-inside a window and never in a deny range; nodes in flight finish, retries and rollback moves go
-on, gates and pauses run as usual; the step message says when the next window opens.
+"""Maintenance windows in the pure planner (docs/configuration.md#maintenance-windows), on a virtual
+clock: fresh node starts only inside a window and never in a deny range; nodes in flight finish,
+retries and rollback moves go on, gates and pauses run as usual; the step message says when the next
+window opens.
 
 The world's clock starts at 2026-01-01T00:00:00Z (``EPOCH``); the window opens daily at 01:00 UTC.
 """

@@ -1,5 +1,5 @@
-"""The promotion gate (SPEC 10), pure: upstream snapshot + version + soak + now -> allowed or
-held, with the upstream's state and the earliest time it can pass."""
+"""The promotion gate (docs/configuration.md#promotion), pure: upstream snapshot + version + soak +
+now -> allowed or held, with the upstream's state and the earliest time it can pass."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``reconciler status`` says when the next maintenance window opens (SPEC 10), from the hold the
-planner records in the snapshot (``upgradeStatus.holds``), never from its step message."""
+"""``reconciler status`` says when the next maintenance window opens
+(docs/configuration.md#maintenance-windows), from the hold the planner records in the snapshot
+(``upgradeStatus.holds``), never from its step message."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """``reconciler validate --against REF`` reports rule ``promotion-gate`` for a payload change the
-promotion gate does not allow yet (SPEC 10), reading the upstream's status snapshot at REF."""
+promotion gate does not allow yet (docs/configuration.md#maintenance-windows), reading the
+upstream's status snapshot at REF."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""What holds fresh node starts back is recorded as data, not as a sentence (SPEC 10, 11):
-builtin mode's planner writes ``upgradeStatus.holds`` (``{kind, until, detail}``), kept by a
-restart (it is read back from the stored status) and left out once nothing holds; operator mode
-records them in the status snapshot only. A window closing or opening is a new snapshot state."""
+"""What holds fresh node starts back is recorded as data, not as a sentence
+(docs/configuration.md#maintenance-windows and docs/dashboard.md): builtin mode's planner writes
+``upgradeStatus.holds`` (``{kind, until, detail}``), kept by a restart (it is read back from the
+stored status) and left out once nothing holds; operator mode records them in the status snapshot
+only. A window closing or opening is a new snapshot state."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Operator mode's window pauses (SPEC 10) as a pure decision on a virtual clock: ``pause: true``
-when a window closes, ``pause: false`` when the next opens, each with its reason, and only the
-window's own pause is ever undone."""
+"""Operator mode's window pauses (docs/configuration.md#maintenance-windows) as a pure decision on a
+virtual clock: ``pause: true`` when a window closes, ``pause: false`` when the next opens, each with
+its reason, and only the window's own pause is ever undone."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The maintenance-window calendar (SPEC 10) on a virtual clock: epoch seconds in, verdicts out."""
+"""The maintenance-window calendar (docs/configuration.md#maintenance-windows) on a virtual clock:
+epoch seconds in, verdicts out."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""A ``windows`` section that does not validate fails closed (SPEC 9/10): on the real control
-plane, the cluster starts no new node, and the status message and a Warning Event carry the
-located error (``reconciler.yaml:LINE:COL: ... [rule]``), the Event once per error."""
+"""A ``windows`` section that does not validate fails closed (docs/health.md and
+docs/configuration.md#maintenance-windows): on the real control plane, the cluster starts no new
+node, and the status message and a Warning Event carry the located error
+(``reconciler.yaml:LINE:COL: ... [rule]``), the Event once per error."""
 
 from __future__ import annotations
 

@@ -44,7 +44,8 @@ def test_an_auto_promotion_commit_is_not_an_own_commit_and_keeps_one_change_id_p
     again = writer.promote("prod-100", **options)  # e.g. after a restart
     later = writer.promote("prod-100", **{**options, "finished_at": "2026-12-03T02:00:00Z"})
     message = first.message()
-    assert not is_own_message(message)  # applied like a person's commit (SPEC 10)
+    # applied like a person's commit (docs/configuration.md#promotion)
+    assert not is_own_message(message)
     trailers = parse_trailers(message)
     assert trailers["Reconciler-Promotion"] == "prod-100"
     assert trailers["Reconciler-Change-Id"] == first.change_id == again.change_id

@@ -1,4 +1,4 @@
-"""``fleet: {nodes, installSeconds}`` in status snapshots (SPEC 15): the rollout nodes and the
+"""``fleet: {nodes, installSeconds}`` in status snapshots (docs/plan.md): the rollout nodes and the
 mean install time measured in the last rollout, kept by later snapshots and across a restart;
 ``reconciler plan`` predicts from them."""
 

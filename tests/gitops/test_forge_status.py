@@ -1,5 +1,5 @@
 """Commit statuses posted to a real HTTP server on 127.0.0.1 that plays each forge's API
-(SPEC 15): the path, headers and JSON body of GitHub, GitLab and Gitea; a forge answering 500
+(docs/forges.md): the path, headers and JSON body of GitHub, GitLab and Gitea; a forge answering 500
 (retries bounded) or hanging (the offer returns at once); the token in no log line at DEBUG; the
 forge settings (http:// refused off loopback, the repository from the remote URL)."""
 

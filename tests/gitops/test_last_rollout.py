@@ -1,5 +1,6 @@
-"""``lastRollout`` in status snapshots (SPEC 10): the last rollout that ended on the cluster,
-``Completed`` or ``RolledBack``, with the moment it ended; later snapshots never move it."""
+"""``lastRollout`` in status snapshots (docs/configuration.md#the-completion-record): the last
+rollout that ended on the cluster, ``Completed`` or ``RolledBack``, with the moment it ended; later
+snapshots never move it."""
 
 from __future__ import annotations
 

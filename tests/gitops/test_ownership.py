@@ -1,4 +1,4 @@
-"""Field ownership of SPEC 4.6, as a table."""
+"""Field ownership of docs/gitops.md#git-stays-the-truth, as a table."""
 
 from __future__ import annotations
 

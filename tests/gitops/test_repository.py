@@ -74,7 +74,7 @@ def test_local_working_copy_end_to_end(remote: Remote, tmp_path: Path) -> None:
 
 def test_a_health_pause_is_a_policy_change_to_apply_not_an_own_commit(
         remote: Remote, tmp_path: Path) -> None:
-    """Operator mode's health pause (SPEC 9) is reported like a person's commit, so the sync
+    """Operator mode's health pause (docs/health.md) is reported like a person's commit, so the sync
     applies it once it landed; the rollout's write-backs are not (the cluster made them)."""
     work = Person(remote.url, tmp_path / "work")
     commits: queue.Queue[NewCommit] = queue.Queue()

@@ -1,5 +1,5 @@
 """The pure half of the health gates: expectations, substitution escaped for PromQL, the verdict
-of one reading, and the node and step timers on a virtual clock (SPEC section 9)."""
+of one reading, and the node and step timers on a virtual clock (docs/health.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The rollout controller as a real process (`reconciler run --role controller --repo-config F`)
 SIGKILLed while a node verifies: the process started after it resumes the node check's timer
-from the stored timestamp, so the `within` deadline is the same absolute moment (SPEC 9:
+from the stored timestamp, so the `within` deadline is the same absolute moment (docs/health.md:
 restart-safe timers), against the real control plane and a real Prometheus."""
 
 from __future__ import annotations

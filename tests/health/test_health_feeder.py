@@ -164,8 +164,8 @@ def test_run_role_controller_reads_health_from_repo_config(tmp_path: Path) -> No
 
 
 def test_the_section_is_read_again_when_the_commit_changes_it() -> None:
-    """SPEC 9: ``health`` is read at every commit. The daemon's feeder follows the commit the
-    sync read last: a section added, made invalid and fixed again takes effect at once."""
+    """docs/health.md: ``health`` is read at every commit. The daemon's feeder follows the commit
+    the sync read last: a section added, made invalid and fixed again takes effect at once."""
     from reconciler.policy.repo_config import RepoConfigFile
     from reconciler.settings.live import LiveSettings
 

@@ -1,5 +1,6 @@
-"""The MX Exporter stand-in's text, from fleet state built by hand (no cluster): SPEC 7's metric
-and label names, who exports nothing, the GPU faults and workload labels, and the endpoint."""
+"""The MX Exporter stand-in's text, from fleet state built by hand (no cluster):
+docs/dev-cluster.md#prometheus-and-the-mx-exporter-metrics's metric and label names, who exports
+nothing, the GPU faults and workload labels, and the endpoint."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Operator mode (SPEC 9): the vendor runs the rollout (stand-in: the rollout controller without
-health checks, in-process); the sync role's ``VendorHealthWatch`` runs the node checks on the
-nodes it upgraded, against a real Prometheus, and asks for ``pause: true`` with the reason."""
+"""Operator mode (docs/health.md#operator-mode): the vendor runs the rollout (stand-in: the rollout
+controller without health checks, in-process); the sync role's ``VendorHealthWatch`` runs the node
+checks on the nodes it upgraded, against a real Prometheus, and asks for ``pause: true`` with the
+reason."""
 
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ health:
 def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_vendor(
     kube: KubeApi, fleet_factory: FleetFactory,
 ) -> None:
-    """SPEC 9: ``health`` read at every commit (the sync's last handled one, as the daemon
+    """docs/health.md: ``health`` read at every commit (the sync's last handled one, as the daemon
     wires it); a section that does not validate commits ``pause: true`` with the located error
     and a Warning Event, once per error; checks are never silently switched off."""
     from reconciler.policy.repo_config import RepoConfigFile

@@ -1,5 +1,5 @@
 """Health gates end to end: the rollout controller (in-process) on the real control plane, the
-fleet's MX Exporter stand-in and a real Prometheus server scraping it (SPEC 9)."""
+fleet's MX Exporter stand-in and a real Prometheus server scraping it (docs/health.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The write-back of SPEC 4.6 names the failing health check (SPEC 9)."""
+"""The write-back of docs/gitops.md#git-stays-the-truth names the failing health check
+(docs/health.md)."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def test_one_object_per_cluster_folder(repo: Path) -> None:
 
 
 def test_pull_request_editing_max_parallel_during_rollout_fails(repo: Path) -> None:
-    """SPEC 6: previous spec from the target branch, phase from the status snapshot."""
+    """docs/gitops.md: previous spec from the target branch, phase from the status snapshot."""
     git(repo, "checkout", "-q", "-b", "pr")
     path = repo / LAB
     path.write_text(path.read_text().replace("maxParallel: 100%", "maxParallel: 50% "))

@@ -1,5 +1,6 @@
-"""Policy defaults are what a real install of the vendor operator carries (SPEC 3 and 7), in the
-code and in the schema alike."""
+"""Policy defaults are what a real install of the vendor operator carries
+(docs/policy.md#how-the-numbers-resolve and docs/policy.md#the-fields), in the code and in the
+schema alike."""
 
 from __future__ import annotations
 

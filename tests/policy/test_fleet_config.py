@@ -1,6 +1,6 @@
 """``clusters.<name>`` with rollout, health, windows and promotion, and top-level ``windows`` in
-reconciler.yaml (SPEC section 10): the SPEC's example is valid; each mistake is one located error;
-a per-cluster section replaces the repository-wide one as a whole."""
+reconciler.yaml (docs/configuration.md#maintenance-windows): the documented example is valid; each
+mistake is one located error; a per-cluster section replaces the repository-wide one as a whole."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ clusters:
 """
     assert errors(text) == []
     config = RepoConfigFile.parse(text)
-    # rollout is replaced key by key (SPEC 13): prod-100's section has no readyTimeout, so the
-    # repository-wide 20m applies
+    # rollout is replaced key by key (docs/live-clusters.md): prod-100's section has no
+    # readyTimeout, so the repository-wide 20m applies
     assert config.ready_timeout_for("prod-100") == 1200.0
     assert config.ready_timeout_for("lab-10") == 1200.0
     prod = windows_for(config, "prod-100")

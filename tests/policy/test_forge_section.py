@@ -1,4 +1,4 @@
-"""``forge:`` in reconciler.yaml (SPEC 15): checked by the repo-config schema with located
+"""``forge:`` in reconciler.yaml (docs/forges.md): checked by the repo-config schema with located
 errors; never the token; ``http://`` only to a loopback address."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``health:`` in reconciler.yaml (SPEC section 9): the SPEC's example is valid at the top level
+"""``health:`` in reconciler.yaml (docs/health.md): the documented example is valid at the top level
 and per cluster; each mistake is one located error (line and column of the value)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Integers are Kubernetes integers (SPEC 3): validation accepts exactly the signed 64-bit range
-for every integer the schemas type, and rejects anything outside it at that value, once."""
+"""Integers are Kubernetes integers (docs/policy.md#the-fields): validation accepts exactly the
+signed 64-bit range for every integer the schemas type, and rejects anything outside it at that
+value, once."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ def policies(draw: st.DrawFn) -> dict[str, Any]:
         policy["upgradeSteps"] = draw(steps())
     optional = {
         "pause": st.booleans(),
-        # every integer of the int64 range the field allows is valid (SPEC 3)
+        # every integer of the int64 range the field allows is valid
+        # (docs/policy.md#how-the-numbers-resolve)
         "maxParallel": st.one_of(st.integers(1, INT64_MAX), percent(1)),
         "maxUnavailable": st.one_of(st.integers(0, INT64_MAX), percent(0)),
         "maxFailureThreshold": st.integers(1, INT64_MAX),

@@ -1,6 +1,7 @@
-"""``rollout:`` of reconciler.yaml (SPEC 13, 14): drain, waitFor, unavailableNodes, topology;
-label selectors and keys as the API server reads them; key-by-key cluster sections; located
-errors from ``validate``."""
+"""``rollout:`` of reconciler.yaml (docs/live-clusters.md#the-drain and
+docs/rollout.md#topology-aware-waves): drain, waitFor, unavailableNodes, topology; label selectors
+and keys as the API server reads them; key-by-key cluster sections; located errors from
+``validate``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Transition rules of SPEC 4.2 and 5: what may change while a rollout or firmware upgrade runs."""
+"""Transition rules of docs/rollout.md#starting-a-rollout and docs/firmware.md: what may change
+while a rollout or firmware upgrade runs."""
 
 from __future__ import annotations
 

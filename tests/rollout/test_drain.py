@@ -1,6 +1,6 @@
-"""The drain of SPEC 13 (``rollout.drain``, ``rollout.waitFor``) against the pure planner, on
-hand-built fleets: a world whose pods terminate when the test says and whose budgets the test
-recomputes, as the disruption controller would."""
+"""The drain of docs/live-clusters.md#the-drain (``rollout.drain``, ``rollout.waitFor``) against the
+pure planner, on hand-built fleets: a world whose pods terminate when the test says and whose
+budgets the test recomputes, as the disruption controller would."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""``reconciler simulate`` with the drain (SPEC 13): serving pods behind budgets on the virtual
-fleet, timelines computed by hand in the comments, and random fleets whose budgets are never
-overdrawn."""
+"""``reconciler simulate`` with the drain (docs/live-clusters.md#the-drain): serving pods behind
+budgets on the virtual fleet, timelines computed by hand in the comments, and random fleets whose
+budgets are never overdrawn."""
 
 from __future__ import annotations
 

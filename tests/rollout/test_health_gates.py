@@ -1,5 +1,5 @@
-"""The health gates of SPEC 9 in the pure planner, on a virtual clock: a node is upgraded only
-once its pod is Ready and its node checks passed; a step's checks come before StepReady."""
+"""The health gates of docs/health.md in the pure planner, on a virtual clock: a node is upgraded
+only once its pod is Ready and its node checks passed; a step's checks come before StepReady."""
 
 from __future__ import annotations
 
@@ -142,7 +142,8 @@ def test_a_node_started_from_its_cordon_ahead_is_checked_before_it_counts() -> N
 
 
 def test_false_reading_before_within_waits_and_after_within_fails_the_node() -> None:
-    # a node that failed a check is unavailable (SPEC 4.3): maxUnavailable 1 lets the next start
+    # a node that failed a check is unavailable (docs/rollout.md#upgrading-one-node): maxUnavailable
+    # 1 lets the next start
     w = started(HealthWorld(3, policy(maxFailureThreshold=2, maxUnavailable=1)))
     w.node_values["node-0001"] = 0.0
     w.ready("node-0001")
@@ -471,8 +472,8 @@ def test_an_unhealthy_node_never_counts_as_upgraded(
 
 
 def test_ten_thousand_nodes_waiting_for_an_answer_keep_the_status_small() -> None:
-    # SPEC 12: a wave of 5,000 nodes without an answer names a few of them, not all, so the
-    # status write stays far below the API server's object size limit (1.5 MiB in etcd)
+    # docs/rollout.md#scale: a wave of 5,000 nodes without an answer names a few of them, not all,
+    # so the status write stays far below the API server's object size limit (1.5 MiB in etcd)
     w = started(HealthWorld(10_000, policy(maxParallel="50%", maxUnavailable="50%")))
     assert len(w.deleted) == 5_000
     w.default_node_value = QueryError(None, "connection refused")

@@ -1,4 +1,4 @@
-"""One table test per decision of SPEC section 4, against the pure planner."""
+"""One table test per decision of docs/rollout.md#the-state-machine, against the pure planner."""
 
 from __future__ import annotations
 
@@ -663,7 +663,8 @@ def test_threshold_with_fallback_rollback_moves_everything_back() -> None:
     assert w.inner["currentStepIndex"] == 1
     rolled = w.conditions()["RolledBack"]
     assert rolled["reason"] == "FailureThresholdReached" and NEW_VERSION in rolled["message"]
-    # the planner's own record of what it rolled back (lastRollout reads it, SPEC 10)
+    # the planner's own record of what it rolled back (lastRollout reads it,
+    # docs/configuration.md#the-completion-record)
     assert w.status["rolledBackSpec"]["payload"]["version"] == NEW_VERSION
     assert w.status["lastAppliedSpec"]["payload"]["version"] == OLD_PAYLOAD["version"]
     assert w.ready_on(OLD_REV) == list(w.nodes)

@@ -1,5 +1,6 @@
 """Property tests: random fleets, policies, faults, timings and controller crashes, with an
-observer that checks the SPEC 4.3 invariants after every planning call from the fleet itself."""
+observer that checks the docs/rollout.md#upgrading-one-node invariants after every planning call
+from the fleet itself."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ SETTINGS = PlannerSettings(ready_timeout=600)
 
 
 def in_flight(node: RolloutNode, now: float) -> bool:
-    """SPEC 4.3.3, computed from the node alone."""
+    """docs/rollout.md#upgrading-one-node, computed from the node alone."""
     ann = node.annotations
     target = ann.get(ANN_TARGET)
     pod = node.pod
@@ -132,7 +133,7 @@ class Observer:
                     or (node.pod is not None and node.pod.revision == NEW_REV
                         and not node.name.startswith("node-9"))  # joiners take the template
                 )
-                # a step not above an earlier one adds no nodes (SPEC 3)
+                # a step not above an earlier one adds no nodes (docs/policy.md#the-fields)
                 effective = max(targets[:index])
                 assert upgraded <= effective, (upgraded, effective)
         self.checked += 1

@@ -1,5 +1,5 @@
-"""Skipped nodes (SPEC 13): the ``upgrade.skip`` label and ``rollout.unavailableNodes: skip``,
-against the pure planner on a hand-driven fleet."""
+"""Skipped nodes (docs/live-clusters.md#a-node-under-repair): the ``upgrade.skip`` label and
+``rollout.unavailableNodes: skip``, against the pure planner on a hand-driven fleet."""
 
 from __future__ import annotations
 

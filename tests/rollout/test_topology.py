@@ -1,6 +1,6 @@
-"""Topology-aware waves (SPEC 14) on a hand-driven fleet: the order of both kinds, the
-sequential gate, the per-domain budget and its message, steps ending inside a domain, and the
-topology frozen for the rollout."""
+"""Topology-aware waves (docs/rollout.md#topology-aware-waves) on a hand-driven fleet: the order of
+both kinds, the sequential gate, the per-domain budget and its message, steps ending inside a
+domain, and the topology frozen for the rollout."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ def test_a_rollout_started_without_topology_stays_without() -> None:
     world.settings = dataclasses.replace(
         world.settings, topology=TopologySettings(ZONE, "spread"))
     world.ready_all_in_flight()
-    assert deletions(world.plan(60)) == ["node-0002"]  # by name, as SPEC 3
+    assert deletions(world.plan(60)) == ["node-0002"]  # by name, as docs/policy.md#the-fields
     assert "topology" not in world.status
 
 

@@ -1,6 +1,6 @@
-"""Property tests of topology-aware waves (SPEC 14): random fleets with random domain and canary
-labels, random policies and topologies, faults and controller crashes, driven by the simulator;
-an observer checks after every planning call, from the fleet itself, that
+"""Property tests of topology-aware waves (docs/rollout.md#topology-aware-waves): random fleets with
+random domain and canary labels, random policies and topologies, faults and controller crashes,
+driven by the simulator; an observer checks after every planning call, from the fleet itself, that
 
 - under ``sequential`` no node of a later domain starts (or is cordoned ahead) while an earlier
   domain has a node not upgraded or failed;
@@ -34,8 +34,9 @@ READY_TIMEOUT = 600  # as test_properties' in_flight reads it
 
 
 def domain_order(nodes: list[RolloutNode]) -> list[str | None]:
-    """SPEC 14, computed here on its own: domains holding canaries first, then by value; the
-    nodes without the label last (among those with canaries or without)."""
+    """docs/rollout.md#topology-aware-waves, computed here on its own: domains holding canaries
+    first, then by value; the nodes without the label last (among those with canaries or
+    without)."""
     domains = {n.labels.get(KEY) for n in nodes}
     canary = {d for d in domains
               if any(n.labels.get(KEY) == d and n.labels.get(CANARY_LABEL) == "true"

@@ -1,5 +1,6 @@
-"""``reconciler simulate --nodes-file`` with ``rollout.topology`` (SPEC 14): the fleet's labels
-modelled, per-domain progress and waves, and both orders shown."""
+"""``reconciler simulate --nodes-file`` with ``rollout.topology``
+(docs/rollout.md#topology-aware-waves): the fleet's labels modelled, per-domain progress and waves,
+and both orders shown."""
 
 from __future__ import annotations
 

@@ -66,7 +66,8 @@ def test_every_status_of_the_seed_scenarios_round_trips_byte_identical(scenario:
     for read, written in passes:
         # what a planner wrote comes back as the same bytes
         assert json.dumps(UpgradeStatus.from_json(written).to_json()) == json.dumps(written)
-        # a status missing SPEC fields (the simulator's seed) gains them, the rest as read
+        # a status missing fields of docs/rollout.md#status-fields (the simulator's seed) gains
+        # them, the rest as read
         again = UpgradeStatus.from_json(read).to_json()
         assert json.dumps(again) == json.dumps(normalized(read))
 
@@ -149,7 +150,8 @@ def test_a_transition_returns_a_new_value_and_leaves_the_original_and_its_json_a
     written = moved.to_json()
     assert written["status"]["currentStepIndex"] == 3
     assert written["status"]["message"] == "starting step 3"
-    # the replaced condition is written in SPEC form (its unknown key goes), the other kept
+    # the replaced condition is written in the form of docs/rollout.md#status-fields (its unknown
+    # key goes), the other kept
     assert written["condition"][0] == {
         "type": "Progressing", "status": "True", "lastTransitionTime": "2026-11-30T10:05:00Z",
         "reason": "StepStarted", "message": "step 3 of 4"}

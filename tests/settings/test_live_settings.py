@@ -75,8 +75,8 @@ def test_a_refused_file_keeps_the_last_good_settings_and_is_reported() -> None:
 
 
 def test_a_health_or_windows_section_that_does_not_validate_fails_closed_not_refused() -> None:
-    """SPEC 9 and 10: a section of theirs that does not validate starts no node; it never
-    brings back the previous gates or windows."""
+    """docs/health.md and docs/configuration.md#maintenance-windows: a section of theirs that does
+    not validate starts no node; it never brings back the previous gates or windows."""
     live = LiveSettings(None)
     text = ("rollout: {readyTimeout: 1m}\nwindows: {allow: [{schedule: '61 * * * *', "
             "duration: 1h}]}\nhealth: {prometheus: {url: http://127.0.0.1:1}, nodeChecks: "

@@ -43,7 +43,8 @@ def test_generated_schema_is_structural() -> None:
                 or node.get("x-kubernetes-preserve-unknown-fields")), path
 
 
-# SPEC 3's defaults, the values a real install carries (SPEC 7); upgradeSteps has none.
+# docs/policy.md#how-the-numbers-resolve's defaults, the values a real install carries
+# (docs/policy.md#the-fields); upgradeSteps has none.
 SPEC_DEFAULTS = {"enableRollout": False, "pause": False, "maxParallel": "100%",
                  "maxUnavailable": "0%", "maxFailureThreshold": 5, "fallback": "pause"}
 

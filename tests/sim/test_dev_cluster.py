@@ -99,7 +99,7 @@ def test_up_prints_the_kubeconfig_when_ready_and_down_stops_everything(tmp_path:
         assert stopped.returncode == 0, stopped.stderr
         assert up.wait(60) == 0
         said = up.stderr.read() if up.stderr else ""
-        # the memory of each process, once the fleet is Ready (SPEC 12)
+        # the memory of each process, once the fleet is Ready (docs/rollout.md#scale)
         memory = next(line for line in said.splitlines() if "memory:" in line)
         for process in ("simulator", "etcd", "kube-apiserver", "kube-controller-manager",
                         "kube-scheduler"):

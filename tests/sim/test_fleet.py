@@ -146,8 +146,9 @@ def test_operator_install_creates_the_vendor_objects(fleet: Fleet, kube: KubeApi
 
 
 def test_the_cluster_operator_is_the_published_0_9_2_install(fleet: Fleet, kube: KubeApi) -> None:
-    """SPEC 7: finalizer, Helm labels and annotations, the full spec as the chart installs it
-    (with the simulator's registry and starting version)."""
+    """docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone: finalizer, Helm
+    labels and annotations, the full spec as the chart installs it (with the simulator's registry
+    and starting version)."""
     co = kube.get(CO)
     meta = co["metadata"]
     assert meta["finalizers"] == ["gpu.metax-tech.com"]
@@ -497,7 +498,8 @@ def test_firmware_upgrade_emits_node_need_reboot_and_reboots_apply_it(
 
 def test_lease_heartbeats_renew_each_nodes_lease_and_leave_the_node_status_alone(
         kube: KubeApi, fleet_factory: FleetFactory) -> None:
-    # what a kubelet with node leases does (SPEC 12: 10,000 nodes' heartbeats must stay cheap)
+    # what a kubelet with node leases does (docs/rollout.md#scale: 10,000 nodes' heartbeats must
+    # stay cheap)
     fleet = fleet_factory(nodes=3, lease_seconds=0.5)
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60,
              what="3 Ready driver pods", observe=fleet.driver_pods)

@@ -53,7 +53,9 @@ def test_helm_ownership_metadata_and_finalizers_are_never_applied_other_metadata
                         "helm.sh/resource-policy": "keep", "note": "hi"},
     })
     body = apply_body(proposed, name="cluster-operator", source_commit="c" * 40)
-    # managed-by and meta.helm.sh/* are Helm's (SPEC 7); any other key in the file is ours
+    # managed-by and meta.helm.sh/* are Helm's
+    # (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone); any other key in the
+    # file is ours
     assert body["metadata"] == {
         "name": "cluster-operator",
         "labels": {"app.kubernetes.io/part-of": "metax-operator", "helm.sh/chart": "mine-1"},

@@ -1,5 +1,5 @@
 """A merged ``fwUpgradePolicy: PreferCloud`` is not applied as is: the sync hands it to the
-firmware orchestrator as the request annotation (SPEC 5, docs/firmware.md); the orchestrator's
+firmware orchestrator as the request annotation (docs/firmware.md); the orchestrator's
 ``Never`` at the end is written back to Git, and its status goes to the snapshot's ``firmware``
 section. The orchestrator is played here by its field manager's server-side applies."""
 

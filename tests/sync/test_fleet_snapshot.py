@@ -1,5 +1,5 @@
 """The sync role writes ``fleet: {nodes, installSeconds}`` into the status snapshot once a
-rollout completed (SPEC 15), measured on the real control plane's driver pods; ``reconciler
+rollout completed (docs/plan.md), measured on the real control plane's driver pods; ``reconciler
 plan`` then predicts the next rollout of that cluster from it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which commit a rollout's statuses go on (SPEC 15), read from a real Git repository: the
+"""Which commit a rollout's statuses go on (docs/forges.md), read from a real Git repository: the
 merge commit of the pull request that started the rollout; not a gate release, not our
 write-backs, not a commit to another folder; found again after a restart."""
 

@@ -1,4 +1,4 @@
-"""Commit statuses of a real rollout (SPEC 15): the sync role against the real control plane
+"""Commit statuses of a real rollout (docs/forges.md): the sync role against the real control plane
 posts to a forge played on 127.0.0.1: ``pending`` during the rollout and ``success`` at the end,
 all on the merged commit (the gate release and our write-backs get none); a rejected commit
 gets ``failure`` on itself."""
@@ -168,7 +168,7 @@ def test_a_hanging_forge_does_not_hold_the_rollout(
                                              policy(NEW, pause=False))
             assert poster.posted == []  # the whole rollout ran while the forge hung
             assert source_commit(kube) == resume
-            # every commit was applied as fast as without a forge (the SPEC's merge-to-apply)
+            # every commit was applied as fast as without a forge (merge-to-apply, docs/gitops.md)
             assert all(seconds < 5.0 for _, seconds in sync.stats.applies), sync.stats.applies
         finally:
             forge.hang.set()

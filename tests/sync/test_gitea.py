@@ -1,5 +1,5 @@
-"""The policy repository hosted on a real Gitea (issue 33, SPEC 15), with ``reconciler run`` as
-a process against the real control plane: people clone and push over Gitea's HTTP with a
+"""The policy repository hosted on a real Gitea (issue 33, docs/forges.md), with ``reconciler run``
+as a process against the real control plane: people clone and push over Gitea's HTTP with a
 token; Gitea's own push webhook (its headers, its HMAC of the body) is what makes the daemon
 fetch (the fetch interval is an hour); the commit statuses the daemon posts are read back
 through Gitea's API: ``pending`` during the rollout and ``success`` at the end on the merged

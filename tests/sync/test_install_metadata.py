@@ -1,7 +1,7 @@
-"""SPEC 7 against the real control plane: the sync role applies a policy file to the object a
-Helm install of the vendor operator created, and keeps what it does not own (the vendor's
-finalizer, Helm's labels and annotations, the spec sections Git does not name), even when the
-file tries to set Helm's ownership metadata."""
+"""docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone against the real control
+plane: the sync role applies a policy file to the object a Helm install of the vendor operator
+created, and keeps what it does not own (the vendor's finalizer, Helm's labels and annotations, the
+spec sections Git does not name), even when the file tries to set Helm's ownership metadata."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Merge-to-upgrade end to end: a commit bumping the driver ends with every node on it, and
-``git log`` reads as the audit trail (SPEC 1, 4.6, 6)."""
+``git log`` reads as the audit trail (docs/gitops.md and docs/gitops.md#git-stays-the-truth)."""
 
 from __future__ import annotations
 

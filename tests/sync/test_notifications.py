@@ -1,7 +1,7 @@
-"""Notifications through the sync role (SPEC 15): a merged upgrade stops at the manual gate and
-the Slack receiver on loopback is told, with the exact change to merge (the policy file, the
-line of ``pause:``, ``pause: false``); another replica taking over (a new sync with its own state
-folder) reads the annotation and sends nothing again. The sink's URL never reaches the log."""
+"""Notifications through the sync role (docs/notifications.md): a merged upgrade stops at the manual
+gate and the Slack receiver on loopback is told, with the exact change to merge (the policy file,
+the line of ``pause:``, ``pause: false``); another replica taking over (a new sync with its own
+state folder) reads the annotation and sends nothing again. The sink's URL never reaches the log."""
 
 from __future__ import annotations
 

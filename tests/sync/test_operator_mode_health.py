@@ -1,7 +1,7 @@
 """Operator mode's health gate as `reconciler run --role sync --mode operator` runs it: the
 ``health`` section is read at every commit, and a merged section that does not validate fails
 closed: the sync role commits ``pause: true`` with the located error (the vendor stops) and
-records a Warning Event (SPEC 9)."""
+records a Warning Event (docs/health.md#operator-mode)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Operator mode ignores the rollout keys of our own rollout (SPEC 13, last bullet): said once
-per set of keys in the log and in an Event, which waits for the leader."""
+"""Operator mode ignores the rollout keys of our own rollout (docs/live-clusters.md, last bullet):
+said once per set of keys in the log and in an Event, which waits for the leader."""
 
 from __future__ import annotations
 

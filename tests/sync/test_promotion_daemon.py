@@ -1,7 +1,7 @@
-"""The promotion gate's ``hold`` (SPEC 10) against a real remote and the real control plane: a
-merged payload change the gate does not allow yet is not applied, an Event and the status
-snapshot say "held by promotion gate", and it is applied by itself, without a new commit, once
-the soak has passed."""
+"""The promotion gate's ``hold`` (docs/configuration.md#promotion) against a real remote and the
+real control plane: a merged payload change the gate does not allow yet is not applied, an Event and
+the status snapshot say "held by promotion gate", and it is applied by itself, without a new commit,
+once the soak has passed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The sync pass's promotion gate step (SPEC 10 ``hold``), pure: a payload version the cluster
-does not run yet waits while the upstream has not completed it ``soak`` ago; a change that keeps
-the version, or one the gate allows, goes on to the apply."""
+"""The sync pass's promotion gate step (docs/configuration.md#promotion ``hold``), pure: a payload
+version the cluster does not run yet waits while the upstream has not completed it ``soak`` ago; a
+change that keeps the version, or one the gate allows, goes on to the apply."""
 
 from __future__ import annotations
 

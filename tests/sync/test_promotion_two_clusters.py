@@ -1,9 +1,9 @@
-"""The issue's end-to-end promotion (SPEC 10): two dev clusters (two control planes, each a small
-simulated fleet), one repository (a bare remote) and two ``reconciler run`` daemons, one per
-cluster folder. lab-1 completes 2.33.0.9; a pull request bumping prod-a before the soak fails
-``reconciler validate --against origin/main`` with ``promotion-gate``; merged anyway, it is held
-(prod-a untouched, an Event, the snapshot); a rollback on lab-1 before the soak ends keeps it
-held past the soak; once lab-1 completed it again, it is applied by itself when the soak passed.
+"""The issue's end-to-end promotion (docs/configuration.md#promotion): two dev clusters (two control
+planes, each a small simulated fleet), one repository (a bare remote) and two ``reconciler run``
+daemons, one per cluster folder. lab-1 completes 2.33.0.9; a pull request bumping prod-a before the
+soak fails ``reconciler validate --against origin/main`` with ``promotion-gate``; merged anyway, it
+is held (prod-a untouched, an Event, the snapshot); a rollback on lab-1 before the soak ends keeps
+it held past the soak; once lab-1 completed it again, it is applied by itself when the soak passed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Two replicas of ``reconciler run --leader-elect`` against the real control plane: exactly one
 acts; killing the leader hands over within the lease time and the rollout goes on with its
-invariants intact (SPEC 4.3: in-flight nodes never above maxParallel, no node started twice)."""
+invariants intact (docs/rollout.md#upgrading-one-node: in-flight nodes never above maxParallel, no
+node started twice)."""
 
 from __future__ import annotations
 

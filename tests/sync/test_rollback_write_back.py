@@ -1,6 +1,7 @@
 """A failed batch with ``fallback: rollback``: the controller restores the previous payload in
 the cluster, the sync writes the restored version back to Git (round trip, comments kept), and
-a person's later commit asking for a version again is applied (SPEC 4.5, 4.6)."""
+a person's later commit asking for a version again is applied
+(docs/rollout.md#fallback-rollback-and-pause and docs/gitops.md#git-stays-the-truth)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``reconciler run`` as a process: reconciler.yaml's settings follow each commit it applies
-(SPEC 13: read at every commit, like the rest of the file). A commit that changes only
+(docs/live-clusters.md: read at every commit, like the rest of the file). A commit that changes only
 ``rollout.readyTimeout`` changes the timeout the running controller applies, no restart; with
 ``--role controller --repo-config F``, rewriting F does the same. Seen through behaviour: a node
 whose new driver pod never turns Ready fails after the new timeout (with the old one, an hour,

@@ -1,6 +1,6 @@
-"""``reconciler status`` on a live cluster (SPEC 13, 14): the draining nodes with the pods and
-budgets that hold them, the skipped nodes and the progress per topology domain, in the JSON
-and in the text."""
+"""``reconciler status`` on a live cluster (docs/live-clusters.md#the-drain and
+docs/rollout.md#topology-aware-waves): the draining nodes with the pods and budgets that hold them,
+the skipped nodes and the progress per topology domain, in the JSON and in the text."""
 
 from __future__ import annotations
 

@@ -119,8 +119,8 @@ def test_read_config_rejects_naming_the_key(text: bytes, says: str) -> None:
 
 
 def test_read_config_resolves_the_clusters_settings_and_rejects_a_rollout_that_fails() -> None:
-    """SPEC 13: ``rollout`` is read at every commit and validated with located errors; a
-    refused one is a rejected commit (the settings in force stay), a good one rides on the plan
+    """docs/live-clusters.md: ``rollout`` is read at every commit and validated with located errors;
+    a refused one is a rejected commit (the settings in force stay), a good one rides on the plan
     to be published once the commit is applied."""
     text = b"rollout: {readyTimeout: 20m}\nclusters:\n  prod-a:\n    rollout: {readyTimeout: 30s}\n"
     commit = view(config=RepoConfigFile.parse(text))

@@ -1,7 +1,7 @@
-"""Operator mode's window pauses (SPEC 10) on the real path: a real remote, the sync role on the
-real control plane, the watch on a virtual clock. ``pause: true`` is committed when the window is
-closed and applied to the cluster; ``pause: false`` when the next opens; a person's pause is
-never undone."""
+"""Operator mode's window pauses (docs/configuration.md#maintenance-windows) on the real path: a
+real remote, the sync role on the real control plane, the watch on a virtual clock. ``pause: true``
+is committed when the window is closed and applied to the cluster; ``pause: false`` when the next
+opens; a person's pause is never undone."""
 
 from __future__ import annotations
 

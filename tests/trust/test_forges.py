@@ -1,4 +1,4 @@
-"""Push webhooks of every forge (SPEC 15) over real HTTP on loopback.
+"""Push webhooks of every forge (docs/forges.md) over real HTTP on loopback.
 
 The payloads in ``pushes/`` (``helpers.push_body``) follow each forge's documented push payload.
 The signatures the tests send come from ``Forge.sign``, which the vector tests check against

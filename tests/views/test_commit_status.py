@@ -1,4 +1,4 @@
-"""Forge commit statuses decided purely (SPEC 15): the state and description per phase and
+"""Forge commit statuses decided purely (docs/forges.md): the state and description per phase and
 kind, the forges' words, the 140-character cut, deduplication and the rate limit on a
 virtual clock."""
 

@@ -1,5 +1,6 @@
-"""The read model's node states of live clusters (SPEC 13, 14): ``draining`` and ``skipped``,
-what they mean for a rollout (``NodeStates``), and the progress per topology domain."""
+"""The read model's node states of live clusters (docs/live-clusters.md#the-drain and
+docs/rollout.md#topology-aware-waves): ``draining`` and ``skipped``, what they mean for a rollout
+(``NodeStates``), and the progress per topology domain."""
 
 from __future__ import annotations
 
@@ -189,7 +190,8 @@ def test_classify_all_groups_by_the_status_s_topology_key() -> None:
 
 def test_the_status_s_skipped_list_is_frozen_for_the_rollout() -> None:
     """A node in ``upgradeStatus.skipped`` stays skipped when its label goes or it recovers
-    (SPEC 13: decisions frozen for the rollout), unless it is on the target already."""
+    (docs/live-clusters.md#when-a-change-applies: decisions frozen for the rollout), unless it is on
+    the target already."""
     back = NodeFacts("back", pod=_old())  # label removed, Ready again
     assert classify(back, target=NEW, active=True) == "old"
     assert classify(back, target=NEW, active=True, skipped={"back"}) == "skipped"

@@ -128,7 +128,7 @@
     }
   }
 
-  // nodes being drained: the pods still to evict, the budgets that hold them (SPEC 13)
+  // nodes being drained: the pods still to evict, the budgets that hold them (docs/live-clusters.md#the-drain)
   function renderDraining(view) {
     const section = $("draining-section");
     const rows = view.draining || [];
