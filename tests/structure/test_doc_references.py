@@ -3,7 +3,7 @@
 Code, ``--help`` texts, schemas, manifests, examples and tests cite the rules they follow as
 ``docs/<page>.md#<section>``; Markdown links to a page (``[...](rollout.md#steps)``) are checked
 the same way. A section is the GitHub anchor of a heading of that page. The contract lives in
-these pages, so a citation of a document outside the repository (the old "SPEC <n>" form) fails
+these pages, so a citation of a document outside the repository (by its section numbers) fails
 too.
 """
 
