@@ -1,4 +1,4 @@
-"""Semantic rules of docs/policy.md#the-fields and the metadata rules of section 6.
+"""Semantic rules of docs/policy.md#the-fields and the metadata rules of docs/gitops.md.
 
 They run after the schema layer and look only at values whose type the schema accepted, so a
 mistake is reported once, by the layer that explains it best.

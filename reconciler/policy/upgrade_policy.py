@@ -26,7 +26,7 @@ class UpgradeStep:
         return self.pause_ms is None
 
 
-# The values a real install of the vendor's operator carries (docs/policy.md#how-the-numbers-resolve
+# The values a real install of the vendor's operator carries (docs/policy.md#the-fields
 # and docs/policy.md#the-fields).
 DEFAULT_MAX_PARALLEL = Quantity(100, percent=True)
 DEFAULT_MAX_UNAVAILABLE = Quantity(0, percent=True)

@@ -67,7 +67,8 @@ class Pass:
     #: node -> what holds it, for the step message
     drain_notes: dict[str, str] = field(default_factory=dict)
     #: the topology the rollout started with (docs/rollout.md#topology-aware-waves): the order, the
-    #: sequential gate and the per-domain budgets; None: the order of docs/policy.md#the-fields
+    #: sequential gate and the per-domain budgets; None: the order of
+    #: docs/policy.md#how-the-numbers-resolve
     topology: Topology | None = None
 
     @classmethod

@@ -74,7 +74,7 @@ def tally(p: Pass, scan: NodeScan, targets: list[int], *, fresh_epoch: bool) -> 
     counter = 0 if fresh_epoch else min(threshold, scan.epoch_failures + len(scan.new_failures))
     index = min(max(p.s.current_step_index, 1), len(p.policy.steps))
     target = targets[index - 1]
-    # a step not above an earlier one adds no nodes (docs/policy.md#the-fields)
+    # a step not above an earlier one adds no nodes (docs/policy.md#how-the-numbers-resolve)
     before = max(targets[: index - 1], default=0)
     batch = max(target - before, 0)
     p.set(

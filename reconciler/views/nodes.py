@@ -92,7 +92,7 @@ def classify(node: NodeFacts, *, target: str, active: bool,
     if not on_target and (node.name in skipped or ann.get(ANN_SKIPPED) == target or (
             recorded in (None, STATE_CORDONED)
             and node.labels.get(LABEL_UPGRADE_SKIP) == "true")):
-        # not a rollout node (docs/live-clusters.md#waiting-for-jobs): neither unavailable nor
+        # not a rollout node (docs/live-clusters.md#a-node-under-repair): neither unavailable nor
         # waited for, NotReady or not; a label counts before the node's start (cordoned ahead is not
         # started yet)
         return "skipped"

@@ -133,7 +133,8 @@ class Observer:
                     or (node.pod is not None and node.pod.revision == NEW_REV
                         and not node.name.startswith("node-9"))  # joiners take the template
                 )
-                # a step not above an earlier one adds no nodes (docs/policy.md#the-fields)
+                # a step not above an earlier one adds no nodes
+                # (docs/policy.md#how-the-numbers-resolve)
                 effective = max(targets[:index])
                 assert upgraded <= effective, (upgraded, effective)
         self.checked += 1
