@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
 from reconciler.firmware.status_view import firmware_rows
 from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -69,6 +72,23 @@ class GitContext:
     policy_file: str | None = None  # path of the file holding upgradePolicy
     pause_line: int | None = None  # 1-based line of ``pause:`` in it, if present
     branch: str = "main"
+
+
+def pause_line(text: bytes | None) -> int | None:
+    """The 1-based line of ``pause:`` under ``upgradePolicy`` in a policy file."""
+    if not text:
+        return None
+    try:
+        for doc in YAML(typ="rt").load_all(text.decode("utf-8", "replace")):
+            try:
+                policy = doc["spec"]["driver"]["upgradePolicy"]
+            except (KeyError, TypeError, IndexError):
+                continue
+            if "pause" in policy:
+                return int(policy.lc.key("pause")[0]) + 1
+    except (YAMLError, AttributeError, ValueError):
+        return None
+    return None
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
