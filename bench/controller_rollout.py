@@ -56,9 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.controller.act import Target
 from reconciler.controller.hooks import RolloutObserver
 from reconciler.controller.loop import RolloutController, prefer_responsiveness
-from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.upgrade_policy import UpgradePolicy

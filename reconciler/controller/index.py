@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import assert_never
 
 from reconciler.controller.hooks import NoObserver, RolloutObserver
-from reconciler.controller.observe import (
+from reconciler.kube.api import JSON
+from reconciler.kube.observe import (
     budget_view,
     deletion_requested_at,
     driver_pod_view,
@@ -30,7 +31,6 @@ from reconciler.controller.observe import (
     requests_gpu,
     workload_pod_view,
 )
-from reconciler.kube.api import JSON
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.planning import (

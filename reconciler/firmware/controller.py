@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler import clock
-from reconciler.controller.observe import requests_gpu
 from reconciler.firmware.actions import (
     AnnotateNode,
     ApplyFirmwareSpec,
@@ -40,6 +39,7 @@ from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.node_patch import node_patch
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import requests_gpu
 from reconciler.kube.owned_apply import apply_keeping_owned
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.names import (

@@ -14,8 +14,8 @@ import pytest
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import JSON, KubeApi, resource_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import ANN_STATE, CLUSTER_OPERATOR_NAME
 from reconciler.policy.rollout_settings import RolloutSettings, TopologySettings
