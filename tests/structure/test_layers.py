@@ -62,6 +62,24 @@ def test_an_import_circle_breaks_the_layers_contract(tmp_path: Path) -> None:
     assert "BROKEN" in done.stdout
 
 
+def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tmp_path: Path) -> None:
+    """The circle issue 35 removed inside the policy package (the repository config validates
+    with ``validation.py``; validation reading the config back) comes back: the layers contract
+    names packages, so the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
+    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    validation = tmp_path / "reconciler" / "policy" / "validation.py"
+    validation.write_text(validation.read_text() + "\n\ndef _config() -> object:\n"
+                          "    from reconciler.policy import repo_config\n\n"
+                          "    return repo_config\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "No cycles are allowed in reconciler.policy." in done.stdout
+    assert "- .validation -> .repo_config (1 import)" in done.stdout
+    assert "BROKEN" in done.stdout
+
+
 #: an import each independence contract refuses, hidden in a function: (the module that gets
 #: it, the module it imports, the line lint-imports prints)
 INDEPENDENT_IMPORTS = [
