@@ -616,8 +616,8 @@ def run_rollout(cluster: DevCluster, *, spec: dict[str, Any] = POLICY,
     }
 
 
-def rollout_arguments(description: str | None, *,
-                      install_seconds: float = 20.0) -> argparse.ArgumentParser:
+def command_line(description: str | None, *,
+                 install_seconds: float = 20.0) -> argparse.ArgumentParser:
     """The command line the rollout benchmarks share: their docstring as the description,
     ``--nodes`` (default 2000), ``--install-seconds`` and ``--json``; each adds its own."""
     parser = argparse.ArgumentParser(description=description,
@@ -629,7 +629,7 @@ def rollout_arguments(description: str | None, *,
 
 
 def main() -> int:
-    parser = rollout_arguments(__doc__)
+    parser = command_line(__doc__)
     parser.add_argument("--cluster-timeout", type=float, default=900.0,
                         help="seconds for the dev cluster's fleet to be Ready (default 900)")
     parser.add_argument("--lease-seconds", type=float, default=0.0,

@@ -55,13 +55,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_rollout import (
-    POLICY,
-    DevCluster,
-    rollout_arguments,
-    run_rollout,
-    theoretical_minimum,
-)
+from controller_rollout import POLICY, DevCluster, command_line, run_rollout, theoretical_minimum
 
 from reconciler.kube.api import JSON, KubeApi, KubeError, resource_path
 from reconciler.kube.watch import ListWatch
@@ -427,7 +421,7 @@ def table(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def main() -> int:
-    parser = rollout_arguments(__doc__, install_seconds=60.0)
+    parser = command_line(__doc__, install_seconds=60.0)
     parser.add_argument("--grace-seconds", type=int, default=5,
                         help="the serving pods' termination grace period, whole seconds "
                              "(default 5)")

@@ -39,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_rollout import NEW, POLICY, rollout_arguments, theoretical_minimum
+from controller_rollout import NEW, POLICY, command_line, theoretical_minimum
 
 from reconciler.controller.act import Target
 from reconciler.controller.health import HealthFeeder
@@ -145,7 +145,7 @@ def controller(api: KubeApi, feeder: HealthFeeder | None) -> RolloutController:
 
 
 def main() -> int:
-    parser = rollout_arguments(__doc__)
+    parser = command_line(__doc__)
     parser.add_argument("--interval", type=float, default=2.0,
                         help="health.interval, seconds (default 2)")
     parser.add_argument("--for", dest="hold", type=float, default=5.0,

@@ -42,7 +42,7 @@ from controller_rollout import (
     DevCluster,
     ObserverProcess,
     cluster_processes,
-    rollout_arguments,
+    command_line,
     run_rollout,
 )
 
@@ -123,7 +123,7 @@ def restore(cluster: DevCluster, image: str) -> None:
 
 
 def main() -> int:
-    parser = rollout_arguments(__doc__, install_seconds=60.0)
+    parser = command_line(__doc__, install_seconds=60.0)
     parser.add_argument("--parallel", type=int, default=None,
                         help="W: native maxUnavailable and our maxParallel (default nodes/10)")
     parser.add_argument("--lease-seconds", type=float, default=0.0,
