@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from reconciler import clock
 from reconciler.firmware.actions import (
@@ -314,8 +314,10 @@ class FirmwareController(WatchDrivenWorker):
                 self._apply_spec(policy, virt, done)
             case RecordEvent():
                 self._record_event(action, co)
+            case RunRebootHook():
+                pass  # run together after the pass's other actions (_run_hooks)
             case _:
-                raise TypeError(f"unknown action {action!r}")
+                assert_never(action)
 
     def _patch_node(self, node: str, body: JSON) -> None:
         try:

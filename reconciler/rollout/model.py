@@ -70,6 +70,18 @@ FAILURE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "CrashLoopBackO
 
 
 @dataclass(frozen=True, slots=True)
+class Namespaced:
+    """A namespaced object's name: ``key`` (``namespace/name``) files it in the snapshot."""
+
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class DriverPod:
     """The driver DaemonSet's pod on one node."""
 
@@ -85,11 +97,9 @@ class DriverPod:
 
 
 @dataclass(frozen=True, slots=True)
-class WorkloadPod:
+class WorkloadPod(Namespaced):
     """A pod on a node other than the driver pod, as the drain sees it (SPEC 13)."""
 
-    namespace: str
-    name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     #: requests metax-tech.com/gpu or metax-tech.com/vfio-gpu
     gpu: bool = True
@@ -103,25 +113,15 @@ class WorkloadPod:
     #: deletionTimestamp set: waited for, its grace period is its own
     terminating: bool = False
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 @dataclass(frozen=True, slots=True)
-class DisruptionBudget:
+class DisruptionBudget(Namespaced):
     """A PodDisruptionBudget as the disruption controller last computed it."""
 
-    namespace: str
-    name: str
     #: None: selects no pod
     selector: LabelSelector | None
     #: ``status.disruptionsAllowed``: evictions the API server allows now
     disruptions_allowed: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
     def covers(self, pod: WorkloadPod) -> bool:
         return (self.selector is not None and pod.namespace == self.namespace

@@ -233,6 +233,8 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
                         if row.stage == "awaiting-reboot")
         named = ", ".join(waiting) or "the nodes"
         out.append(Wait(kind="firmware", title="a person: reboot the nodes (firmware upgrade)",
+                        detail="the new firmware is flashed; it takes effect after a reboot, "
+                               "and the flow goes on when each node is back",
                         action=f"reboot {named}" if waiting else
                         "reboot the nodes the firmware upgrade names",
                         nodes=waiting, text=f"a person: reboot {named} (firmware upgrade)"))
@@ -292,6 +294,8 @@ def _paused(r: _Rollout, nodes: NodeStates, git: GitContext | None, object_name:
         )]
     if r.pause:
         return [Wait(kind="policy-pause", title="a person: the policy says `pause: true`",
+                     detail="no node starts while the policy pauses the rollout; nodes in "
+                            "flight finish",
                      action=action, change=change,
                      text="a person: the policy says `pause: true`; merge `pause: false` to "
                           "go on")]
