@@ -92,16 +92,14 @@ def skip_requested(node: NodeLike, target: str, skipped: Collection[str]) -> boo
             or (node.labels.get(LABEL_UPGRADE_SKIP) == "true" and not begun(node, target)))
 
 
-def cordoned_by_us(annotations: Mapping[str, str]) -> bool:
-    """The node's cordon is the rollout's own (its record says it was schedulable before)."""
-    return (annotations.get(ANN_STATE) in MOVE_STATES
-            and annotations.get(ANN_WAS_UNSCHEDULABLE) == "false")
-
-
 def left_alone(node: NodeLike) -> bool:
-    """Cordoned by someone other than the rollout: the rollout leaves it alone and counts it
+    """Cordoned by someone other than the rollout (the rollout's own cordon is a move's, whose
+    record says the node was schedulable before): the rollout leaves it alone and counts it
     unavailable."""
-    return node.unschedulable and not cordoned_by_us(node.annotations)
+    if not node.unschedulable:
+        return False
+    ann = node.annotations
+    return not (ann.get(ANN_STATE) in MOVE_STATES and ann.get(ANN_WAS_UNSCHEDULABLE) == "false")
 
 
 def pod_failed(pod: PodLike) -> bool:

@@ -13,6 +13,7 @@ from reconciler.names import (
     ANN_DELETED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
+    ANN_SKIPPED,
     ANN_STATE,
     ANN_TARGET,
     STATE_CORDONED,
@@ -172,10 +173,10 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     ann = node.annotations
     pod = node.pod
     target = look.target
-    # a node without labels, annotations or a name on the skipped list has nothing to be
-    # skipped by (``skip_requested``); at 100,000 nodes most have none of them
-    skip = look.skipping and bool(look.skipped or node.labels or ann) and skip_requested(
-        node, target, look.skipped)
+    # a node without labels, a skip record or a name on the skipped list has nothing to be
+    # skipped by (``skip_requested``'s three reasons); at 100,000 nodes most have none
+    skip = look.skipping and bool(look.skipped or node.labels or ANN_SKIPPED in ann) and (
+        skip_requested(node, target, look.skipped))
     if not ann:
         if (pod is not None and pod.ready and not pod.deleting and pod.revision != target
                 and node.ready and not node.unschedulable and look.domain_key is None
@@ -258,7 +259,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
         or pod is None
         or not pod.ready
         or pod.deleting
-        or left_alone(node)
+        or (node.unschedulable and left_alone(node))
     ) and not (look.skip_unavailable and _skip_pending(scan, node, waiting, state)):
         scan.unavailable += 1
         unavailable = True
