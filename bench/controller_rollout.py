@@ -56,9 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from reconciler.controller.act import Target
 from reconciler.controller.hooks import RolloutObserver
 from reconciler.controller.loop import RolloutController, prefer_responsiveness
-from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -616,17 +616,25 @@ def run_rollout(cluster: DevCluster, *, spec: dict[str, Any] = POLICY,
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+def command_line(description: str | None, *,
+                 install_seconds: float = 20.0) -> argparse.ArgumentParser:
+    """The command line the rollout benchmarks share: their docstring as the description,
+    ``--nodes`` (default 2000), ``--install-seconds`` and ``--json``; each adds its own."""
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--install-seconds", type=float, default=20.0)
+    parser.add_argument("--install-seconds", type=float, default=install_seconds)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main() -> int:
+    parser = command_line(__doc__)
     parser.add_argument("--cluster-timeout", type=float, default=900.0,
                         help="seconds for the dev cluster's fleet to be Ready (default 900)")
     parser.add_argument("--lease-seconds", type=float, default=0.0,
                         help="node Lease heartbeats every this many seconds, as kubelets send "
                              "them (10); default 0: none")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     try:
         with DevCluster(args.nodes, args.install_seconds, timeout=args.cluster_timeout,

@@ -56,7 +56,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_rollout import POLICY, DevCluster, run_rollout, theoretical_minimum
+from controller_rollout import POLICY, DevCluster, command_line, run_rollout, theoretical_minimum
 
 from reconciler.kube.api import JSON, KubeApi, KubeError, resource_path
 from reconciler.kube.watch import ListWatch
@@ -422,10 +422,7 @@ def table(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--install-seconds", type=float, default=60.0)
+    parser = command_line(__doc__, install_seconds=60.0)
     parser.add_argument("--grace-seconds", type=int, default=5,
                         help="the serving pods' termination grace period, whole seconds "
                              "(default 5)")
@@ -439,7 +436,6 @@ def main() -> int:
     parser.add_argument("--cluster-timeout", type=float, default=None,
                         help="seconds for the fleet, and for the serving pods, to be Ready "
                              "(default 900 + 0.2 per node)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     asked = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(asked) - set(MODES))

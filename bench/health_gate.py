@@ -21,7 +21,6 @@ Usage: bench/health_gate.py [--nodes 2000] [--install-seconds 20] [--interval 2]
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import os
@@ -40,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from controller_rollout import NEW, POLICY, theoretical_minimum
+from controller_rollout import NEW, POLICY, command_line, theoretical_minimum
 
 from reconciler.controller.act import Target
 from reconciler.controller.health import HealthFeeder
@@ -146,15 +145,11 @@ def controller(api: KubeApi, feeder: HealthFeeder | None) -> RolloutController:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--install-seconds", type=float, default=20.0)
+    parser = command_line(__doc__)
     parser.add_argument("--interval", type=float, default=2.0,
                         help="health.interval, seconds (default 2)")
     parser.add_argument("--for", dest="hold", type=float, default=5.0,
                         help="the step check's `for`, seconds (default 5)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
     state = Path(tempfile.mkdtemp(prefix="bench-health-"))

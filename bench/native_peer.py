@@ -27,7 +27,6 @@ Usage: bench/native_peer.py [--nodes 2000] [--install-seconds 60] [--parallel W]
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -43,6 +42,7 @@ from controller_rollout import (
     DevCluster,
     ObserverProcess,
     cluster_processes,
+    command_line,
     run_rollout,
 )
 
@@ -123,10 +123,7 @@ def restore(cluster: DevCluster, image: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--install-seconds", type=float, default=60.0)
+    parser = command_line(__doc__, install_seconds=60.0)
     parser.add_argument("--parallel", type=int, default=None,
                         help="W: native maxUnavailable and our maxParallel (default nodes/10)")
     parser.add_argument("--lease-seconds", type=float, default=0.0,
@@ -134,7 +131,6 @@ def main() -> int:
                              "them (10); default 0: none")
     parser.add_argument("--native-only", action="store_true",
                         help="the native rolling update alone, not ours")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.nodes < 1 or args.install_seconds <= 0:
         parser.error("--nodes and --install-seconds must be positive")

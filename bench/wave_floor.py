@@ -56,8 +56,8 @@ from controller_rollout import (
     theoretical_minimum,
 )
 
-from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import KubeApi, KubeError, resource_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import OPERATOR_NAMESPACE
 from reconciler.policy.upgrade_policy import UpgradePolicy

@@ -22,6 +22,7 @@ from reconciler.kube.api import KubeApi
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import WaitTimeout, wait_for
+from tests.planes import serve_plane
 
 __all__ = ["WaitTimeout", "wait_for"]
 
@@ -32,14 +33,7 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     with the workload controllers (Deployments, Jobs, disruption budgets: they act on nothing
     but those, which only tests of workloads create). Its logs are kept (path printed) when any
     test of the session failed."""
-    plane = ControlPlane(workload_controllers=True).start()
-    try:
-        yield plane
-    finally:
-        if request.session.testsfailed:
-            plane.mark_failed()
-            print(f"\ncontrol plane logs kept in {plane.logs}")
-        plane.stop()
+    yield from serve_plane(request, ControlPlane(workload_controllers=True))
 
 
 @pytest.fixture(scope="session")

@@ -13,13 +13,12 @@ whether the planner's view changed (a pass is due); events that change nothing i
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import assert_never
 
 from reconciler.controller.hooks import NoObserver, RolloutObserver
-from reconciler.controller.observe import (
+from reconciler.kube.api import JSON
+from reconciler.kube.observe import (
     budget_view,
     deletion_requested_at,
     driver_pod_view,
@@ -30,18 +29,9 @@ from reconciler.controller.observe import (
     requests_gpu,
     workload_pod_view,
 )
-from reconciler.kube.api import JSON
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.planning import (
-    AnnotateNode,
-    Cordon,
-    DeleteDriverPod,
-    DeletePod,
-    EvictPod,
-    NodeAction,
-    Uncordon,
-)
+from reconciler.planning import DeletePod, EvictPod, NodeAction
 from reconciler.rollout.model import (
     PLANNER_LABELS,
     DisruptionBudget,
@@ -49,66 +39,30 @@ from reconciler.rollout.model import (
     RolloutNode,
     WorkloadPod,
 )
+from reconciler.rollout.node_view import apply_node_action
 from reconciler.runtime.watched import generation, newer, same_version
 
 
 @dataclass(frozen=True, slots=True)
 class NodeIntent:
-    """What one node's requests in flight will have written once they land."""
+    """What one node's requests in flight will have written once they land: their node
+    actions, laid over the node's view by the one reading of the vocabulary
+    (``reconciler.rollout.node_view.apply_node_action``). An eviction or a workload pod's
+    deletion is left out: that pod's watch event says when it terminates."""
 
-    annotations: Mapping[str, str | None]
-    unschedulable: bool | None
-    deleting: frozenset[str]
-    #: when the plan asked for those deletions (the deletion's time until the pod says it)
-    deletion_at: float = 0.0
+    actions: tuple[NodeAction, ...]
 
     @classmethod
     def of(cls, actions: Sequence[NodeAction]) -> NodeIntent:
-        annotations: dict[str, str | None] = {}
-        unschedulable: bool | None = None
-        deleting: set[str] = set()
-        deletion_at = 0.0
-        for action in actions:
-            match action:
-                case AnnotateNode(annotations=changes):
-                    annotations.update(changes)
-                case Cordon() | Uncordon():
-                    unschedulable = isinstance(action, Cordon)
-                case DeleteDriverPod(pod=pod, at=at):
-                    deleting.add(pod)
-                    deletion_at = max(deletion_at, at)
-                case EvictPod() | DeletePod():
-                    pass  # a workload pod: its watch event says when it terminates
-                case _:
-                    assert_never(action)
-        return cls(annotations, unschedulable, frozenset(deleting), deletion_at)
+        return cls(tuple(a for a in actions if not isinstance(a, EvictPod | DeletePod)))
 
 
-def with_intents(node: JSON, pods: Mapping[str, DriverPod],
-                 intents: Sequence[NodeIntent]) -> tuple[JSON, dict[str, DriverPod]]:
-    """The node and its driver pods as they will be once ``intents`` have landed."""
-    meta = dict(node.get("metadata") or {})
-    annotations = dict(meta.get("annotations") or {})
-    spec = dict(node.get("spec") or {})
-    deleting: set[str] = set()
-    deletion_at = 0.0
+def with_intents(view: RolloutNode, intents: Sequence[NodeIntent]) -> RolloutNode:
+    """The node's view as it will be once ``intents`` have landed, in the order handed out."""
     for intent in intents:
-        for key, value in intent.annotations.items():
-            if value is None:
-                annotations.pop(key, None)
-            else:
-                annotations[key] = value
-        if intent.unschedulable is not None:
-            spec["unschedulable"] = intent.unschedulable
-        deleting |= intent.deleting
-        deletion_at = max(deletion_at, intent.deletion_at)
-    meta["annotations"] = annotations
-    views = {name: dataclasses.replace(
-                pod, deleting=True,
-                deletion_requested_at=pod.deletion_requested_at or deletion_at)
-             if name in deleting else pod
-             for name, pod in pods.items()}
-    return {**node, "metadata": meta, "spec": spec}, views
+        for action in intent.actions:
+            view = apply_node_action(view, action)
+    return view
 
 
 class NodeIndex:
@@ -306,12 +260,12 @@ class NodeIndex:
         if node is None:
             return False
         pods = self.driver_pods.get(name, {})
-        intents = self.intents.get(name)
-        if intents:
-            node, pods = with_intents(node, pods, intents)
         view = node_view(node, pick_driver_pod(pods.values()), self.workloads.get(name, ()),
                          self.pod_deleted_at.get(name, 0.0), self.labels,
                          self.node_pods.get(name, {}).values())
+        intents = self.intents.get(name)
+        if intents:
+            view = with_intents(view, intents)
         if self.views.get(name) == view:
             return False
         self.views[name] = view

@@ -25,11 +25,11 @@ from reconciler.controller.dispatch import Dispatcher
 from reconciler.controller.health import HealthFeeder
 from reconciler.controller.hooks import NoObserver, RolloutObserver
 from reconciler.controller.index import NodeIndex
-from reconciler.controller.observe import daemonset_view
 from reconciler.controller.status_writer import StatusWriter
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import daemonset_view
 from reconciler.kube.watch import ListWatch, without_managed_fields
 from reconciler.names import ACTIVE_PHASES, FIRMWARE_IDLE_PHASES, GPU_NODE_LABEL
 from reconciler.policy.upgrade_policy import UpgradePolicy

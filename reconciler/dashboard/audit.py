@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.views.waits import GitContext
+from reconciler.views.waits import GitContext, pause_line
 
 log = logging.getLogger(__name__)
 
@@ -107,26 +107,6 @@ def _policy_fields(files: Mapping[str, bytes | None]) -> tuple[Any, Any, str | N
             if isinstance(policy, Mapping) or version is not None:
                 return pause, version, path
     return None, None, None
-
-
-def pause_line(text: bytes | None) -> int | None:
-    """The 1-based line of ``pause:`` under ``upgradePolicy`` in a policy file."""
-    if not text:
-        return None
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
-    try:
-        for doc in YAML(typ="rt").load_all(text.decode("utf-8", "replace")):
-            try:
-                policy = doc["spec"]["driver"]["upgradePolicy"]
-            except (KeyError, TypeError, IndexError):
-                continue
-            if "pause" in policy:
-                return int(policy.lc.key("pause")[0]) + 1
-    except (YAMLError, AttributeError, ValueError):
-        return None
-    return None
 
 
 class GitAudit:

@@ -10,17 +10,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.controller.observe import (
+from reconciler.dashboard.model import ClusterFacts, EventFacts
+from reconciler.kube.api import JSON, KubeApi, resource_path
+from reconciler.kube.events import EVENT_NAMESPACE
+from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import (
     daemonset_view,
     driver_pod_view,
     is_driver_pod,
     parse_timestamp,
     requests_gpu,
 )
-from reconciler.dashboard.model import ClusterFacts, EventFacts
-from reconciler.kube.api import JSON, KubeApi, resource_path
-from reconciler.kube.events import EVENT_NAMESPACE
-from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch, without_managed_fields
 from reconciler.names import (
     CANARY_LABEL,

@@ -14,10 +14,9 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from reconciler import clock
-from reconciler.controller.observe import requests_gpu
 from reconciler.firmware.actions import (
     AnnotateNode,
     ApplyFirmwareSpec,
@@ -40,6 +39,7 @@ from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
 from reconciler.kube.node_patch import node_patch
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import requests_gpu
 from reconciler.kube.owned_apply import apply_keeping_owned
 from reconciler.kube.watch import ListWatch, object_key
 from reconciler.names import (
@@ -314,8 +314,10 @@ class FirmwareController(WatchDrivenWorker):
                 self._apply_spec(policy, virt, done)
             case RecordEvent():
                 self._record_event(action, co)
+            case RunRebootHook():
+                pass  # run together after the pass's other actions (_run_hooks)
             case _:
-                raise TypeError(f"unknown action {action!r}")
+                assert_never(action)
 
     def _patch_node(self, node: str, body: JSON) -> None:
         try:

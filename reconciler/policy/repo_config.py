@@ -20,16 +20,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from reconciler.durations import parse_duration as parse_duration
 from reconciler.durations import parse_duration_setting as parse_duration_setting
 from reconciler.errors import RepoConfigError as RepoConfigError
 from reconciler.fieldpath import section
-
-if TYPE_CHECKING:
-    from reconciler.policy.notify_config import NotifySink
-    from reconciler.policy.rollout_settings import RolloutSettings
+from reconciler.policy.document import YamlRefused, parse_yaml
+from reconciler.policy.notify_config import NotifyConfigError, NotifySink, read_notify
+from reconciler.policy.rollout_settings import RolloutSettings, merge_rollout_sections
+from reconciler.policy.validation import validate_repo_config
 
 CONFIG_FILE = "reconciler.yaml"
 #: the sections ``clusters.<name>`` may replace as a whole (docs/configuration.md#promotion;
@@ -140,8 +140,6 @@ class RepoConfigFile:
     @classmethod
     def parse(cls, text: bytes | str | None) -> RepoConfigFile:
         """The file's text (YAML 1.2); None or empty text gives the defaults."""
-        from reconciler.policy.document import YamlRefused, parse_yaml
-
         if not text:
             return cls()
         try:
@@ -187,8 +185,6 @@ class RepoConfigFile:
 
     def ready_timeout_for(self, cluster: str | None) -> float:
         """``rollout.readyTimeout`` for the cluster (an unusable value keeps the default)."""
-        from reconciler.policy.rollout_settings import merge_rollout_sections
-
         label, own = self.section_for("rollout", cluster)
         value = (merge_rollout_sections(self.raw.get("rollout"), own)
                  if label != "rollout" else own)
@@ -198,8 +194,6 @@ class RepoConfigFile:
         """The cluster's ``rollout`` section, typed. Raises ``RepoConfigError`` with the place
         in the file (named ``path``) when the section does not validate (the live view then
         keeps the last good settings)."""
-        from reconciler.policy.rollout_settings import RolloutSettings
-
         label, value = self._checked_section("rollout", cluster, path)
         # key by key over the repository-wide section (docs/live-clusters.md), itself checked
         wide = self._checked_section("rollout", None, path)[1] if label != "rollout" else None
@@ -212,8 +206,6 @@ class RepoConfigFile:
         """The cluster's notification sinks (docs/notifications.md: ``clusters.<cluster>.notify``
         replaces the repository-wide list). Raises ``RepoConfigError`` with the place in the
         file."""
-        from reconciler.policy.notify_config import NotifyConfigError, read_notify
-
         label, value = self._checked_section("notify", cluster, path)
         try:
             return read_notify(value, label=label)
@@ -239,8 +231,6 @@ class RepoConfigFile:
     def _schema_error(self, label: str, path: str = CONFIG_FILE) -> str | None:
         """The first error validation of the text finds in the section ``label``, located in
         the file named ``path``; None: none (or no text to validate)."""
-        from reconciler.policy.validation import validate_repo_config
-
         if self.text is None:
             return None
         pointer = "/" + label.replace(".", "/")

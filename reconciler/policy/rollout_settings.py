@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from reconciler.durations import parse_duration_setting
 from reconciler.errors import RepoConfigError
@@ -24,9 +24,14 @@ DEFAULT_DRAIN_TIMEOUT = 900.0
 ROLLOUT_KEYS = ("readyTimeout", "drain", "waitFor", "unavailableNodes", "topology")
 DEFAULT_WAIT_FOR_SELECTOR = "gpu.metax-tech.com/wait-for-completion=true"
 
+_Option = TypeVar("_Option", bound=str)
+
 OnTimeout = Literal["wait", "fail", "delete"]
 UnavailableNodes = Literal["count", "skip"]
 TopologyOrder = Literal["sequential", "spread"]
+ON_TIMEOUT: tuple[OnTimeout, ...] = ("wait", "fail", "delete")
+UNAVAILABLE_NODES: tuple[UnavailableNodes, ...] = ("count", "skip")
+TOPOLOGY_ORDERS: tuple[TopologyOrder, ...] = ("sequential", "spread")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +127,14 @@ class RolloutSettings:
                 f"{where('waitFor')}.timeout: a timeout drains the node after it, but "
                 f"{where('drain')} is not set (set drain, or timeout: 0)")
         unavailable = value("unavailableNodes")
-        if unavailable is None:
-            unavailable = "count"
-        if unavailable not in ("count", "skip"):
-            raise RepoConfigError(
-                f"{where('unavailableNodes')}: expected 'count' or 'skip', got {unavailable!r}")
+        unavailable_nodes = _one_of("count" if unavailable is None else unavailable,
+                                    UNAVAILABLE_NODES, where("unavailableNodes"))
         return cls(
             ready_timeout=(DEFAULT_READY_TIMEOUT if ready is None else
                            parse_duration_setting(ready, key=where("readyTimeout"))),
             drain=drain,
             wait_for=wait_for,
-            unavailable_nodes=unavailable,
+            unavailable_nodes=unavailable_nodes,
             topology=_topology(value("topology"), where("topology")),
         )
 
@@ -161,6 +163,16 @@ def _known(section: Mapping[str, object], keys: tuple[str, ...], label: str) -> 
                                   f"{', '.join(keys)})")
 
 
+def _one_of(raw: object, options: tuple[_Option, ...], label: str) -> _Option:
+    """``raw`` if it is one of ``options``; else the error lists them (``'a', 'b' or 'c'``)."""
+    for option in options:
+        if raw == option:
+            return option
+    quoted = [repr(option) for option in options]
+    expected = f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+    raise RepoConfigError(f"{label}: expected {expected}, got {raw!r}")
+
+
 def _selector(raw: object, label: str, default: str = "") -> LabelSelector:
     if raw is None:
         raw = default
@@ -178,10 +190,7 @@ def _drain(raw: object, label: str) -> DrainSettings | None:
         return None
     section = _mapping(raw, label)
     _known(section, ("podSelector", "timeout", "onTimeout", "deleteEmptyDir"), label)
-    on_timeout = section.get("onTimeout", "wait")
-    if on_timeout not in ("wait", "fail", "delete"):
-        raise RepoConfigError(
-            f"{label}.onTimeout: expected 'wait', 'fail' or 'delete', got {on_timeout!r}")
+    on_timeout = _one_of(section.get("onTimeout", "wait"), ON_TIMEOUT, f"{label}.onTimeout")
     delete_empty_dir = section.get("deleteEmptyDir", False)
     if not isinstance(delete_empty_dir, bool):
         raise RepoConfigError(f"{label}.deleteEmptyDir: expected true or false, "
@@ -222,10 +231,7 @@ def _topology(raw: object, label: str) -> TopologySettings | None:
     error = label_key_error(key)
     if error is not None:
         raise RepoConfigError(f"{label}.key: {error}")
-    order = section.get("order", "sequential")
-    if order not in ("sequential", "spread"):
-        raise RepoConfigError(
-            f"{label}.order: expected 'sequential' or 'spread', got {order!r}")
+    order = _one_of(section.get("order", "sequential"), TOPOLOGY_ORDERS, f"{label}.order")
     limit = section.get("maxUnavailablePerDomain")
     quantity: Quantity | None = None
     if limit is not None:

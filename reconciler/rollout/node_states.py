@@ -49,14 +49,13 @@ from reconciler.rollout.actions import (
     Uncordon,
 )
 from reconciler.rollout.model import RolloutNode
+from reconciler.rollout.node_class import MOVE_STATES
 from reconciler.rollout.pass_state import Pass
 from reconciler.rollout.scan import CLOCK_SLACK, NodeScan
 from reconciler.timefmt import parse_time_or
 
 #: the failure reason of a node whose drain timed out with ``onTimeout: fail``
 DRAIN_TIMEOUT = "DrainTimeout"
-#: the states whose cordon and record are ours
-OURS = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
 
 # ----------------------------------------------------------------------------- the moves
 
@@ -64,7 +63,7 @@ OURS = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
 def was_unschedulable(node: RolloutNode) -> str:
     """What the node's schedulability was before our cordon (kept from our own record)."""
     ann = node.annotations
-    if ann.get(ANN_STATE) in OURS and ann.get(ANN_WAS_UNSCHEDULABLE) in ("true", "false"):
+    if ann.get(ANN_STATE) in MOVE_STATES and ann.get(ANN_WAS_UNSCHEDULABLE) in ("true", "false"):
         return str(ann[ANN_WAS_UNSCHEDULABLE])  # the cordon is ours already
     return "true" if node.unschedulable else "false"
 
@@ -84,11 +83,20 @@ def move(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
     for key in (ANN_HEALTH, ANN_HEALTH_FAILURE, ANN_HEALTH_STEP):
         if key in node.annotations:  # a new attempt: its checks start afresh
             update[key] = None
+    delete_driver_pod(p, node, update, p.settings.ready_timeout)
+
+
+def delete_driver_pod(p: Pass, node: RolloutNode, update: dict[str, str | None],
+                      ready_timeout: float) -> None:
+    """A node's start itself: its record (``update``), the cordon (unless it is cordoned
+    already), the old driver pod's deletion, and a look again when ``ready_timeout`` (the one
+    the node starts with) runs out."""
+    assert node.pod is not None
     p.actions.append(AnnotateNode(node.name, update))
     if not node.unschedulable:
         p.actions.append(Cordon(node.name))
     p.actions.append(DeleteDriverPod(node.name, node.pod.name, at=p.now))
-    p.requeue.append(p.now + p.settings.ready_timeout)
+    p.requeue.append(p.now + ready_timeout)
 
 
 def adopt(p: Pass, node: RolloutNode, revision: str) -> tuple[dict[str, str | None], RolloutNode]:
@@ -191,7 +199,7 @@ def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
     and ask for its first evictions in this same pass."""
     assert node.pod is not None
     ann = node.annotations
-    previous = drain.recorded(node) if ann.get(ANN_STATE) in OURS else None
+    previous = drain.recorded(node) if ann.get(ANN_STATE) in MOVE_STATES else None
     set_now = ann.get(ANN_SCALE_DOWN_DISABLED) != "true"
     record = drain.NodeDrainSettings.of_pass(
         p.settings, scale_down_set=set_now or (previous is not None and previous.scale_down_set))
@@ -219,11 +227,7 @@ def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
         del update[ANN_DRAIN_STARTED]  # no drain: no timer
         if ANN_DRAIN_STARTED in ann:
             update[ANN_DRAIN_STARTED] = None
-        p.actions.append(AnnotateNode(node.name, update))
-        if not node.unschedulable:
-            p.actions.append(Cordon(node.name))
-        p.actions.append(DeleteDriverPod(node.name, node.pod.name, at=p.now))
-        p.requeue.append(p.now + record.ready_timeout)
+        delete_driver_pod(p, node, update, record.ready_timeout)
         return
     p.actions.append(AnnotateNode(node.name, update))
     if not node.unschedulable:
@@ -252,11 +256,7 @@ def drain_node(p: Pass, node: RolloutNode, *, counted: bool,
                                          ANN_DELETED_AT: p.now_text}
         if ANN_DRAIN_BLOCKED_BY in ann:
             update[ANN_DRAIN_BLOCKED_BY] = None
-        p.actions.append(AnnotateNode(node.name, update))
-        if not node.unschedulable:
-            p.actions.append(Cordon(node.name))
-        p.actions.append(DeleteDriverPod(node.name, node.pod.name, at=p.now))
-        p.requeue.append(p.now + record.ready_timeout)
+        delete_driver_pod(p, node, update, record.ready_timeout)
         return True
     settings = record.drain
     deadline = started + settings.timeout if settings is not None else None

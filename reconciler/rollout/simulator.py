@@ -46,6 +46,8 @@ from reconciler.rollout.model import (
     PlannerSettings,
     RolloutNode,
     RolloutSnapshot,
+    build_node,
+    build_pod,
 )
 from reconciler.rollout.node_view import (
     Marking,
@@ -140,6 +142,24 @@ class SimEvent:
         return result
 
 
+_event_t, _event_type, _event_message, _event_node, _event_step = (
+    SimEvent.__dict__[f].__set__ for f in ("t", "type", "message", "node", "step"))
+
+
+def sim_event(t: float, type_: str, message: str, node: str | None,
+              step: int | None) -> SimEvent:
+    """``SimEvent(...)`` with every field given, without the frozen ``__init__``'s per-field
+    ``object.__setattr__`` (a 100,000-node run records three events per node; see
+    ``model.build_node``)."""
+    event: SimEvent = object.__new__(SimEvent)
+    _event_t(event, t)
+    _event_type(event, type_)
+    _event_message(event, message)
+    _event_node(event, node)
+    _event_step(event, step)
+    return event
+
+
 @dataclass(slots=True)
 class SimResult:
     final: dict[str, Any]
@@ -204,11 +224,12 @@ class Simulation:
         labels = dict(config.fleet)
         names = ([name for name, _ in config.fleet] if config.fleet
                  else [node_name(index, width) for index in range(1, config.nodes + 1)])
+        revision = self.ds.current_revision
         for name in names:
             ready = config.faults.get(name) != "node-notready"
-            pod = DriverPod(f"metax-driver-{name}-0", self.ds.current_revision, ready=ready)
-            self.nodes[name] = RolloutNode(name, ready, False, labels.get(name, _NOTHING),
-                                           _NOTHING, pod)
+            pod = build_pod(f"metax-driver-{name}-0", revision, ready, None, 0, 0.0, False, 0.0)
+            self.nodes[name] = build_node(name, ready, False, labels.get(name, _NOTHING),
+                                          _NOTHING, pod, (), 0.0, ())
             self.pod_serial[name] = 0
         self.serving = ServingFleet(config.serving) if config.serving is not None else None
         if self.serving is not None:
@@ -336,13 +357,14 @@ class Simulation:
             self.pod_serial[node.name] = serial
             revision = self.ds.current_revision
             pod_name = f"metax-driver-{node.name}-{serial}"
-            pod = DriverPod(pod_name, revision, created_at=self.config.start + self.t)
+            pod = build_pod(pod_name, revision, False, None, 0, self.config.start + self.t,
+                            False, 0.0)
             self.nodes[node.name] = with_pod(node, pod, self.config.start + self.t)
             self.events.append(
-                SimEvent(self.t, "NodeUpgradeStarted" if revision == self.new_revision
-                         else "NodeRollbackStarted",
-                         f"{node.name}: driver pod deleted, new pod on "
-                         f"{self.versions.get(revision, revision)}", node=node.name)
+                sim_event(self.t, "NodeUpgradeStarted" if revision == self.new_revision
+                          else "NodeRollbackStarted",
+                          f"{node.name}: driver pod deleted, new pod on "
+                          f"{self.versions.get(revision, revision)}", node.name, None)
             )
             fault = cfg.faults.get(node.name)
             if not node.ready:
@@ -367,7 +389,7 @@ class Simulation:
             self.payload = dict(action.payload)
         elif isinstance(action, RecordEvent):
             self.events.append(
-                SimEvent(self.t, action.reason, action.message, action.node, action.step)
+                sim_event(self.t, action.reason, action.message, action.node, action.step)
             )
             if (action.reason == "NodeDrainStarted" and self.serving is not None
                     and action.node is not None):
@@ -439,13 +461,13 @@ class Simulation:
             return  # that pod was replaced meanwhile, or the node left
         old = node.pod
         if kind == "ready":
-            pod = DriverPod(old.name, old.revision, True, old.waiting_reason, old.restart_count,
+            pod = build_pod(old.name, old.revision, True, old.waiting_reason, old.restart_count,
                             old.created_at, old.deleting, old.deletion_requested_at)
             self.ready_at[node.name] = self.t
             self.events.append(
-                SimEvent(self.t, "NodeReady",
-                         f"{node.name}: driver Ready on "
-                         f"{self.versions.get(pod.revision, pod.revision)}", node=node.name)
+                sim_event(self.t, "NodeReady",
+                          f"{node.name}: driver Ready on "
+                          f"{self.versions.get(pod.revision, pod.revision)}", node.name, None)
             )
         else:
             pod = dataclasses.replace(old, waiting_reason=kind.partition(":")[2])

@@ -27,15 +27,11 @@ from typing import TYPE_CHECKING, Final
 
 from reconciler.names import (
     ANN_SKIPPED,
-    ANN_STATE,
-    ANN_WAS_UNSCHEDULABLE,
     LABEL_UPGRADE_SKIP,
-    STATE_CORDONED,
-    STATE_FAILED,
-    STATE_UPGRADING,
 )
 from reconciler.rollout.actions import AnnotateNode
 from reconciler.rollout.model import RolloutNode
+from reconciler.rollout.node_class import left_alone
 
 if TYPE_CHECKING:  # the scan reads the node predicates: no import of the pass at run time
     from reconciler.rollout.pass_state import Pass
@@ -52,18 +48,9 @@ def labelled(node: RolloutNode) -> bool:
     return bool(node.labels) and node.labels.get(LABEL_UPGRADE_SKIP) == "true"
 
 
-def cordoned_by_other(node: RolloutNode) -> bool:
-    """Unschedulable, and not by our own cordon (docs/rollout.md#upgrading-one-node step 5)."""
-    if not node.unschedulable:
-        return False
-    ann = node.annotations
-    return not (ann.get(ANN_STATE) in (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED)
-                and ann.get(ANN_WAS_UNSCHEDULABLE) == "false")
-
-
 def unavailable_at_turn(node: RolloutNode) -> bool:
     """What ``unavailableNodes: skip`` skips when the node's turn comes."""
-    return not node.ready or cordoned_by_other(node)
+    return not node.ready or left_alone(node)  # cordoned by someone else
 
 
 def start_clears(p: Pass) -> None:

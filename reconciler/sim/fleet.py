@@ -47,7 +47,6 @@ from reconciler.sim.fleet_state import (
     FleetState,
     SimNode,
     SimPod,
-    draw,
     node_name,
 )
 from reconciler.sim.leases import LEASE_DURATION_INTERVALS, LEASE_NAMESPACE, Leases, lease_path
@@ -60,7 +59,7 @@ from reconciler.sim.workloads import WorkloadPods
 __all__ = [
     "DRIVER_MANAGER", "EVENT_NAMESPACE", "FLEET_LABEL", "LEASE_DURATION_INTERVALS",
     "LEASE_NAMESPACE", "MAX_WORKERS", "MIN_WORKERS", "WORKLOAD_NAMESPACE", "DriverPodView",
-    "Duration", "Fleet", "SimNode", "SimPod", "default_workers", "draw", "image_version",
+    "Duration", "Fleet", "SimNode", "SimPod", "default_workers", "image_version",
     "lease_path", "node_name",
 ]
 

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.clock import Clock, wall
-from reconciler.controller.observe import driver_pod_view, is_driver_pod, node_view
 from reconciler.health.checks import (
     HealthConfig,
     HealthState,
@@ -41,6 +40,7 @@ from reconciler.health.prometheus import PrometheusClient
 from reconciler.health.section import HealthSection
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod, node_view
 from reconciler.names import (
     ANN_VENDOR_HEALTH,
     GPU_NODE_LABEL,

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reconciler.controller.observe import is_driver_pod, parse_timestamp
 from reconciler.kube.api import KubeApi, KubeError, resource_path
+from reconciler.kube.observe import is_driver_pod, parse_timestamp
 from reconciler.names import OPERATOR_NAMESPACE, REVISION_LABEL, TERMINAL_PHASES
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,6 @@ from typing import Any
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
-from reconciler.dashboard.audit import pause_line
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.errors import GitOpsError
@@ -55,7 +54,7 @@ from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.rollout_metrics import RolloutMetrics, commit_kind
 from reconciler.sync.steps import plan_commit, policy_document
 from reconciler.trust.signatures import CommitVerifier
-from reconciler.views.waits import GitContext
+from reconciler.views.waits import GitContext, pause_line
 
 FIRST_BACKOFF = 0.2
 #: a change the promotion gate holds is judged again at least this often (seconds)

@@ -12,18 +12,21 @@ from typing import Any, Final, Protocol
 from reconciler.names import (
     ACTIVE_PHASES,
     ANN_FAILURE_REASON,
-    ANN_SKIPPED,
     ANN_STATE,
     ANN_TARGET,
-    ANN_WAS_UNSCHEDULABLE,
-    LABEL_UPGRADE_SKIP,
     ROLLBACK_PHASES,
     STATE_CORDONED,
     STATE_DRAINING,
     STATE_FAILED,
     STATE_UPGRADING,
 )
-from reconciler.rollout.model import FAILURE_REASONS
+from reconciler.rollout.node_class import (
+    MOVE_STATES,
+    left_alone,
+    pod_failed,
+    skip_requested,
+    standing,
+)
 
 #: node states, in the order of the dashboard's legend (the page gets each node's index)
 NODE_STATES: tuple[str, ...] = (
@@ -78,42 +81,36 @@ class NodeFacts:
 
 def classify(node: NodeFacts, *, target: str, active: bool,
              skipped: Collection[str] = ()) -> str:
-    """One node's state against the revision the rollout moves to (``target``). ``skipped``:
-    the nodes the rollout recorded as skipped (``upgradeStatus.skipped``: frozen for the
-    rollout, even when a label goes or a node recovers)."""
-    ann = node.annotations
+    """One node's state against the revision the rollout moves to (``target``), by the rules
+    the planner's scan classifies with (``reconciler.rollout.node_class``). ``skipped``: the
+    nodes the rollout recorded as skipped (``upgradeStatus.skipped``: frozen for the rollout,
+    even when a label goes or a node recovers)."""
     pod = node.pod
-    ours = ann.get(ANN_TARGET) == target
-    recorded = ann.get(ANN_STATE) if ours else None
-    on_target = pod is not None and pod.revision == target and not pod.deleting
-    ready_target = on_target and pod is not None and pod.ready
     if pod is None:
         return "not-ready" if not node.ready else "left-alone"
-    if not on_target and (node.name in skipped or ann.get(ANN_SKIPPED) == target or (
-            recorded in (None, STATE_CORDONED)
-            and node.labels.get(LABEL_UPGRADE_SKIP) == "true")):
+    ann = node.annotations
+    on_target = pod.revision == target and not pod.deleting
+    if not on_target and skip_requested(node, target, skipped):
         # not a rollout node (docs/live-clusters.md#a-node-under-repair): neither unavailable nor
         # waited for, NotReady or not; a label counts before the node's start (cordoned ahead is not
         # started yet)
         return "skipped"
     if not node.ready:
         return "not-ready"
-    if ready_target:
+    moving_to = ann.get(ANN_TARGET)
+    recorded = standing(node, ann.get(ANN_STATE), moving_to) if moving_to == target else None
+    if on_target and pod.ready:
         # cordoned ahead with a pod on the target: moved (its start writes no record)
-        moved = (STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
-        return "verifying" if active and recorded in moved else "upgraded"
-    if recorded == STATE_FAILED or (on_target and pod.waiting_reason in FAILURE_REASONS):
+        return "verifying" if active and recorded in MOVE_STATES else "upgraded"
+    if recorded == STATE_FAILED or (on_target and pod_failed(pod)):
         return "failed"
-    if recorded == STATE_UPGRADING or (on_target and active) or (
-            recorded in (STATE_CORDONED, STATE_DRAINING) and pod.deleting):
+    if recorded == STATE_UPGRADING or (on_target and active):
         return "in-flight"
     if recorded == STATE_DRAINING:
         return "draining"
     if recorded == STATE_CORDONED:
         return "cordoned"
-    by_us = ann.get(ANN_WAS_UNSCHEDULABLE) == "false" and ann.get(ANN_STATE) in (
-        STATE_UPGRADING, STATE_FAILED, STATE_CORDONED, STATE_DRAINING)
-    if node.unschedulable and not by_us:
+    if left_alone(node):
         return "left-alone"
     if active and node.workloads:
         return "busy"

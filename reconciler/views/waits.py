@@ -16,6 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
 from reconciler.firmware.status_view import firmware_rows
 from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.upgrade_policy import UpgradePolicy
@@ -69,6 +72,23 @@ class GitContext:
     policy_file: str | None = None  # path of the file holding upgradePolicy
     pause_line: int | None = None  # 1-based line of ``pause:`` in it, if present
     branch: str = "main"
+
+
+def pause_line(text: bytes | None) -> int | None:
+    """The 1-based line of ``pause:`` under ``upgradePolicy`` in a policy file."""
+    if not text:
+        return None
+    try:
+        for doc in YAML(typ="rt").load_all(text.decode("utf-8", "replace")):
+            try:
+                policy = doc["spec"]["driver"]["upgradePolicy"]
+            except (KeyError, TypeError, IndexError):
+                continue
+            if "pause" in policy:
+                return int(policy.lc.key("pause")[0]) + 1
+    except (YAMLError, AttributeError, ValueError):
+        return None
+    return None
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -213,6 +233,8 @@ def waits(snapshot: Mapping[str, Any], *, now: float, nodes: NodeStates | None =
                         if row.stage == "awaiting-reboot")
         named = ", ".join(waiting) or "the nodes"
         out.append(Wait(kind="firmware", title="a person: reboot the nodes (firmware upgrade)",
+                        detail="the new firmware is flashed; it takes effect after a reboot, "
+                               "and the flow goes on when each node is back",
                         action=f"reboot {named}" if waiting else
                         "reboot the nodes the firmware upgrade names",
                         nodes=waiting, text=f"a person: reboot {named} (firmware upgrade)"))
@@ -272,6 +294,8 @@ def _paused(r: _Rollout, nodes: NodeStates, git: GitContext | None, object_name:
         )]
     if r.pause:
         return [Wait(kind="policy-pause", title="a person: the policy says `pause: true`",
+                     detail="no node starts while the policy pauses the rollout; nodes in "
+                            "flight finish",
                      action=action, change=change,
                      text="a person: the policy says `pause: true`; merge `pause: false` to "
                           "go on")]

@@ -7,8 +7,10 @@ from typing import Any
 
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.watch import ListWatch
-from reconciler.names import GPU_RESOURCE
+from reconciler.names import ANN_MIRROR_POD, GPU_RESOURCE
+from reconciler.sim.fleet import FLEET_LABEL
 from reconciler.sim.workloads import RUN_SECONDS_ANNOTATION
+from tests.controller.helpers import WatchRecorder
 
 GRACE = 1
 
@@ -51,10 +53,44 @@ def job(name: str, namespace: str, *, run_seconds: float, node: str,
     }
 
 
+def agent_daemonset(name: str, namespace: str, fleet_id: str) -> JSON:
+    """A DaemonSet with a pod on each node of the fleet ``fleet_id`` (the drain leaves them)."""
+    return {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+            "metadata": {"labels": {"app": name}},
+            "spec": {"nodeSelector": {FLEET_LABEL: fleet_id},
+                     "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": name, "image": f"registry.local/{name}:1"}]}}}}
+
+
+def bare_pod(name: str, namespace: str, node: str, *, annotations: dict[str, str] | None = None,
+             owner: JSON | None = None, empty_dir: bool = False) -> JSON:
+    """A pod bound to ``node`` with no controller to recreate it (unless ``owner`` says)."""
+    meta: JSON = {"name": name, "namespace": namespace, "annotations": dict(annotations or {})}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    spec: JSON = {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                  "containers": [{"name": "c", "image": "registry.local/c:1"}]}
+    if empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def mirror_pod(kube: KubeApi, name: str, namespace: str, node: str) -> JSON:
+    """A static pod's mirror on ``node``, as the kubelet makes it: the mirror annotation, the
+    Node its controller."""
+    node_uid = kube.get(resource_path("v1", "nodes", node))["metadata"]["uid"]
+    return bare_pod(name, namespace, node, annotations={ANN_MIRROR_POD: "hash"},
+                    owner={"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid,
+                           "controller": True})
+
+
 def create(kube: KubeApi, obj: JSON) -> JSON:
     api_version, kind = obj["apiVersion"], obj["kind"]
     plural = {"Deployment": "deployments", "PodDisruptionBudget": "poddisruptionbudgets",
-              "Job": "jobs"}[kind]
+              "Job": "jobs", "DaemonSet": "daemonsets", "Pod": "pods"}[kind]
     return kube.create(resource_path(api_version, plural,
                                      namespace=obj["metadata"]["namespace"]), obj)
 
@@ -73,7 +109,7 @@ def budget_status(kube: KubeApi, name: str, namespace: str) -> dict[str, Any]:
     return dict(kube.get(path).get("status") or {})
 
 
-class PodRecorder:
+class PodRecorder(WatchRecorder):
     """Every pod event of the cluster from one watch, in the API server's order: who was
     evicted (a deletion asked for), when a pod finished, and, for a Deployment behind a budget,
     the most of its pods down at once (not Ready, terminating or not there)."""
@@ -110,14 +146,6 @@ class PodRecorder:
             self._full = self._full or len(self._up) >= self.replicas
             if self._full:
                 self.max_down = max(self.max_down, self.replicas - len(self._up))
-
-    def __enter__(self) -> PodRecorder:
-        self.watch.start()
-        self.watch.wait_synced(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.watch.stop()
 
     def evicted(self, prefix: str) -> list[str]:
         with self._lock:

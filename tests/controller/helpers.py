@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
-from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
 from reconciler.sim.waiting import wait_for
@@ -193,7 +193,22 @@ def spec_41_problems(status: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-class StatusRecorder:
+class WatchRecorder:
+    """What a test records from one watch (``watch``, set by the subclass): listed before the
+    ``with`` block runs, stopped after it."""
+
+    watch: ListWatch
+
+    def __enter__(self) -> Self:
+        self.watch.start()
+        self.watch.wait_synced(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watch.stop()
+
+
+class StatusRecorder(WatchRecorder):
     """Every distinct ``status.upgradeStatus`` the ClusterOperator shows, from a watch."""
 
     def __init__(self, kube: KubeApi) -> None:
@@ -205,11 +220,3 @@ class StatusRecorder:
         status = (obj.get("status") or {}).get("upgradeStatus")
         if status and (not self.seen or self.seen[-1] != status):
             self.seen.append(status)
-
-    def __enter__(self) -> StatusRecorder:
-        self.watch.start()
-        self.watch.wait_synced(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.watch.stop()

@@ -14,13 +14,12 @@ import yaml
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.kube.api import JSON, KubeApi, resource_path
+from reconciler.kube.api import KubeApi, resource_path
 from reconciler.names import (
     ANN_DRAIN_STARTED,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
-    ANN_MIRROR_POD,
     ANN_STATE,
     CLUSTER_OPERATOR_NAME,
     LABEL_DRAIN_SKIP,
@@ -31,23 +30,26 @@ from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings, W
 from reconciler.rollout.model import PlannerSettings
 from reconciler.settings.cluster import ClusterSettings
 from reconciler.sim.control_plane import ControlPlane
-from reconciler.sim.fleet import FLEET_LABEL, Fleet
+from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from reconciler.timefmt import parse_time
 from tests.conftest import FleetFactory
 from tests.controller.drain_objects import (
     PodRecorder,
+    agent_daemonset,
     budget,
     budget_status,
     create,
     deployment,
     job,
+    mirror_pod,
     pods,
     ready,
 )
 from tests.controller.helpers import StatusRecorder, event_reasons, start_rollout, upgrade_status
 from tests.health.test_controller_sigkill import Controllers
+from tests.loops import started_loops
 
 pytestmark = pytest.mark.cluster
 
@@ -62,21 +64,15 @@ def _policy(max_parallel: int) -> dict[str, Any]:
 
 @pytest.fixture
 def controller_for(kube: KubeApi) -> Iterator[Callable[[RolloutSettings], RolloutController]]:
-    started: list[RolloutController] = []
-
     def make(rollout: RolloutSettings) -> RolloutController:
         install_crd(kube)
-        ctl = RolloutController(
+        return RolloutController(
             kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
             settings=PlannerSettings(retry_backoff=120, retry_backoff_max=120),
             config=lambda: ClusterSettings(rollout=rollout)).start()
-        started.append(ctl)
-        assert ctl.wait_synced(30)
-        return ctl
 
-    yield make
-    for ctl in started:
-        ctl.stop()
+    with started_loops(make) as start:
+        yield start
 
 
 def _annotations(kube: KubeApi, node: str) -> dict[str, str]:
@@ -95,18 +91,6 @@ def _all_ready(kube: KubeApi, ns: str, count: int) -> bool:
                 and not p["metadata"].get("deletionTimestamp")]) >= count
 
 
-def _bound(kube: KubeApi, ns: str, name: str, node: str, *, labels: dict[str, str] | None = None,
-           annotations: dict[str, str] | None = None, owner: JSON | None = None) -> None:
-    meta: JSON = {"name": name, "namespace": ns, "labels": dict(labels or {}),
-                  "annotations": dict(annotations or {})}
-    if owner is not None:
-        meta["ownerReferences"] = [owner]
-    kube.create(resource_path("v1", "pods", namespace=ns), {
-        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "registry.local/c:1"}]}})
-
-
 def test_a_budget_allowing_one_disruption_holds_a_six_node_drain_rollout(
     kube: KubeApi, fleet_factory: FleetFactory, workload_namespace: str,
     controller_for: Callable[[RolloutSettings], RolloutController],
@@ -118,19 +102,9 @@ def test_a_budget_allowing_one_disruption_holds_a_six_node_drain_rollout(
     create(kube, deployment("web", ns, 6, gpus=4))
     create(kube, budget("web", ns, min_available=5))
     create(kube, deployment("keep", ns, 1, gpus=4, labels={LABEL_DRAIN_SKIP: "true"}))
-    kube.create(resource_path("apps/v1", "daemonsets", namespace=ns), {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "agent", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
-            "metadata": {"labels": {"app": "agent"}},
-            "spec": {"nodeSelector": {FLEET_LABEL: fleet.fleet_id},
-                     "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "agent", "image": "registry.local/agent:1"}]}}}})
+    create(kube, agent_daemonset("agent", ns, fleet.fleet_id))
     first = fleet.node_names[0]
-    node_uid = kube.get(resource_path("v1", "nodes", first))["metadata"]["uid"]
-    _bound(kube, ns, "static-agent", first, annotations={ANN_MIRROR_POD: "hash"},
-           owner={"apiVersion": "v1", "kind": "Node", "name": first, "uid": node_uid,
-                  "controller": True})
+    create(kube, mirror_pod(kube, "static-agent", ns, first))
     wait_for(lambda: _all_ready(kube, ns, 6 + 1 + 6 + 1)
              and budget_status(kube, "web", ns).get("disruptionsAllowed") == 1,
              timeout=60, what="every pod Ready, one disruption allowed",

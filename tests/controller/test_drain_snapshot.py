@@ -24,18 +24,26 @@ from reconciler.controller.act import (
     Target,
 )
 from reconciler.controller.loop import RolloutController
-from reconciler.kube.api import JSON, KubeApi, resource_path
-from reconciler.names import ANN_MIRROR_POD, CLUSTER_OPERATOR_NAME
+from reconciler.kube.api import KubeApi, resource_path
+from reconciler.names import CLUSTER_OPERATOR_NAME
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings
 from reconciler.rollout import actions as act
 from reconciler.rollout.model import PlannerSettings, RolloutNode
 from reconciler.settings.cluster import ClusterSettings
-from reconciler.sim.fleet import FLEET_LABEL
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
-from tests.controller.drain_objects import budget, budget_status, create, deployment, pods
+from tests.controller.drain_objects import (
+    agent_daemonset,
+    bare_pod,
+    budget,
+    budget_status,
+    create,
+    deployment,
+    mirror_pod,
+    pods,
+)
 from tests.controller.helpers import cluster_operator, event_reasons
 
 pytestmark = pytest.mark.cluster
@@ -80,20 +88,10 @@ def test_nodes_carry_their_pods_and_budgets_while_drain_is_set_and_refusals_back
     fleet = fleet_factory(nodes=3, workloads=True)
     create(kube, deployment("web", ns, 3))
     create(kube, budget("web", ns, min_available=2))
-    kube.create(resource_path("apps/v1", "daemonsets", namespace=ns), {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "agent", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
-            "metadata": {"labels": {"app": "agent"}},
-            "spec": {"nodeSelector": {FLEET_LABEL: fleet.fleet_id},
-                     "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "agent", "image": "registry.local/agent:1"}]}}}})
+    create(kube, agent_daemonset("agent", ns, fleet.fleet_id))
     first, second = fleet.node_names[:2]
-    node_uid = kube.get(resource_path("v1", "nodes", first))["metadata"]["uid"]
-    _bare(kube, ns, "static-agent", first, annotations={ANN_MIRROR_POD: "hash"},
-          owner={"apiVersion": "v1", "kind": "Node", "name": first, "uid": node_uid,
-                 "controller": True})
-    _bare(kube, ns, "scratch", second, empty_dir=True)
+    create(kube, mirror_pod(kube, "static-agent", ns, first))
+    create(kube, bare_pod("scratch", ns, second, empty_dir=True))
 
     def budget_seen() -> object:
         snap = controller.snapshot()
@@ -201,15 +199,3 @@ def _messages(kube: KubeApi, reason: str) -> list[str]:
     events = kube.list("/api/v1/namespaces/default/events",
                        query={"fieldSelector": f"involvedObject.uid={uid},reason={reason}"})
     return [str(e.get("message")) for e in events["items"]]
-
-
-def _bare(kube: KubeApi, ns: str, name: str, node: str, *, annotations: dict[str, str] | None
-          = None, owner: JSON | None = None, empty_dir: bool = False) -> None:
-    meta: JSON = {"name": name, "namespace": ns, "annotations": dict(annotations or {})}
-    if owner is not None:
-        meta["ownerReferences"] = [owner]
-    kube.create(resource_path("v1", "pods", namespace=ns), {
-        "apiVersion": "v1", "kind": "Pod", "metadata": meta,
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "registry.local/c:1"}],
-                 "volumes": [{"name": "scratch", "emptyDir": {}}] if empty_dir else []}})

@@ -190,7 +190,7 @@ def test_a_deletion_keeps_its_time_from_the_plan_to_the_pod_and_after_the_pod_we
 
 
 def test_a_deletion_time_from_hostile_pod_metadata_is_a_time_or_unknown() -> None:
-    from reconciler.controller.observe import deletion_requested_at
+    from reconciler.kube.observe import deletion_requested_at
 
     at = "2026-11-30T10:00:31Z"
     assert deletion_requested_at({}) == 0.0, "not deleting"

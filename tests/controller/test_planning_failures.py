@@ -21,18 +21,11 @@ from reconciler.kube.api import KubeApi
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import RecordEvent
 from reconciler.runtime.watched import PLANNING_FAILED, PLANNING_RECOVERED
+from tests.clocks import VirtualClock
 
 IMAGE = "reg.local/metax/driver-image:2.32.0.6-amd64"
 GOOD_POLICY = {"enableRollout": True,
                "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}]}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_767_225_600.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class InlineEvents(ThreadPoolExecutor):
@@ -59,8 +52,8 @@ def cluster_operator(policy: dict[str, Any], version: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def rollout() -> tuple[RolloutController, Clock, list[RecordEvent]]:
-    clock = Clock()
+def rollout() -> tuple[RolloutController, VirtualClock, list[RecordEvent]]:
+    clock = VirtualClock(1_767_225_600.0)
     controller = RolloutController(api(), Target(cluster_operator="cluster-operator"),
                                    clock=clock)
     events: list[RecordEvent] = []
@@ -91,7 +84,7 @@ def planning_condition(status: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_event(
-    rollout: tuple[RolloutController, Clock, list[RecordEvent]],
+    rollout: tuple[RolloutController, VirtualClock, list[RecordEvent]],
 ) -> None:
     controller, clock, events = rollout
     # int-or-string lets any string through the CRD schema; only validation rejects it
@@ -155,7 +148,7 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
 
 
 def test_a_cleared_condition_whose_write_was_lost_is_cleared_again(
-    rollout: tuple[RolloutController, Clock, list[RecordEvent]],
+    rollout: tuple[RolloutController, VirtualClock, list[RecordEvent]],
 ) -> None:
     """The status writer drops a planned status another writer overtook; the next pass that
     plans still finds the True condition in the stored status and clears it."""
@@ -174,7 +167,7 @@ def test_a_cleared_condition_whose_write_was_lost_is_cleared_again(
 def test_a_firmware_planning_pass_that_raises_is_a_condition_and_a_rate_limited_event(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = Clock()
+    clock = VirtualClock(1_767_225_600.0)
     controller = FirmwareController(api(), clock=clock)
     statuses: list[dict[str, Any]] = []
     events: list[Any] = []
@@ -215,7 +208,7 @@ def test_a_firmware_planning_pass_that_raises_is_a_condition_and_a_rate_limited_
 
 
 def test_a_status_too_garbled_to_carry_the_condition_still_gets_the_event_and_back_off(
-    rollout: tuple[RolloutController, Clock, list[RecordEvent]],
+    rollout: tuple[RolloutController, VirtualClock, list[RecordEvent]],
 ) -> None:
     controller, clock, events = rollout
     garbled = cluster_operator(GOOD_POLICY, 30)

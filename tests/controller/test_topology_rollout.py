@@ -14,8 +14,8 @@ import pytest
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.controller.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.api import JSON, KubeApi, resource_path
+from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import ANN_STATE, CLUSTER_OPERATOR_NAME
 from reconciler.policy.rollout_settings import RolloutSettings, TopologySettings
@@ -24,7 +24,12 @@ from reconciler.settings.cluster import ClusterSettings
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from reconciler.sim.workloads import ZONE_LABEL, domain_labels
-from tests.controller.helpers import InvariantObserver, start_rollout, upgrade_status
+from tests.controller.helpers import (
+    InvariantObserver,
+    WatchRecorder,
+    start_rollout,
+    upgrade_status,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -48,7 +53,7 @@ def controller(kube: KubeApi) -> Iterator[RolloutController]:
     ctl.stop()
 
 
-class ZoneWatch:
+class ZoneWatch(WatchRecorder):
     """Node events: the first time each node carries our upgrade state, in order, and what the
     API server said then about the zones before it (a list after the event: a quorum read)."""
 
@@ -58,16 +63,8 @@ class ZoneWatch:
         self.touched: list[str] = []
         self.violations: list[str] = []
         self._lock = threading.Lock()
-        self._watch = ListWatch(kube, resource_path("v1", "nodes"), on_event=self._on_node,
-                                name="zone watch")
-
-    def __enter__(self) -> ZoneWatch:
-        self._watch.start()
-        self._watch.wait_synced(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._watch.stop()
+        self.watch = ListWatch(kube, resource_path("v1", "nodes"), on_event=self._on_node,
+                               name="zone watch")
 
     def upgraded(self) -> set[str]:
         pods = self.kube.list(resource_path("v1", "pods"))["items"]

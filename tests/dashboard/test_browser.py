@@ -18,13 +18,13 @@ from playwright.sync_api import BrowserContext, Page
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.controller.observe import is_driver_pod
 from reconciler.dashboard.audit import GitAudit
 from reconciler.dashboard.model import ClusterFacts, NodeFacts
 from reconciler.dashboard.server import DashboardApp, serve
 from reconciler.dashboard.source import ClusterSource
 from reconciler.dashboard.synthetic import NEW_REV, synthetic_facts
 from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.observe import is_driver_pod
 from reconciler.names import (
     ANN_STATE,
     ANN_TARGET,

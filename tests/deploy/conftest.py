@@ -9,20 +9,14 @@ import pytest
 
 from reconciler.kube.api import Conflict, KubeApi, resource_path
 from tests.deploy.audit import DEPLOY, AuditedControlPlane, load_documents
+from tests.planes import serve_plane
 
 RBAC = "rbac.authorization.k8s.io/v1"
 
 
 @pytest.fixture(scope="module")
 def audited_plane(request: pytest.FixtureRequest) -> Iterator[AuditedControlPlane]:
-    plane = AuditedControlPlane().start()
-    try:
-        yield plane
-    finally:
-        if request.session.testsfailed:
-            plane.mark_failed()
-            print(f"\naudited control plane logs kept in {plane.logs}")
-        plane.stop()
+    yield from serve_plane(request, AuditedControlPlane(), "audited control plane")
 
 
 @pytest.fixture(scope="module")

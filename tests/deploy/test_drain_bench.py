@@ -4,27 +4,13 @@ verdicts beside issue 32's goals."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_drain_rollout",
-                                                  ROOT / "bench" / "drain_rollout.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_drain_rollout"] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.deploy.bench_scripts import load_bench
 
 
 def test_the_minimum_adds_each_waves_grace_and_sequential_takes_a_domain_at_a_time() -> None:
-    bench = _bench()
+    bench = load_bench("drain_rollout")
     # 2,000 nodes: batches 100, 500, 600, 800 at maxParallel 50%: 8 waves of 60 + 5 s
     assert bench.theoretical_minimum(2000, 65.0) == 8 * 65.0
     # 20 zones of 100: step 1 is zone 1 in 2 waves of 50; each later step's zones take a
@@ -39,7 +25,7 @@ def test_the_minimum_adds_each_waves_grace_and_sequential_takes_a_domain_at_a_ti
 
 
 def test_serving_pods_every_other_node_in_deployments_of_100_behind_10_percent_budgets() -> None:
-    bench = _bench()
+    bench = load_bench("drain_rollout")
     assert bench.budget_sizes(1000, 100) == [100] * 10
     assert bench.budget_sizes(50, 100) == [50]
     assert bench.budget_sizes(250, 100) == [100, 100, 50]
@@ -63,7 +49,7 @@ def test_serving_pods_every_other_node_in_deployments_of_100_behind_10_percent_b
 
 
 def test_a_start_before_an_earlier_zones_last_ready_is_a_violation() -> None:
-    bench = _bench()
+    bench = load_bench("drain_rollout")
     zone_of = {"a1": "zone-1", "a2": "zone-1", "b1": "zone-2", "c1": "zone-3"}
     readies = [(10.0, "a1"), (12.0, "a2"), (20.0, "b1"), (30.0, "c1")]
     in_order = [(1.0, "a1"), (2.0, "a2"), (12.5, "b1"), (21.0, "c1")]
@@ -87,7 +73,7 @@ def mode(name: str, **figures: Any) -> dict[str, Any]:
 
 
 def test_each_goal_is_met_or_missed() -> None:
-    bench = _bench()
+    bench = load_bench("drain_rollout")
     result = {"serving_deployments": [100, 50], "modes": [
         mode("off", wall_over_minimum=1.2),
         mode("drain"),

@@ -34,6 +34,7 @@ from tests.deploy.rollout import (
     reconciler,
 )
 from tests.deploy.test_rbac import ROLES
+from tests.planes import serve_plane
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -44,14 +45,8 @@ NAMESPACE = "drain-rbac"
 @pytest.fixture(scope="module")
 def workload_plane(request: pytest.FixtureRequest) -> Iterator[AuditedControlPlane]:
     """An audited control plane with the controllers of Deployments and budgets."""
-    plane = AuditedControlPlane(workload_controllers=True).start()
-    try:
-        yield plane
-    finally:
-        if request.session.testsfailed:
-            plane.mark_failed()
-            print(f"\naudited control plane logs kept in {plane.logs}")
-        plane.stop()
+    yield from serve_plane(request, AuditedControlPlane(workload_controllers=True),
+                           "audited control plane")
 
 
 def _identity(plane: AuditedControlPlane, kube: KubeApi, name: str) -> tuple[Path, str]:

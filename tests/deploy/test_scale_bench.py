@@ -3,22 +3,9 @@ smallest's (issue 21's goals), from controller_rollout.py's figures."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _scale() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_scale"] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.deploy.bench_scripts import load_bench
 
 
 def size(nodes: int, *, wall: float, p99: float, cpu: float, rss: float,
@@ -37,7 +24,7 @@ def size(nodes: int, *, wall: float, p99: float, cpu: float, rss: float,
 
 def test_each_goal_is_met_or_missed_and_costs_per_node_are_compared_largest_to_smallest(
         ) -> None:
-    scale = _scale()
+    scale = load_bench("scale")
     small = size(1000, wall=1.05, p99=300.0, cpu=10.0, rss=200.0, requests=5500)
     big = size(10000, wall=1.12, p99=1200.0, cpu=130.0, rss=1100.0, requests=55000)
     ratio = scale.ratios(small, big)

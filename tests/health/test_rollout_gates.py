@@ -33,6 +33,7 @@ from tests.controller.helpers import (
     upgrade_status,
 )
 from tests.health.conftest import PrometheusFactory
+from tests.loops import started_loops
 from tests.sim.test_fleet import NEW
 
 pytestmark = pytest.mark.cluster
@@ -64,8 +65,6 @@ def health_yaml(url: str, *, step_checks: bool = False) -> str:
 
 @pytest.fixture
 def controller_with(kube: KubeApi) -> Iterator[ControllerFactory]:
-    started: list[RolloutController] = []
-
     def make(config_text: str) -> RolloutController:
         install_crd(kube)
         section = read_health(config_text)
@@ -77,13 +76,10 @@ def controller_with(kube: KubeApi) -> Iterator[ControllerFactory]:
             health=HealthFeeder(section, on_result=metrics.count_health_check),
         )
         ctl.metrics = metrics  # type: ignore[attr-defined]
-        started.append(ctl.start())
-        assert ctl.wait_synced(30)
-        return ctl
+        return ctl.start()
 
-    yield make
-    for ctl in started:
-        ctl.stop()
+    with started_loops(make) as start:
+        yield start
 
 
 def conditions(kube: KubeApi) -> dict[str, dict[str, Any]]:

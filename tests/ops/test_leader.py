@@ -20,14 +20,7 @@ from reconciler.ops.leader import (
     LeaseRecord,
 )
 from reconciler.ops.metrics import Metrics
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import VirtualClock
 
 
 class Store:
@@ -79,7 +72,7 @@ CONFIG = dict(namespace="gpu-system", name="gpu-reconciler", lease_duration=15.0
 
 
 def elector(
-    store: Store, identity: str, clock: Clock, *, skew: float = 0.0, **kwargs: object
+    store: Store, identity: str, clock: VirtualClock, *, skew: float = 0.0, **kwargs: object
 ) -> tuple[LeaderElector, Client, list[str]]:
     client = Client(store)
     events: list[str] = []
@@ -99,7 +92,7 @@ def elector(
 
 
 def test_first_candidate_creates_the_lease_and_leads() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     metrics = Metrics()
     a, _, events = elector(store, "a", clock, metrics=metrics)
     assert not a.is_leader
@@ -115,7 +108,7 @@ def test_first_candidate_creates_the_lease_and_leads() -> None:
 
 
 def test_second_candidate_waits_while_the_leader_renews() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     a, _, _ = elector(store, "a", clock)
     b, _, b_events = elector(store, "b", clock)
     a.tick()
@@ -130,7 +123,7 @@ def test_second_candidate_waits_while_the_leader_renews() -> None:
 
 
 def test_dead_leader_is_replaced_within_the_lease_duration() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     a, _, _ = elector(store, "a", clock)
     b, _, b_events = elector(store, "b", clock)
     a.tick()
@@ -153,7 +146,7 @@ def test_dead_leader_is_replaced_within_the_lease_duration() -> None:
 
 
 def test_partitioned_leader_stops_acting_before_the_lease_can_be_taken() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     a, a_client, a_events = elector(store, "a", clock)
     b, _, _ = elector(store, "b", clock)
     a.tick()
@@ -175,7 +168,7 @@ def test_partitioned_leader_stops_acting_before_the_lease_can_be_taken() -> None
 
 
 def test_release_hands_over_at_once() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     a, _, a_events = elector(store, "a", clock)
     b, _, _ = elector(store, "b", clock)
     a.tick()
@@ -189,7 +182,7 @@ def test_release_hands_over_at_once() -> None:
 
 
 def test_renewal_keeps_acquire_time_and_transitions() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     a, _, _ = elector(store, "a", clock)
     a.tick()
     assert store.record is not None
@@ -205,7 +198,7 @@ def test_renewal_keeps_acquire_time_and_transitions() -> None:
 def test_stalled_election_thread_cannot_keep_leadership() -> None:
     # The election thread stops ticking (stuck in a long GC or a blocked call):
     # is_leader still turns false at the renew deadline, with no tick needed.
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     a, _, _ = elector(store, "a", clock)
     a.tick()
     clock.now += 9.9
@@ -218,7 +211,7 @@ def test_stalled_election_thread_cannot_keep_leadership() -> None:
 def test_random_faults_never_two_leaders(seed: int) -> None:
     """Three replicas, random partitions, deaths, restarts and wall-clock skew."""
     rng = random.Random(seed)
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     replicas = []
     for name in ("a", "b", "c"):
         e, client, _ = elector(store, name, clock, skew=rng.uniform(-300, 300))
@@ -261,7 +254,7 @@ def test_config_is_checked(kwargs: dict[str, object], message: str) -> None:
 
 def test_the_holders_lease_duration_is_honoured() -> None:
     """During a rolling update replicas may disagree on the duration: the record's wins."""
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     b_client = Client(store)
     b = LeaderElector(
         b_client,
@@ -282,7 +275,7 @@ def test_the_holders_lease_duration_is_honoured() -> None:
 
 
 def test_lease_duration_is_written_rounded_up() -> None:
-    store, clock = Store(), Clock()
+    store, clock = Store(), VirtualClock()
     e = LeaderElector(Client(store), ElectionConfig("ns", "l", "a", 2.5, 2.2, 1.0), clock=clock)
     e.tick()
     assert store.record is not None and store.record.lease_duration_seconds == 3

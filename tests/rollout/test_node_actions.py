@@ -1,31 +1,25 @@
 """The node-maintenance vocabulary (``reconciler.planning.NodeAction``) has one reading of what
 each action does to the planner's view of a node, and every member of the union has its case:
-``apply_node_action`` (the simulator and the test world) and ``NodeIntent.of`` (the controller's
-index) are checked over the union's members, so a new member without its case fails here as it
-fails mypy (``assert_never``)."""
+``apply_node_action`` (the simulator, the test world and, through ``NodeIntent``, the
+controller's index) is checked over the union's members, so a new member without its case fails
+here as it fails mypy (``assert_never``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import get_args
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler.controller.index import NodeIntent
-from reconciler.planning import (
-    NODE_ACTIONS,
-    AnnotateNode,
-    Cordon,
-    DeleteDriverPod,
-    DeletePod,
-    EvictPod,
-    NodeAction,
-    Uncordon,
-)
+from reconciler import planning
+from reconciler.controller.index import NodeIntent, with_intents
+from reconciler.planning import AnnotateNode, Cordon, DeleteDriverPod, DeletePod, EvictPod, Uncordon
 from reconciler.rollout.actions import Action
-from reconciler.rollout.model import DriverPod, RolloutNode, WorkloadPod
+from reconciler.rollout.model import DriverPod, RolloutNode, WorkloadPod, build_node, build_pod
 from reconciler.rollout.node_view import apply_node_action, apply_node_actions, with_pod
+from reconciler.rollout.simulator import SimEvent, sim_event
 
 POD = DriverPod("drv-a-0", "rev-old", ready=True, created_at=100.0)
 WEB, JOB = WorkloadPod("serve", "web-1"), WorkloadPod("train", "job-1", controller_kind="Job")
@@ -33,7 +27,7 @@ NODE = RolloutNode("a", annotations={"keep": "1", "drop": "x"}, pod=POD, pod_del
                    pods=(WEB, JOB))
 
 #: one example of every node action, with the view once it landed
-LANDED: dict[type, tuple[NodeAction, RolloutNode]] = {
+LANDED: dict[type, tuple[planning.NodeAction, RolloutNode]] = {
     Cordon: (Cordon("a"), RolloutNode("a", unschedulable=True,
                                       annotations={"keep": "1", "drop": "x"}, pod=POD,
                                       pod_deleted_at=5.0, pods=(WEB, JOB))),
@@ -61,30 +55,29 @@ LANDED: dict[type, tuple[NodeAction, RolloutNode]] = {
 
 
 def test_the_vocabulary_is_the_union_and_every_member_has_an_example() -> None:
-    assert set(NODE_ACTIONS) == set(get_args(NodeAction)) == set(LANDED)
+    assert set(planning.NODE_ACTIONS) == set(get_args(planning.NodeAction)) == set(LANDED)
     # both planners' node actions are members of the rollout's Action union
-    assert set(NODE_ACTIONS) <= set(get_args(Action))
+    assert set(planning.NODE_ACTIONS) <= set(get_args(Action))
 
 
-@pytest.mark.parametrize("kind", list(get_args(NodeAction)), ids=lambda k: k.__name__)
+@pytest.mark.parametrize("kind", list(get_args(planning.NodeAction)), ids=lambda k: k.__name__)
 def test_every_node_action_lands_on_the_view(kind: type) -> None:
     action, expected = LANDED[kind]
     assert isinstance(action, kind)
     assert apply_node_action(NODE, action) == expected
 
 
-@pytest.mark.parametrize("kind", list(get_args(NodeAction)), ids=lambda k: k.__name__)
+@pytest.mark.parametrize("kind", list(get_args(planning.NodeAction)), ids=lambda k: k.__name__)
 def test_every_node_action_is_an_intent_of_the_index(kind: type) -> None:
+    """The index lays its requests in flight over the view with the same reading; a workload
+    pod's eviction or deletion waits for that pod's watch event instead."""
     action, expected = LANDED[kind]
     intent = NodeIntent.of([action])
-    if isinstance(action, AnnotateNode):
-        assert dict(intent.annotations) == dict(action.annotations)
+    if isinstance(action, EvictPod | DeletePod):
+        assert intent.actions == () and with_intents(NODE, [intent]) is NODE
     else:
-        assert intent.annotations == {}
-    assert intent.unschedulable == (
-        expected.unschedulable if isinstance(action, Cordon | Uncordon) else None)
-    deleting = expected.pod is not None and expected.pod.deleting
-    assert intent.deleting == (frozenset({POD.name}) if deleting else frozenset())
+        assert intent.actions == (action,)
+        assert with_intents(NODE, [intent]) == expected
 
 
 def test_deleting_a_pod_that_is_gone_changes_nothing() -> None:
@@ -122,3 +115,20 @@ def test_consecutive_markings_fold_into_one_view_as_one_by_one(
     for action in actions:
         one_by_one = apply_node_action(one_by_one, action)
     assert apply_node_actions(NODE, actions) == one_by_one
+
+
+def test_the_fast_builders_build_what_the_constructors_build() -> None:
+    """``build_pod``, ``build_node`` and ``sim_event`` set the slots of frozen objects directly
+    (the simulator's hot path); each takes every field, so a new field must join them here."""
+    values = ("drv", "rev", True, "CrashLoopBackOff", 3, 1.5, True, 2.5)
+    assert len(dataclasses.fields(DriverPod)) == len(values)
+    pod = build_pod(*values)
+    assert pod == DriverPod(*values) and hash(pod) == hash(DriverPod(*values))
+    node_values = ("a", False, True, {"l": "1"}, {"k": "v"}, pod, ("ns/job",), 7.0, (WEB,))
+    assert len(dataclasses.fields(RolloutNode)) == len(node_values)
+    assert build_node(*node_values) == RolloutNode(*node_values)
+    event_values = (1.0, "NodeReady", "a: Ready", "a", 2)
+    assert len(dataclasses.fields(SimEvent)) == len(event_values)
+    assert sim_event(*event_values) == SimEvent(*event_values)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pod.ready = False  # type: ignore[misc]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reconciler.names import (
     ANN_ATTEMPT,
     ANN_DELETED_AT,
+    ANN_FAILURE_REASON,
     ANN_STATE,
     ANN_TARGET,
     ANN_WAS_UNSCHEDULABLE,
@@ -582,6 +583,25 @@ def test_ready_timeout_is_a_failure() -> None:
     w.plan(600)
     assert w.inner["currentFailureRetry"] == 1
     assert w.annotation("node-0001", ANN_STATE) == "failed"
+
+
+def test_without_drain_a_changed_ready_timeout_applies_to_nodes_in_flight_at_the_next_pass(
+) -> None:
+    """Drain off: a start records no settings (no ``drain-settings``), so the readyTimeout of a
+    node in flight is the pass's, the one of the latest commit (docs/rollout.md, "readyTimeout
+    and a commit that changes it")."""
+    w = World(2, policy(maxFailureThreshold=2), settings=PlannerSettings(ready_timeout=600))
+    w.settle(0)
+    assert w.plan(100).in_flight == 1
+    # a commit lengthens it: the node started at 0 is still in flight at 600 ...
+    w.settings = PlannerSettings(ready_timeout=1000)
+    assert w.plan(600).in_flight == 1
+    assert w.annotation("node-0001", ANN_STATE) == "upgrading"
+    # ... a commit shortens it: at the next pass the node has run out (started 700 s ago)
+    w.settings = PlannerSettings(ready_timeout=300)
+    w.plan(700)
+    assert w.annotation("node-0001", ANN_STATE) == "failed"
+    assert w.annotation("node-0001", ANN_FAILURE_REASON) == "ReadyTimeout"
 
 
 def test_failed_node_stays_cordoned_and_unavailable() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as s
@@ -205,23 +205,33 @@ def scenarios_with_people(draw: Any) -> dict[str, Any]:
     return scenario
 
 
+ObserverT = TypeVar("ObserverT", bound=Observer)
+
+
 def run(scenario: dict[str, Any]) -> tuple[Simulation, Any, Observer]:
-    policy = UpgradePolicy.from_spec(scenario["policy"])
-    observer = Observer(policy)
-    config = SimConfig(
+    return run_observed(scenario, Observer(UpgradePolicy.from_spec(scenario["policy"])))
+
+
+def run_observed(scenario: dict[str, Any], observer: ObserverT, *,
+                 settings: PlannerSettings = SETTINGS,
+                 **config: Any) -> tuple[Simulation, Any, ObserverT]:
+    """The scenario simulated with ``observer`` checking every planning call; ``config``: more
+    of ``SimConfig`` (a fleet of its own)."""
+    sim_config = SimConfig(
         nodes=scenario["n"],
         from_version=OLD_VERSION,
         install_seconds=scenario["install"],
         auto_confirm=scenario["confirm"],
         faults=scenario["faults"],
-        settings=SETTINGS,
+        settings=settings,
         verify_idempotent=not scenario["crashes"],
         crash_calls=scenario["crashes"],
         crash_seed=scenario["crash_seed"],
         observer=observer,
         interventions=scenario["interventions"],
+        **config,
     )
-    sim = Simulation({"payload": NEW_PAYLOAD, "upgradePolicy": scenario["policy"]}, config)
+    sim = Simulation({"payload": NEW_PAYLOAD, "upgradePolicy": scenario["policy"]}, sim_config)
     observer.sim = sim
     return sim, sim.run(), observer
 

@@ -24,10 +24,17 @@ from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod
 from reconciler.rollout.model import FAILURE_REASONS, PlannerSettings, RolloutNode, RolloutSnapshot
 from reconciler.rollout.planner import Plan
-from reconciler.rollout.simulator import EPOCH, SimConfig, Simulation
+from reconciler.rollout.simulator import EPOCH, Simulation
 
-from .test_properties import Observer, in_flight, scenarios, scenarios_with_people, unavailable
-from .world import NEW_PAYLOAD, NEW_REV, OLD_VERSION
+from .test_properties import (
+    Observer,
+    in_flight,
+    run_observed,
+    scenarios,
+    scenarios_with_people,
+    unavailable,
+)
+from .world import NEW_REV
 
 KEY = "topology.kubernetes.io/zone"
 READY_TIMEOUT = 600  # as test_properties' in_flight reads it
@@ -137,24 +144,10 @@ def topology_scenarios(draw: Any, people: bool = False) -> dict[str, Any]:
 
 def run(scenario: dict[str, Any]) -> tuple[Simulation, Any, TopologyObserver]:
     policy = UpgradePolicy.from_spec(scenario["policy"])
-    observer = TopologyObserver(policy, scenario["topology"])
-    config = SimConfig(
-        nodes=scenario["n"],
-        from_version=OLD_VERSION,
-        install_seconds=scenario["install"],
-        auto_confirm=scenario["confirm"],
-        faults=scenario["faults"],
+    return run_observed(
+        scenario, TopologyObserver(policy, scenario["topology"]),
         settings=PlannerSettings(ready_timeout=READY_TIMEOUT, topology=scenario["topology"]),
-        verify_idempotent=not scenario["crashes"],
-        crash_calls=scenario["crashes"],
-        crash_seed=scenario["crash_seed"],
-        observer=observer,
-        interventions=scenario["interventions"],
-        fleet=scenario["fleet"],
-    )
-    sim = Simulation({"payload": NEW_PAYLOAD, "upgradePolicy": scenario["policy"]}, config)
-    observer.sim = sim
-    return sim, sim.run(), observer
+        fleet=scenario["fleet"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -18,14 +18,7 @@ from reconciler.runtime.failures import (
     PassFailures,
     failure_kind,
 )
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import VirtualClock
 
 
 class Shown:

@@ -19,14 +19,7 @@ from reconciler.runtime.failures import PassFailures, RetryLater
 from reconciler.runtime.worker import MAX_PASS_SPACING, Worker
 from reconciler.sync.loop import FIRST_BACKOFF, MAX_BACKOFF, NOT_LEADER_RECHECK, SyncFailures
 from reconciler.sync.record import SyncStats
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import VirtualClock
 
 
 class NoFailures:

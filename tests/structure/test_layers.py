@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 #: code that keeps a virtual or display clock of its own (issue 16)
@@ -57,6 +59,63 @@ def test_an_import_circle_breaks_the_layers_contract(tmp_path: Path) -> None:
     done = _lint_imports(tmp_path)
     assert done.returncode == 1, done.stdout[-4000:]
     assert "reconciler.fleet.windows is not allowed to import reconciler.policy" in done.stdout
+    assert "BROKEN" in done.stdout
+
+
+def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tmp_path: Path) -> None:
+    """The circle issue 35 removed inside the policy package (the repository config validates
+    with ``validation.py``; validation reading the config back) comes back: the layers contract
+    names packages, so the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
+    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    validation = tmp_path / "reconciler" / "policy" / "validation.py"
+    validation.write_text(validation.read_text() + "\n\ndef _config() -> object:\n"
+                          "    from reconciler.policy import repo_config\n\n"
+                          "    return repo_config\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "No cycles are allowed in reconciler.policy." in done.stdout
+    assert "- .validation -> .repo_config (1 import)" in done.stdout
+    assert "BROKEN" in done.stdout
+
+
+#: an import each independence contract refuses, hidden in a function: (the module that gets
+#: it, the module it imports, the line lint-imports prints)
+INDEPENDENT_IMPORTS = [
+    pytest.param("sync/install_times.py", "reconciler.controller.index",
+                 "reconciler.sync is not allowed to import reconciler.controller",
+                 id="a role imports another"),
+    pytest.param("firmware/controller.py", "reconciler.sim.fleet",
+                 "reconciler.firmware.controller is not allowed to import reconciler.sim",
+                 id="a role imports the simulator"),
+    pytest.param("dashboard/model.py", "reconciler.notify.events",
+                 "reconciler.dashboard is not allowed to import reconciler.notify",
+                 id="the dashboard imports the notifications"),
+    pytest.param("demo/runner.py", "reconciler.daemon.assembly",
+                 "reconciler.demo is not allowed to import reconciler.daemon",
+                 id="the demo imports the daemon's assembly"),
+]
+
+
+@pytest.mark.parametrize(("module", "imported", "refusal"), INDEPENDENT_IMPORTS)
+def test_an_import_between_independent_parts_breaks_a_contract(
+        tmp_path: Path, module: str, imported: str, refusal: str) -> None:
+    """Parts that must not know each other (the roles, the simulator; the dashboard and the
+    notifications; the demo and the daemon it starts as a process): one import between them,
+    even inside a function, fails ``lint-imports`` (the simulator, the notifications and the
+    daemon sit below the parts that import them here: only the independence contracts refuse
+    those three)."""
+    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    path = tmp_path / "reconciler" / module
+    package, _, name = imported.rpartition(".")
+    path.write_text(path.read_text() + f"\n\ndef _other() -> object:\n"
+                    f"    from {package} import {name}\n\n    return {name}\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert f"{refusal}:" in done.stdout
     assert "BROKEN" in done.stdout
 
 

@@ -19,6 +19,7 @@ from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
 from reconciler.sync.loop import ClusterSync
 from tests.gitops.conftest import GitDaemon, Person, Remote, git, git_identity
+from tests.loops import started_loops
 
 __all__ = ["GitDaemon", "Person", "Remote", "git", "git_identity"]
 
@@ -100,20 +101,14 @@ SyncFactory = Callable[..., ClusterSync]
 @pytest.fixture
 def make_sync(kube: KubeApi, tmp_path: Path) -> Iterator[SyncFactory]:
     """``make_sync(url, **options)`` starts the sync role in this process; stopped after."""
-    started: list[ClusterSync] = []
-
     def make(url: str, **options: Any) -> ClusterSync:
         options.setdefault("cluster", CLUSTER)
         options.setdefault("state_dir", tmp_path / "state")
         options.setdefault("fetch_interval", 30.0)
-        sync = ClusterSync(kube, url, **options).start()
-        started.append(sync)
-        assert sync.wait_synced(30)
-        return sync
+        return ClusterSync(kube, url, **options).start()
 
-    yield make
-    for sync in started:
-        sync.stop()
+    with started_loops(make) as start:
+        yield start
 
 
 @pytest.fixture

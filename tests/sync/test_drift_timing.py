@@ -11,14 +11,7 @@ from reconciler.kube.api import KubeApi
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.fields import PAUSE
 from reconciler.sync.record import SyncStats
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import VirtualClock
 
 
 class RecordingApi:

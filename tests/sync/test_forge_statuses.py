@@ -5,9 +5,12 @@ gets ``failure`` on itself."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,32 +45,46 @@ def _report_to(forge: ForgeStub, kind: str, sync: ClusterSync, tmp_path: Path, *
     return poster
 
 
+@contextlib.contextmanager
+def _posting(make_sync: SyncFactory, remote: Remote, tmp_path: Path, kind: str, *,
+             hang: bool = False, **report: Any,
+             ) -> Iterator[tuple[ForgeStub, ClusterSync, CommitStatuses]]:
+    """A forge played on 127.0.0.1 (never answering with ``hang``) and the sync role on
+    ``remote`` reporting to it; on leaving, the forge released and the poster stopped."""
+    with serve_forge() as forge:
+        if hang:
+            forge.hang = threading.Event()
+        sync = make_sync(remote.url)
+        poster = _report_to(forge, kind, sync, tmp_path, **report)
+        try:
+            yield forge, sync, poster
+        finally:
+            if forge.hang is not None:
+                forge.hang.set()
+            poster.stop()
+
+
 def test_pending_during_the_rollout_and_success_at_the_end_on_the_merged_commit(
     kube: KubeApi, fleet10: Fleet, controller: RolloutController, policy_remote: Remote,
     alice: Person, make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
     seed = policy_remote.head()
-    with serve_forge() as forge:
-        sync = make_sync(policy_remote.url)
-        poster = _report_to(forge, "github", sync, tmp_path,
-                            target_url="https://dash.example.com/")
-        try:
-            wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
-            merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
-            sync.trigger()
-            wait_for(lambda: any("manual gate" in r["body"]["description"]
-                                 for r in forge.requests), timeout=60,
-                     what="pending at the manual gate", observe=lambda: forge.requests)
-            # our write-back of pause: true changes the cluster's folder: it gets no status
-            wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
-                                 for s in subjects(policy_remote)),
-                     timeout=30, what="the pause write-back")
-            resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
-                                             policy(NEW, pause=False))
-            wait_for(lambda: any(r["body"]["state"] == "success" for r in forge.requests),
-                     timeout=30, what="success posted", observe=lambda: forge.requests)
-        finally:
-            poster.stop()
+    with _posting(make_sync, policy_remote, tmp_path, "github",
+                  target_url="https://dash.example.com/") as (forge, sync, _):
+        wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+        merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
+        sync.trigger()
+        wait_for(lambda: any("manual gate" in r["body"]["description"]
+                             for r in forge.requests), timeout=60,
+                 what="pending at the manual gate", observe=lambda: forge.requests)
+        # our write-back of pause: true changes the cluster's folder: it gets no status
+        wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
+                             for s in subjects(policy_remote)),
+                 timeout=30, what="the pause write-back")
+        resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
+                                         policy(NEW, pause=False))
+        wait_for(lambda: any(r["body"]["state"] == "success" for r in forge.requests),
+                 timeout=30, what="success posted", observe=lambda: forge.requests)
     posts = forge.requests
     shas = {r["path"].rsplit("/", 1)[1] for r in posts}
     assert shas == {merge}, (merge, resume, posts)
@@ -90,17 +107,12 @@ def test_a_rejected_commit_gets_failure_on_itself(
     kube: KubeApi, fleet10: Fleet, policy_remote: Remote, alice: Person,
     make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
-    with serve_forge() as forge:
-        sync = make_sync(policy_remote.url)
-        poster = _report_to(forge, "gitlab", sync, tmp_path)
-        try:
-            bad = alice.commit_and_push("Break prod-a", {
-                POLICY_PATH: policy(NEW, max_parallel='"-3"')})
-            sync.trigger()
-            wait_for(lambda: any(bad in r["path"] for r in forge.requests), timeout=60,
-                     what="the rejection posted", observe=lambda: forge.requests)
-        finally:
-            poster.stop()
+    with _posting(make_sync, policy_remote, tmp_path, "gitlab") as (forge, sync, _):
+        bad = alice.commit_and_push("Break prod-a", {
+            POLICY_PATH: policy(NEW, max_parallel='"-3"')})
+        sync.trigger()
+        wait_for(lambda: any(bad in r["path"] for r in forge.requests), timeout=60,
+                 what="the rejection posted", observe=lambda: forge.requests)
     post = next(r for r in forge.requests if bad in r["path"])
     assert post["path"] == f"/projects/fleet%2Fpolicy/statuses/{bad}"
     assert post["body"]["state"] == "failed"
@@ -152,24 +164,19 @@ def test_a_hanging_forge_does_not_hold_the_rollout(
     alice: Person, make_sync: SyncFactory, tmp_path: Path,
 ) -> None:
     seed = policy_remote.head()
-    with serve_forge() as forge:
-        forge.hang = threading.Event()  # never answers while the rollout runs
-        sync = make_sync(policy_remote.url)
-        poster = _report_to(forge, "gitea", sync, tmp_path, interval=0.0)
-        try:
-            wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
-            alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
-            sync.trigger()
-            forge.wait_for(1, timeout=60)  # the poster is stuck in the forge from here on
-            wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
-                                 for s in subjects(policy_remote)),
-                     timeout=60, what="the pause write-back")
-            resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
-                                             policy(NEW, pause=False))
-            assert poster.posted == []  # the whole rollout ran while the forge hung
-            assert source_commit(kube) == resume
-            # every commit was applied as fast as without a forge (merge-to-apply, docs/gitops.md)
-            assert all(seconds < 5.0 for _, seconds in sync.stats.applies), sync.stats.applies
-        finally:
-            forge.hang.set()
-            poster.stop()
+    # the forge never answers while the rollout runs
+    with _posting(make_sync, policy_remote, tmp_path, "gitea", hang=True,
+                  interval=0.0) as (forge, sync, poster):
+        wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
+        alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
+        sync.trigger()
+        forge.wait_for(1, timeout=60)  # the poster is stuck in the forge from here on
+        wait_for(lambda: any("pause the rollout at step 1/3: manual gate" in s
+                             for s in subjects(policy_remote)),
+                 timeout=60, what="the pause write-back")
+        resume = release_gate_to_the_end(kube, alice, sync, POLICY_PATH,
+                                         policy(NEW, pause=False))
+        assert poster.posted == []  # the whole rollout ran while the forge hung
+        assert source_commit(kube) == resume
+        # every commit was applied as fast as without a forge (merge-to-apply, docs/gitops.md)
+        assert all(seconds < 5.0 for _, seconds in sync.stats.applies), sync.stats.applies

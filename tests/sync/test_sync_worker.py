@@ -15,15 +15,8 @@ from kubernetes import client as k8s_client
 from reconciler.gitops.source import NewCommit
 from reconciler.kube.api import KubeApi, KubeError
 from reconciler.sync.loop import ClusterSync
+from tests.clocks import VirtualClock
 from tests.sync.conftest import CLUSTER, Remote
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class RefusingApi(KubeApi):
@@ -51,7 +44,7 @@ def unstarted_sync(remote: Remote, tmp_path: Path, clock: VirtualClock, *,
 def test_a_sync_replica_that_is_not_the_leader_does_not_pass_and_looks_again_in_0_2_s(
     policy_remote: Remote, tmp_path: Path,
 ) -> None:
-    clock = VirtualClock()
+    clock = VirtualClock(500.0)
     leader = [False]
     sync, api = unstarted_sync(policy_remote, tmp_path, clock, leader=leader)
     assert not sync.worker.turn()
@@ -67,7 +60,7 @@ def test_a_sync_replica_that_is_not_the_leader_does_not_pass_and_looks_again_in_
 def test_new_heads_watch_events_and_resyncs_kick_the_sync_worker(
     policy_remote: Remote, tmp_path: Path,
 ) -> None:
-    clock = VirtualClock()
+    clock = VirtualClock(500.0)
     sync, _ = unstarted_sync(policy_remote, tmp_path, clock, leader=[False])
     kicks = {
         "a new head": lambda: sync._on_commit(NewCommit("main", "a" * 40, None, ())),
@@ -85,7 +78,7 @@ def test_new_heads_watch_events_and_resyncs_kick_the_sync_worker(
 def test_a_failing_sync_pass_backs_off_from_0_2_s_doubling_to_10_s_whatever_kicks_it(
     policy_remote: Remote, tmp_path: Path,
 ) -> None:
-    clock = VirtualClock()
+    clock = VirtualClock(500.0)
     sync, api = unstarted_sync(policy_remote, tmp_path, clock, leader=[True])
     waits = []
     for _ in range(8):
