@@ -76,6 +76,12 @@ def _fail(message: str) -> NoReturn:
     raise InputError("\n".join(printable(line) for line in message.split("\n")))
 
 
+def _short(value: object) -> str:
+    """``repr(value)``, cut to 80 characters: a file's value quoted in a message."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...{text[-10:]} ({len(text)} characters)"
+
+
 def _wrap(text: str, obj: Any) -> tuple[str, int, int, str]:
     """Text of a full object for a bare fragment: (text, line shift, indent, pointer prefix)."""
     if not isinstance(obj, Mapping) or "apiVersion" in obj or "kind" in obj:
@@ -163,11 +169,11 @@ def load_faults(path: Path | None, nodes: int,
             _fail(f"{where}: expected exactly the keys 'node' and 'fault', got {shown}")
         node, fault = entry["node"], entry["fault"]
         if not known(node):
-            _fail(f"{at(item + '/node')}: faults[{index}].node: no node named {node!r} in a "
+            _fail(f"{at(item + '/node')}: faults[{index}].node: no node named {_short(node)} in a "
                   f"fleet of {nodes} nodes " + ("(--nodes-file)" if names is not None else
                   f"(names run {node_name(1, width)} .. {node_name(nodes, width)})"))
-        if fault not in FAULTS and fault not in GPU_FAULTS:
-            _fail(f"{at(item + '/fault')}: faults[{index}].fault: unknown fault {fault!r}; "
+        if not isinstance(fault, str) or (fault not in FAULTS and fault not in GPU_FAULTS):
+            _fail(f"{at(item + '/fault')}: faults[{index}].fault: unknown fault {_short(fault)}; "
                   f"expected one of {', '.join((*FAULTS, *sorted(GPU_FAULTS)))}")
         if node in faults or node in gpu_faults:
             _fail(f"{at(item + '/node')}: faults[{index}].node: {node} already has a fault "

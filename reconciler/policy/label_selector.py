@@ -43,7 +43,8 @@ def label_key_error(key: str) -> str | None:
     return None
 
 
-def _value_error(value: str) -> str | None:
+def label_value_error(value: str) -> str | None:
+    """Why ``value`` is not a label value (None when it is one)."""
     if len(value) > 63 or not _VALUE.match(value):
         return (f"{value!r} is not a label value (at most 63 letters, digits, '-', '_' and '.', "
                 "starting and ending with a letter or a digit)")
@@ -118,7 +119,7 @@ class LabelSelector:
                     raise LabelSelectorError(f"cannot parse {part.strip()!r} in selector {text!r}")
                 values = [match["value"]]
             for value in values:
-                error = _value_error(value)
+                error = label_value_error(value)
                 if error is not None:
                     raise LabelSelectorError(f"{error} (in selector {text!r})")
             operator: Operator = "NotIn" if op in ("!=", "notin") else "In"
