@@ -376,6 +376,8 @@ class _ErrorMapper:
         if re.match(PERCENT_PATTERN, squeezed.lstrip("-+")):
             if self.accepts(field, squeezed.lstrip("-+")):
                 return "; a percentage cannot be negative" if value.startswith("-") else ""
+            if self.accepts(field, "1%") and self.accepts(field, "100%"):
+                return "; a percentage goes from 1% to 100%"
             if self.accepts(field, 1):
                 return f"; {name or 'it'} takes an integer, not a percentage"
         return ""

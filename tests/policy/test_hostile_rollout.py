@@ -5,12 +5,15 @@ traceback and never an unusable value taken as valid. Pure: no child process, no
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from reconciler.cli.simulate import InputError, load_faults
 from reconciler.cli.simulate_topology import load_nodes_file
+from reconciler.policy.forge_config import ForgeConfigError, check_api_url, forge_config
+from reconciler.policy.notify_config import NotifyConfigError, read_notify
 from reconciler.policy.validation import validate_repo_config
 
 HUGE = "9" * 400
@@ -72,3 +75,46 @@ def test_a_duration_too_large_to_count_is_an_error_where_written(key: str) -> No
 def test_a_cluster_duration_too_large_is_an_error_where_written() -> None:
     errors = _errors(f"clusters:\n  lab:\n    rollout:\n      readyTimeout: {HUGE}h\n")
     assert [line for line, _ in errors] == [4], errors
+
+
+@pytest.mark.parametrize("value", ["0%", "101%", "1000%"])
+def test_a_per_domain_percentage_out_of_range_says_the_range(value: str) -> None:
+    errors = _errors(f"rollout:\n  topology: {{key: zone, maxUnavailablePerDomain: '{value}'}}\n")
+    assert [line for line, _ in errors] == [2], errors
+    assert "not a percentage" not in errors[0][1]
+    assert "1%" in errors[0][1] and "100%" in errors[0][1]
+
+
+@pytest.mark.parametrize("url", ["https://[::1", "https://[x/", "https://h:99999",
+                                 "https://h:0", "https://h\x1b[2J/", "https://h/a b",
+                                 "https://h/\r\nX: y"])
+def test_a_forge_url_that_cannot_be_posted_to_is_refused_naming_the_key(url: str) -> None:
+    with pytest.raises(ForgeConfigError, match=r"^forge\.url: "):
+        check_api_url(url, key="forge.url")
+
+
+def test_validate_refuses_a_forge_url_the_daemon_refuses() -> None:
+    errors = _errors("forge: {type: gitea, url: 'https://[::1', repository: o/n}\n")
+    assert [line for line, _ in errors] == [1], errors
+
+
+@pytest.mark.parametrize("url", ["https://[::1/x", "https://x:99999/h", "https://x/\r\nX: y",
+                                 "https://", "https:// x/h", "https://x/\x1b[2J"])
+def test_a_sink_url_that_cannot_be_posted_to_is_refused_naming_the_key(url: str) -> None:
+    with pytest.raises(NotifyConfigError, match=r"^notify\[0\]\.url: "):
+        read_notify([{"name": "a", "type": "feishu", "url": url}])
+
+
+def test_validate_refuses_a_sink_url_the_daemon_refuses() -> None:
+    errors = _errors("notify:\n  - {name: a, type: feishu, url: 'https://x:99999/h'}\n")
+    assert [line for line, _ in errors] == [2], errors
+
+
+@pytest.mark.parametrize("repository", ["../../admin", "o/./n", "o/n\x1b[2J"])
+def test_a_forge_repository_that_would_leave_its_api_path_is_refused(repository: str) -> None:
+    with pytest.raises(ForgeConfigError, match="repository"):
+        forge_config(kind="gitea", url="https://gitea.example.com/api/v1",
+                     repository=repository, remote="")
+    errors = _errors("forge: {type: gitea, url: 'https://gitea.example.com/api/v1', "
+                     f"repository: {json.dumps(repository)}}}\n")
+    assert [line for line, _ in errors] == [1], errors
