@@ -12,6 +12,7 @@ import pytest
 
 from reconciler.cli.simulate import InputError, load_faults
 from reconciler.cli.simulate_topology import load_nodes_file
+from reconciler.fleet.plan import changed_paths, resolved_settings
 from reconciler.policy.forge_config import ForgeConfigError, check_api_url, forge_config
 from reconciler.policy.notify_config import NotifyConfigError, read_notify
 from reconciler.policy.validation import validate_repo_config
@@ -118,3 +119,12 @@ def test_a_forge_repository_that_would_leave_its_api_path_is_refused(repository:
     errors = _errors("forge: {type: gitea, url: 'https://gitea.example.com/api/v1', "
                      f"repository: {json.dumps(repository)}}}\n")
     assert [line for line, _ in errors] == [1], errors
+
+
+def test_a_cluster_rollout_section_is_planned_key_by_key() -> None:
+    """``clusters.<name>.rollout`` replaces the repository-wide keys one by one: adding
+    ``drain`` to a cluster changes its drain, not its inherited ``readyTimeout``."""
+    wide = {"rollout": {"readyTimeout": "10m"}}
+    own = {**wide, "clusters": {"lab": {"rollout": {"drain": {"timeout": "5m"}}}}}
+    assert list(changed_paths(resolved_settings(wide, "lab"), resolved_settings(own, "lab"))) \
+        == ["rollout.drain"]
