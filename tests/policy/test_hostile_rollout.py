@@ -128,3 +128,11 @@ def test_a_cluster_rollout_section_is_planned_key_by_key() -> None:
     own = {**wide, "clusters": {"lab": {"rollout": {"drain": {"timeout": "5m"}}}}}
     assert list(changed_paths(resolved_settings(wide, "lab"), resolved_settings(own, "lab"))) \
         == ["rollout.drain"]
+
+
+@pytest.mark.parametrize("selector", ["a," * 200_000, "a=b," * 50_000 + "c=(",
+                                      "k" * 100_000 + "=v", "k=" + "v" * 100_000])
+def test_a_huge_selector_is_quoted_shortened_where_written(selector: str) -> None:
+    errors = _errors(f"rollout:\n  drain: {{podSelector: '{selector}'}}\n")
+    assert [line for line, _ in errors] == [2]
+    assert len(errors[0][1]) < 1000
