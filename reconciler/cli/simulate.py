@@ -451,6 +451,7 @@ def simulate(
     fleet = load_nodes_file(nodes_file, MAX_NODES, _fail) if nodes_file is not None else ()
     nodes = len(fleet) if fleet else int(nodes or 0)
     driver = load_driver_spec(policy_file)
+    settings = load_repo_config(repo_config)  # the whole file first: then its health section
     health = load_health(repo_config, cluster)
     gpu_faults: dict[str, str] = {}
     faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None,
@@ -464,7 +465,6 @@ def simulate(
         click.echo(printable(f"note: {from_version} and {payload.get('version')} name the "
                              "same image; no rollout starts"), err=True)
     start = _start(start_text)
-    settings = load_repo_config(repo_config)
     if ready_timeout is None:
         ready_timeout = settings.ready_timeout_for(cluster) if settings else 600.0
     windows = windows_for(settings, cluster) if settings else None

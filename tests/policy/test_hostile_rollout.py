@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from reconciler.cli.main import cli
 from reconciler.cli.simulate import InputError, load_faults
 from reconciler.cli.simulate_topology import load_nodes_file
 from reconciler.fleet.plan import changed_paths, resolved_settings
@@ -136,3 +138,18 @@ def test_a_huge_selector_is_quoted_shortened_where_written(selector: str) -> Non
     errors = _errors(f"rollout:\n  drain: {{podSelector: '{selector}'}}\n")
     assert [line for line, _ in errors] == [2]
     assert len(errors[0][1]) < 1000
+
+
+def test_a_repo_config_that_is_not_utf8_is_refused_as_a_file(tmp_path: Path) -> None:
+    """``simulate --repo-config``: bytes that are not UTF-8 make the file not valid, located;
+    not 'the health section is not valid' for a file without one."""
+    config = tmp_path / "reconciler.yaml"
+    config.write_bytes(b"rollout:\n  readyTimeout: \"\xff\"\n")
+    policy = Path(__file__).resolve().parents[2] / "examples-repo/clusters/lab-10" \
+        / "cluster-operator.yaml"
+    result = CliRunner().invoke(cli, ["simulate", str(policy), "--nodes", "3", "--from-version",
+                                      "1.0", "--repo-config", str(config)])
+    assert result.exit_code == 2, result.output
+    assert "--repo-config is not valid:" in result.output
+    assert f"{config}:2:" in result.output
+    assert "health" not in result.output
