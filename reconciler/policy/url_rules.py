@@ -9,12 +9,16 @@ Like the other rules they judge only values whose type the schema accepted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from reconciler.policy.document import ParsedDocument
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.forge_config import ForgeConfigError, check_api_url, repository_problem
 from reconciler.policy.notify_config import sink_url_problem
+
+#: the forge URLs the schema's pattern lets through (others are reported by it)
+_LOOPBACK_OR_HTTPS = re.compile(r"https://|http://(localhost|127\.|\[::1\])")
 
 
 def url_rules(doc: ParsedDocument) -> Iterator[Finding]:
@@ -23,7 +27,7 @@ def url_rules(doc: ParsedDocument) -> Iterator[Finding]:
         return
     forge = obj.get("forge")
     url = forge.get("url") if isinstance(forge, dict) else None
-    if isinstance(url, str):
+    if isinstance(url, str) and _LOOPBACK_OR_HTTPS.match(url):  # else: the schema says why
         try:
             check_api_url(url, key="forge.url")
         except ForgeConfigError as exc:
@@ -47,7 +51,7 @@ def _sinks(doc: ParsedDocument, pointer: str, sinks: object) -> Iterator[Finding
         return
     for index, sink in enumerate(sinks):
         url = sink.get("url") if isinstance(sink, dict) else None
-        if isinstance(url, str):
+        if isinstance(url, str) and url.startswith(("https://", "http://")):  # else: the schema
             problem = sink_url_problem(url)
             if problem is not None:
                 yield doc.finding(f"{pointer}/{index}/url", "notify-url", f"url: {problem}")

@@ -153,3 +153,19 @@ def test_a_repo_config_that_is_not_utf8_is_refused_as_a_file(tmp_path: Path) -> 
     assert "--repo-config is not valid:" in result.output
     assert f"{config}:2:" in result.output
     assert "health" not in result.output
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("notify:\n  - {name: 'b\\e[2J', type: feishu, url: 'https://x/h'}\n",
+     "letters, digits"),
+    ("notify:\n  - {name: b, type: feishu, url: 'ftp://x/h'}\n", "https://"),
+    ("forge: {type: gitea, url: 'https://x/', repository: 'name'}\n", "owner/name"),
+    ("forge: {type: gitea, url: 'http://x/', repository: 'o/n'}\n", "https://"),
+    ("rollout:\n  topology: {key: zone, maxUnavailablePerDomain: '0%'}\n", "'1%' to '100%'"),
+])
+def test_a_pattern_error_says_what_the_value_should_look_like(line: str, says: str) -> None:
+    errors = _errors(line)
+    assert errors, line
+    message = errors[0][1]
+    assert " or string," not in message and "expected string, got string" not in message
+    assert says in message
