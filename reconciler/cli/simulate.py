@@ -77,6 +77,12 @@ def _fail(message: str) -> NoReturn:
     raise InputError("\n".join(printable(line) for line in message.split("\n")))
 
 
+def _short(value: object) -> str:
+    """``repr(value)``, cut to 80 characters: a file's value quoted in a message."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...{text[-10:]} ({len(text)} characters)"
+
+
 def _wrap(text: str, obj: Any) -> tuple[str, int, int, str]:
     """Text of a full object for a bare fragment: (text, line shift, indent, pointer prefix)."""
     if not isinstance(obj, Mapping) or "apiVersion" in obj or "kind" in obj:
@@ -164,11 +170,11 @@ def load_faults(path: Path | None, nodes: int,
             _fail(f"{where}: expected exactly the keys 'node' and 'fault', got {shown}")
         node, fault = entry["node"], entry["fault"]
         if not known(node):
-            _fail(f"{at(item + '/node')}: faults[{index}].node: no node named {node!r} in a "
+            _fail(f"{at(item + '/node')}: faults[{index}].node: no node named {_short(node)} in a "
                   f"fleet of {nodes} nodes " + ("(--nodes-file)" if names is not None else
                   f"(names run {node_name(1, width)} .. {node_name(nodes, width)})"))
-        if fault not in FAULTS and fault not in GPU_FAULTS:
-            _fail(f"{at(item + '/fault')}: faults[{index}].fault: unknown fault {fault!r}; "
+        if not isinstance(fault, str) or (fault not in FAULTS and fault not in GPU_FAULTS):
+            _fail(f"{at(item + '/fault')}: faults[{index}].fault: unknown fault {_short(fault)}; "
                   f"expected one of {', '.join((*FAULTS, *sorted(GPU_FAULTS)))}")
         if node in faults or node in gpu_faults:
             _fail(f"{at(item + '/node')}: faults[{index}].node: {node} already has a fault "
@@ -446,6 +452,7 @@ def simulate(
     fleet = load_nodes_file(nodes_file, MAX_NODES, _fail) if nodes_file is not None else ()
     nodes = len(fleet) if fleet else int(nodes or 0)
     driver = load_driver_spec(policy_file)
+    settings = load_repo_config(repo_config)  # the whole file first: then its health section
     health = load_health(repo_config, cluster)
     gpu_faults: dict[str, str] = {}
     faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None,
@@ -459,7 +466,6 @@ def simulate(
         click.echo(printable(f"note: {from_version} and {payload.get('version')} name the "
                              "same image; no rollout starts"), err=True)
     start = _start(start_text)
-    settings = load_repo_config(repo_config)
     if ready_timeout is None:
         ready_timeout = settings.ready_timeout_for(cluster) if settings else 600.0
     windows = windows_for(settings, cluster) if settings else None

@@ -16,17 +16,22 @@ or what ``kubectl get nodes -o yaml`` (or ``-o json``) prints: a list whose ``it
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 from reconciler.files import FileRefused, read_bounded
+from reconciler.policy.findings import join_pointer
+from reconciler.policy.label_selector import label_key_error, label_value_error
 from reconciler.policy.rollout_settings import TopologySettings
 from reconciler.rollout.model import RolloutNode
 from reconciler.rollout.simulator import SimConfig, SimResult
 from reconciler.rollout.topology import Topology, domain_name
 
 Fleet = tuple[tuple[str, Mapping[str, str]], ...]
+#: a node's name as the API server stores it: a DNS subdomain of at most 253 characters
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def read_located(path: Path, what: str, fail: Callable[[str], NoReturn]
@@ -79,8 +84,10 @@ def load_nodes_file(path: Path, limit: int, fail: Callable[[str], NoReturn]) -> 
                 type(entry).__name__
             fail(f"{at(item)}: expected the keys 'name' and 'labels', got {shown}")
         name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            fail(f"{at(item)}: expected a node name (a non-empty string), got {name!r}")
+        if not isinstance(name, str) or len(name) > 253 or not _NODE_NAME.fullmatch(name):
+            shown = repr(name) if len(repr(name)) <= 80 else f"{repr(name)[:60]}..."
+            fail(f"{at(item)}: expected a node name (lowercase letters, digits, '-' and '.', "
+                 f"at most 253 characters), got {shown}")
         if name in seen:
             fail(f"{at(item + '/name')}: node {name} is listed twice")
         seen.add(name)
@@ -91,6 +98,10 @@ def load_nodes_file(path: Path, limit: int, fail: Callable[[str], NoReturn]) -> 
             if not isinstance(value, str):
                 fail(f"{at(f'{item}/labels/{key}')}: label {key}: expected a string, got "
                      f"{value!r} (quote it)")
+            error = label_key_error(str(key)) or label_value_error(value)
+            if error is not None:
+                where = at(join_pointer(f"{item}/labels", str(key)))
+                fail(f"{where}: {error if len(error) < 300 else error[:200] + '...'}")
         fleet.append((name, {str(k): v for k, v in labels.items()}))
     return tuple(fleet)
 

@@ -21,6 +21,7 @@ from reconciler.fleet.promotion import payload_version, same_version
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.checks import HealthConfig
 from reconciler.policy.findings import Finding
+from reconciler.policy.rollout_settings import merge_rollout_sections
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.simulator import SimConfig, simulate
@@ -154,10 +155,13 @@ class ClusterPlan:
 
 def resolved_settings(raw: Mapping[str, Any], cluster: str) -> dict[str, Any]:
     """``reconciler.yaml`` as one cluster sees it: the repository-wide keys, each replaced as a
-    whole by the cluster's own section of that key
-    (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion: no deep merge)."""
+    whole by the cluster's own section of that key (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion: no deep merge), except ``rollout``, which
+    the cluster's section replaces key by key as the controller reads it
+    (``merge_rollout_sections``)."""
     settings = {key: value for key, value in raw.items() if key != "clusters"}
-    own = _mapping(_mapping(raw.get("clusters")).get(cluster))
+    own = dict(_mapping(_mapping(raw.get("clusters")).get(cluster)))
+    if "rollout" in own:
+        own["rollout"] = merge_rollout_sections(settings.get("rollout"), own["rollout"])
     settings.update(own)
     return settings
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from reconciler.policy.repo_config import RepoConfigError
+from reconciler.errors import RepoConfigError
+from reconciler.files import printable, unsafe
 
 #: the forges commit statuses go to
 FORGES: Final = ("github", "gitlab", "gitea")
@@ -43,9 +44,18 @@ def is_loopback_host(host: str) -> bool:
 def check_api_url(url: str, *, key: str) -> str:
     """The API base URL, refused unless ``https://`` (``http://`` only to a loopback
     address: the token would travel in clear)."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise ForgeConfigError(f"{key}: expected an https:// API URL, got {url!r}")
+    shown = printable(url if len(url) <= 80 else url[:60] + "...")
+    if any(unsafe(char) or char.isspace() for char in url.strip()):
+        raise ForgeConfigError(f"{key}: a URL cannot hold spaces or control characters, got "
+                               f"{shown!r}")
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:  # a bracket that is not an IPv6 address, a port that is no number
+        port = 0
+        parts = urlsplit("")
+    if parts.scheme not in ("https", "http") or not parts.hostname or port == 0:
+        raise ForgeConfigError(f"{key}: expected an https:// API URL, got {shown!r}")
     if parts.scheme == "http" and not is_loopback_host(parts.hostname):
         raise ForgeConfigError(f"{key}: http:// is refused for {parts.hostname} (the token "
                                "would travel in clear); use https://")
@@ -53,6 +63,16 @@ def check_api_url(url: str, *, key: str) -> str:
         raise ForgeConfigError(f"{key}: give the API base URL alone (no credentials, query or "
                                "fragment)")
     return url.strip().rstrip("/")
+
+
+def repository_problem(repository: str) -> str | None:
+    """Why ``repository`` (owner/name) cannot name one on the forge: a ``.`` or ``..`` part
+    would move the status call to another API path (the token goes with it)."""
+    if any(unsafe(char) or char.isspace() for char in repository):
+        return "cannot hold spaces or control characters"
+    if any(part in (".", "..") for part in repository.strip("/").split("/")):
+        return "cannot have a '.' or '..' part (it would leave the repository's API path)"
+    return None
 
 
 def repository_from_remote(remote: str) -> str | None:
@@ -95,4 +115,7 @@ def forge_config(*, kind: str | None, url: str | None, repository: str | None,
     if not isinstance(repository, str) or "/" not in repository.strip("/"):
         raise ForgeConfigError(f"{flag}: the repository cannot be derived from {remote!r}; "
                                "give --forge-repository OWNER/NAME")
+    problem = repository_problem(repository)
+    if problem is not None:
+        raise ForgeConfigError(f"{flag}: the repository {problem}")
     return ForgeConfig(kind, api, repository.strip("/"))

@@ -35,18 +35,19 @@ def label_key_error(key: str) -> str | None:
     """Why ``key`` is not a label key (None when it is one)."""
     prefix, slash, name = key.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)):
-        return (f"{key!r} is not a label key: its prefix must be a DNS subdomain "
+        return (f"{_cut(key)} is not a label key: its prefix must be a DNS subdomain "
                 "(lowercase letters, digits, '-' and '.', at most 253 characters)")
     if not name or len(name) > 63 or not _NAME.match(name):
-        return (f"{key!r} is not a label key: its name must be 1-63 characters of letters, "
+        return (f"{_cut(key)} is not a label key: its name must be 1-63 characters of letters, "
                 "digits, '-', '_' and '.', starting and ending with a letter or a digit")
     return None
 
 
-def _value_error(value: str) -> str | None:
+def label_value_error(value: str) -> str | None:
+    """Why ``value`` is not a label value (None when it is one)."""
     if len(value) > 63 or not _VALUE.match(value):
-        return (f"{value!r} is not a label value (at most 63 letters, digits, '-', '_' and '.', "
-                "starting and ending with a letter or a digit)")
+        return (f"{_cut(value)} is not a label value (at most 63 letters, digits, '-', '_' "
+                "and '.', starting and ending with a letter or a digit)")
     return None
 
 
@@ -91,36 +92,37 @@ class LabelSelector:
         for part in _split(stripped):
             match = _TOKEN.fullmatch(part)
             if match is None or not part.strip():
-                raise LabelSelectorError(f"cannot parse {part.strip()!r} in selector {text!r}")
+                raise LabelSelectorError(_unparsed(part, text))
             key = match["nkey"] or match["key"]
             error = label_key_error(key)
             if error is not None:
-                raise LabelSelectorError(f"{error} (in selector {text!r})")
+                raise LabelSelectorError(f"{error} (in selector {_cut(text)})")
             if match["not"]:
                 requirements.append(Requirement(key, "DoesNotExist"))
                 continue
             op = (match["op"] or "").strip()
             if not op:
                 if match["set"] is not None or match["value"] is not None:
-                    raise LabelSelectorError(f"cannot parse {part.strip()!r} in selector {text!r}")
+                    raise LabelSelectorError(_unparsed(part, text))
                 requirements.append(Requirement(key, "Exists"))
                 continue
             if op in ("in", "notin"):
                 if match["set"] is None:
                     raise LabelSelectorError(
-                        f"{op} needs a list in parentheses: {part.strip()!r} in selector {text!r}")
+                        f"{op} needs a list in parentheses: {_cut(part.strip())} in selector "
+                        f"{_cut(text)}")
                 values = [v.strip() for v in match["set"].split(",")]
                 if not values or any(not v for v in values):
                     raise LabelSelectorError(
-                        f"empty value in {part.strip()!r} in selector {text!r}")
+                        f"empty value in {_cut(part.strip())} in selector {_cut(text)}")
             else:
                 if match["set"] is not None or match["value"] is None:
-                    raise LabelSelectorError(f"cannot parse {part.strip()!r} in selector {text!r}")
+                    raise LabelSelectorError(_unparsed(part, text))
                 values = [match["value"]]
             for value in values:
-                error = _value_error(value)
+                error = label_value_error(value)
                 if error is not None:
-                    raise LabelSelectorError(f"{error} (in selector {text!r})")
+                    raise LabelSelectorError(f"{error} (in selector {_cut(text)})")
             operator: Operator = "NotIn" if op in ("!=", "notin") else "In"
             requirements.append(Requirement(key, operator, frozenset(values)))
         return cls(tuple(requirements), text)
@@ -151,6 +153,17 @@ class LabelSelector:
                     frozenset(str(v) for v in values) if isinstance(values, list) else frozenset(),
                 ))
         return cls(tuple(requirements))
+
+
+def _unparsed(part: str, text: str) -> str:
+    return f"cannot parse {_cut(part.strip())} in selector {_cut(text)}"
+
+
+def _cut(text: str) -> str:
+    """``repr(text)`` for a message, cut to about 80 characters (a selector in Git may be
+    megabytes long)."""
+    shown = repr(text)
+    return shown if len(shown) <= 80 else f"{shown[:60]}...{shown[-10:]} ({len(text)} characters)"
 
 
 def _split(text: str) -> list[str]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
+
+from reconciler.files import unsafe
 
 #: every event kind, in the order the docs list them; a sink without ``events`` gets all
 EVENT_KINDS: Final = ("gate", "fallback", "health", "rollback", "completed", "rejected",
@@ -73,8 +76,9 @@ def _sink(raw: Any, label: str) -> NotifySink:
     if kind in URL_IS_SECRET and url is not None:
         raise NotifyConfigError(f"{label}.url: a {kind} URL holds its key: put it in a file "
                                 "named by urlFile")
-    if url is not None and not url.startswith(("https://", "http://")):
-        raise NotifyConfigError(f"{label}.url: expected an http(s) URL")
+    problem = None if url is None else sink_url_problem(url)
+    if problem is not None:
+        raise NotifyConfigError(f"{label}.url: {problem}")
     if secret_file is not None and kind not in SIGNING:
         raise NotifyConfigError(f"{label}.secretFile: a {kind} sink does not sign")
     if kind == "webhook" and secret_file is None:
@@ -89,6 +93,23 @@ def _sink(raw: Any, label: str) -> NotifySink:
         raise NotifyConfigError(f"{label}.events: expected a list of {', '.join(EVENT_KINDS)}")
     return NotifySink(name=name, type=str(kind), url=url, url_file=url_file,
                       secret_file=secret_file, events=chosen)
+
+
+def sink_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be posted to (None: it can): an http(s) URL with a host and a port
+    in range, without spaces or control characters (a line break would forge a header)."""
+    if any(unsafe(char) or char.isspace() for char in url):
+        return "a URL cannot hold spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a bracket that is not an IPv6 address, a port that is no number
+        return "not a valid URL (its host or port)"
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "expected an http(s) URL with a host"
+    if port == 0:
+        return "port 0 cannot be posted to"
+    return None
 
 
 def _optional(raw: Mapping[str, Any], key: str, label: str) -> str | None:

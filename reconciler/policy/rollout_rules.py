@@ -9,9 +9,11 @@ Like the other rules they judge only values whose type the schema accepted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from reconciler.durations import parse_duration
 from reconciler.policy.document import ParsedDocument
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.label_selector import LabelSelector, LabelSelectorError, label_key_error
@@ -36,8 +38,11 @@ def rollout_rules(doc: ParsedDocument) -> Iterator[Finding]:
 
 
 def _section(doc: ParsedDocument, pointer: str, section: Mapping[str, Any]) -> Iterator[Finding]:
+    yield from _duration(doc, f"{pointer}/readyTimeout", section.get("readyTimeout"))
     for key in ("drain", "waitFor"):
         part = section.get(key)
+        if isinstance(part, dict):
+            yield from _duration(doc, f"{pointer}/{key}/timeout", part.get("timeout"))
         selector = part.get("podSelector") if isinstance(part, dict) else None
         if isinstance(selector, str):
             try:
@@ -50,6 +55,22 @@ def _section(doc: ParsedDocument, pointer: str, section: Mapping[str, Any]) -> I
         error = label_key_error(label_key)
         if error is not None:
             yield doc.finding(f"{pointer}/topology/key", "rollout-label-key", error)
+
+
+def _duration(doc: ParsedDocument, pointer: str, value: object) -> Iterator[Finding]:
+    """A duration the schema's pattern accepts but no clock can count (``99...9h``: infinite
+    seconds), which the controller would refuse."""
+    if not isinstance(value, str):
+        return
+    try:
+        seconds = parse_duration(value.strip())
+    except ValueError:
+        return  # the schema's pattern reported it
+    if not math.isfinite(seconds):
+        shown = value if len(value) <= 40 else f"{value[:20]}...{value[-5:]}"
+        yield doc.finding(pointer, "rollout-duration",
+                          f"duration {shown!r} is too large to count; write at most a few "
+                          "days, such as '72h'")
 
 
 def _wait_without_drain(doc: ParsedDocument, pointer: str, effective: Mapping[str, Any],

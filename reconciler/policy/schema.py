@@ -42,6 +42,14 @@ _PATTERN_PHRASES = {
         "a lowercase DNS name like 'cluster-operator'",
     "^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$": "a duration like '30s', '10m' or '1h30m'",
     "^([0-9a-f]{40}|[0-9a-f]{64})$": "a full commit hash",
+    "^[A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?$":
+        "a name of letters, digits, '-', '_' and '.', starting and ending with a letter or a digit",
+    "^(100|[1-9][0-9]?)%$": "a percentage from '1%' to '100%'",
+    "^https?://": "an http:// or https:// URL",
+    "^(https://[^/?#@\\s]+|http://(localhost|127(\\.[0-9]{1,3}){3}|\\[::1\\])(:[0-9]+)?)"
+    "(/[^?#\\s]*)?$": "an https:// URL without credentials, query or fragment (http:// only to "
+                      "a loopback address)",
+    "^[^/\\s]+(/[^/\\s]+)+$": "a repository path like 'owner/name'",
 }
 _TYPE_NAMES = {
     "boolean": "boolean", "integer": "integer", "number": "number", "string": "string",
@@ -377,6 +385,8 @@ class _ErrorMapper:
         if re.match(PERCENT_PATTERN, squeezed.lstrip("-+")):
             if self.accepts(field, squeezed.lstrip("-+")):
                 return "; a percentage cannot be negative" if value.startswith("-") else ""
+            if self.accepts(field, "1%"):
+                return ""  # its pattern's phrase says the range
             if self.accepts(field, 1):
                 return f"; {name or 'it'} takes an integer, not a percentage"
         return ""

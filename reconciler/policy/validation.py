@@ -23,6 +23,7 @@ from reconciler.policy.rollout_rules import rollout_rules
 from reconciler.policy.rules import RuleContext, semantic_rules
 from reconciler.policy.schema import schema_findings
 from reconciler.policy.transitions import previous_spec_of, transition_rules
+from reconciler.policy.url_rules import url_rules
 
 DocumentKind = Literal["clusteroperator", "repo-config", "status-snapshot"]
 #: A rule beyond the built-in layers, e.g. the firmware preflight: context in, findings out.
@@ -60,6 +61,7 @@ def validate_document(
         result.findings.extend(health_rules(doc))
         result.findings.extend(fleet_rules(doc, known_clusters))
         result.findings.extend(rollout_rules(doc))
+        result.findings.extend(url_rules(doc))
     if kind == "clusteroperator":
         ctx = RuleContext(doc, previous_spec_of(previous), phase, firmware_phase)
         result.findings.extend(semantic_rules(ctx))
