@@ -99,7 +99,13 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
         assert daemon.push_event(REPOSITORY, signature="sha256=" + "0" * 64) == 401
         assert daemon.push_event(REPOSITORY, branch="feature") == 202
         merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
-        time.sleep(1.0)
+        # each answer is counted before it is sent: none of the three triggered a fetch, and
+        # with a fetch interval of an hour nothing else fetches
+        seen = daemon.metrics()
+        assert (metric_value(seen, "gpu_reconciler_webhook_requests_total",
+                             outcome="triggered") or 0) == 0, seen
+        assert metric_value(seen, "gpu_reconciler_webhook_requests_total",
+                            outcome="ignored") == 1, seen
         assert source_commit(kube) == seed, "nothing fetched without a valid webhook"
         pushed = time.monotonic()
         assert daemon.push_event(REPOSITORY) == 202
