@@ -366,9 +366,11 @@ def test_a_new_controller_resumes_a_verifying_nodes_stored_timer(
 
     stored = wait_for(record, timeout=60, what="node-0001's health record")
     first.stop()  # the controller goes away while the node is verifying
-    time.sleep(4)
-    restarted_at = time.time()
-    second = controller_with(text)
+    # the next one starts 4 s later on its clock: time without a controller, not waited out
+    clock = ShiftedClock()
+    clock.shift = 4.0
+    restarted_at = clock()
+    second = controller_with(text, clock=clock)
     started = HealthRecord.from_text(stored, 0).started
 
     def failed() -> dict[str, Any] | None:
