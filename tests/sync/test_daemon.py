@@ -184,7 +184,11 @@ def test_operator_mode_mirrors_a_separate_controller_and_survives_a_sigkill(
         sync.stop(signal.SIGKILL)  # killed mid-rollout, then restarted
         sync.start()
         wait_port_ready(sync)
-        time.sleep(2.0)
+        # the restarted process's first pass judged the head and looked at the object (its
+        # rollout metrics come from that look, after the status and before the write-backs)
+        wait_for(lambda: metric_value(sync.metrics(), "gpu_reconciler_rollout_step_state",
+                                      cluster=CLUSTER, state="StepPaused") == 1, timeout=30,
+                 what="the restarted sync's first pass", observe=lambda: sync.log()[-2000:])
         assert subjects(policy_remote) == before, "a restart commits nothing again"
         assert step_state(kube) == ("Progressing", 1, "StepPaused"), "a restart releases no gate"
         assert driver(kube)["upgradePolicy"]["pause"] is True

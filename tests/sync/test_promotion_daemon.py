@@ -158,7 +158,14 @@ def test_a_daemon_sigkilled_while_a_change_is_held_applies_it_exactly_once_after
                  what="the held change applied")
         assert time.time() >= finished + SOAK
         assert driver(kube)["payload"]["version"] == NEW
-        time.sleep(2.0)  # later passes (status commits, rechecks) apply nothing again
+        # later passes (status commits, rechecks) apply nothing again: one of them committed
+        # the snapshot without the hold
+        def unheld() -> bool:
+            snapshot = status_file(policy_remote) or {}
+            return snapshot.get("sourceCommit") == sha and "promotion" not in snapshot
+
+        wait_for(unheld, timeout=30, what="a snapshot of the applied change without the hold",
+                 observe=lambda: status_file(policy_remote))
         applied = [m for m in _events(kube, "PolicyApplied") if sha[:12] in m]
         assert len(applied) == 1, applied
     finally:
