@@ -132,6 +132,11 @@ class AdmissionServer:
         return int(self._server.server_address[1])
 
     @property
+    def active_connections(self) -> int:
+        """Connections holding a slot (tests wait on it instead of sleeping)."""
+        return self._server.held
+
+    @property
     def url(self) -> str:
         host = str(self._server.server_address[0])
         host = f"[{host}]" if ":" in host else host
@@ -159,6 +164,9 @@ class _HttpsServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], owner: AdmissionServer) -> None:
         self.owner = owner
         self.slots = threading.BoundedSemaphore(owner.limits.max_connections)
+        #: connections holding a slot (guarded by ``_held_lock``)
+        self.held = 0
+        self._held_lock = threading.Lock()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _ReviewHandler)
@@ -168,17 +176,26 @@ class _HttpsServer(ThreadingHTTPServer):
             self.owner.rejected_connections += 1
             self.shutdown_request(request)
             return
+        self._count(1)
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._free_slot()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._free_slot()
+
+    def _count(self, change: int) -> None:
+        with self._held_lock:
+            self.held += change
+
+    def _free_slot(self) -> None:
+        self._count(-1)
+        self.slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         limits = self.owner.limits

@@ -155,8 +155,9 @@ class ClusterPlan:
 
 def resolved_settings(raw: Mapping[str, Any], cluster: str) -> dict[str, Any]:
     """``reconciler.yaml`` as one cluster sees it: the repository-wide keys, each replaced as a
-    whole by the cluster's own section of that key (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion: no deep merge), except ``rollout``, which
-    the cluster's section replaces key by key as the controller reads it
+    whole by the cluster's own section of that key (no deep merge:
+    docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion), except
+    ``rollout``, which the cluster's section replaces key by key as the controller reads it
     (``merge_rollout_sections``)."""
     settings = {key: value for key, value in raw.items() if key != "clusters"}
     own = dict(_mapping(_mapping(raw.get("clusters")).get(cluster)))

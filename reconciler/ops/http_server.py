@@ -258,6 +258,11 @@ class _Server(ThreadingHTTPServer):
         self._per_client: dict[str, int] = {}
         super().__init__(address, handler)
 
+    @property
+    def active_connections(self) -> int:
+        with self._lock:
+            return self._active
+
     def _admit(self, key: str) -> tuple[int, str, str] | None:
         with self._lock:
             held = self._per_client.get(key, 0)
@@ -368,6 +373,11 @@ class BackgroundHTTPServer:
     def address(self) -> tuple[str, int]:
         host, port = self._server.server_address[:2]
         return (str(host), int(port))
+
+    @property
+    def active_connections(self) -> int:
+        """Connections admitted and not yet released (tests wait on it instead of sleeping)."""
+        return self._server.active_connections
 
     @property
     def url(self) -> str:

@@ -78,6 +78,10 @@ class Worker:
         #: held by a turn while it checks the leadership and passes
         self._acting = threading.Lock()
         self._thread: threading.Thread | None = None
+        #: passes begun and passes returned so far (guarded by ``_wake``; ``wait_passes``)
+        self._passes_begun = 0
+        self._passes_done = 0
+        self._passed = threading.Condition(self._lock)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -133,6 +137,29 @@ class Worker:
             return None
         return math.inf if self._requeue_at is None else self._requeue_at - now
 
+    @property
+    def passes(self) -> int:
+        """Passes returned so far (raised or not)."""
+        with self._wake:
+            return self._passes_done
+
+    def wait_passes(self, count: int = 1, *, timeout: float) -> bool:
+        """Kicks the worker until ``count`` passes that began after this call have returned
+        (True), or ``timeout`` seconds of machine time went by (False). A pass that began after
+        the call saw every change made before it (as far as the caches had it): tests wait on
+        it to see the passes go on without doing something, instead of sleeping."""
+        deadline = clocks.monotonic() + timeout
+        with self._wake:
+            target = self._passes_begun + count
+            while self._passes_done < target:
+                if not self._dirty:
+                    self._touch()
+                left = deadline - clocks.monotonic()
+                if left <= 0:
+                    return False
+                self._passed.wait(left)
+            return True
+
     # -- the thread -------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -155,10 +182,15 @@ class Worker:
                 return False
             if (wait := self.wait_before_pass()) > 0:
                 self._stop.wait(wait)  # gather a burst of events into one pass
+            with self._wake:
+                self._passes_begun += 1
             started = self.timer()
             self._requeue_at = self.run_pass()
             self._last_pass_end = self.timer()
             self.last_pass_seconds = max(0.0, self._last_pass_end - started)
+            with self._wake:
+                self._passes_done += 1
+                self._passed.notify_all()
             return True
 
     def wait_before_pass(self) -> float:

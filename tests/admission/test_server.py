@@ -31,6 +31,7 @@ from reconciler.admission.server import (
     CertificateSource,
     Limits,
 )
+from reconciler.sim.waiting import wait_for
 from tests.admission.review_cases import admission_review, cluster_operator, policy
 
 NOW = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
@@ -245,13 +246,16 @@ def test_plain_http_and_broken_handshakes_do_not_stop_the_listener(served: Serve
 
 def test_connections_over_the_limit_are_closed_and_the_rest_served(served: Served) -> None:
     idle = [_raw_tls(served) for _ in range(8)]
-    time.sleep(0.2)
+    wait_for(lambda: served.server.active_connections == 8, timeout=10,
+             what="8 connections holding the slots",
+             observe=lambda: served.server.active_connections)
     extra = socket.create_connection(("127.0.0.1", served.server.port), timeout=5)
     assert extra.recv(10) == b""  # closed at once, before any handshake
     extra.close()
     for sock in idle:
         sock.close()
-    time.sleep(0.3)
+    wait_for(lambda: served.server.active_connections == 0, timeout=10,
+             what="the slots given back", observe=lambda: served.server.active_connections)
     assert served.post(_review_bytes())[0] == 200
     assert served.server.rejected_connections >= 1
 

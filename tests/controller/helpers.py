@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.observe import driver_pod_view, is_driver_pod
@@ -56,6 +57,17 @@ def start_rollout(kube: KubeApi, version: str, policy: Mapping[str, Any]) -> JSO
     wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30,
              what="the controller's first status", observe=lambda: upgrade_status(kube))
     return person_patch(kube, {"payload": {"version": version}, "upgradePolicy": dict(policy)})
+
+
+def passes_after_it_saw(controller: RolloutController, version: str, *, count: int = 2,
+                        timeout: float = 30) -> None:
+    """Waits until the controller's cache holds the ClusterOperator with ``version`` (the
+    change a test made), then for ``count`` passes begun after that: what they would do with
+    the change, they did."""
+    wait_for(lambda: (((controller.index.cluster_operator or {}).get("spec") or {})
+                      .get("driver") or {}).get("payload", {}).get("version") == version,
+             timeout=timeout, what=f"the controller's cache at version {version}")
+    assert controller.wait_passes(count, timeout=timeout), f"{count} passes after the change"
 
 
 def cluster_operator(kube: KubeApi) -> JSON:

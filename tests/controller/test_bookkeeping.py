@@ -25,6 +25,7 @@ from reconciler.rollout.actions import (
     DeleteDriverPod,
     Uncordon,
 )
+from reconciler.sim.waiting import wait_for
 
 
 class RecordingExecutor:
@@ -77,7 +78,9 @@ def test_bookkeeping_waits_until_the_deletions_in_flight_landed(
     worker = threading.Thread(target=controller.dispatcher.bookkeep,
                               args=("node-0001", [Uncordon("node-0001")], {}))
     worker.start()
-    time.sleep(0.3)
+    # the bookkeeping is waiting (CPython's Condition keeps its waiters in ``_waiters``)
+    wait_for(lambda: controller.dispatcher.starts_idle._waiters,  # type: ignore[attr-defined]
+             timeout=10, what="the bookkeeping waiting for the deletion")
     executor: RecordingExecutor = controller.executor  # type: ignore[assignment]
     assert executor.calls == [], "the uncordon went out while a deletion was in flight"
 

@@ -21,6 +21,7 @@ from tests.controller.helpers import (
     StatusRecorder,
     cluster_operator,
     event_reasons,
+    passes_after_it_saw,
     person_patch,
     spec_41_problems,
     start_rollout,
@@ -286,9 +287,7 @@ def test_no_rollout_starts_while_a_firmware_upgrade_runs(
     status_path = cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status")
     kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "AwaitingReboot"}}})
     start_rollout(kube, NEW, _policy())
-    import time
-
-    time.sleep(3)
+    passes_after_it_saw(controller, NEW)
     assert fleet.ready_driver_nodes(NEW) == []
     assert upgrade_status(kube)["phase"] != "Progressing"
     kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "Completed"}}})

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.sim.waiting import wait_for
+
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 DEMO = [sys.executable, "-m", "reconciler.cli.main", "demo", "--plain"]
@@ -94,11 +96,12 @@ def test_ctrl_c_half_way_leaves_no_process_behind(tmp_path: Path) -> None:
             env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         )
     try:
-        deadline = time.monotonic() + 300
-        while "Bob checks the canary nodes" not in log.read_text():
+        def half_way() -> bool:
             assert demo.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(0.2)
+            return "Bob checks the canary nodes" in log.read_text()
+
+        wait_for(half_way, timeout=300, what="the demo half way",
+                 observe=lambda: log.read_text()[-4000:], interval=0.2)
         # mid-rollout: the control plane, the fleet and the daemon all run
         running = _processes_mentioning(str(tmp_path))
         names = " ".join(running.values())

@@ -11,11 +11,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from reconciler.sim.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -170,11 +171,12 @@ def test_the_health_check_command_passes_on_a_live_daemon_and_fails_without(
          "--kubeconfig", str(audited_plane.kubeconfig), "--ops-listen", f"127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(command, capture_output=True, check=False).returncode != 0:
+        def healthy() -> bool:
             assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()
-            time.sleep(0.2)
+            return subprocess.run(command, capture_output=True, check=False).returncode == 0
+
+        wait_for(healthy, timeout=30, what="the HEALTHCHECK passing",
+                 observe=(tmp_path / "daemon.log").read_text, interval=0.2)
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(30)

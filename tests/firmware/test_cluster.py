@@ -5,7 +5,6 @@ the old firmware."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -115,7 +114,7 @@ def test_full_flow_with_manual_reboots_on_ten_nodes(
     assert [(r.stage, r.message) for r in firmware_rows(status)] == [
         ("verified", "VBIOS 1.13.0.0 after reboot")] * 10
     # the same request is never run again
-    time.sleep(1.0)
+    assert controllers[0].wait_passes(2, timeout=30), "two more passes"
     assert firmware_status(kube)["finishedAt"] == status["finishedAt"]
 
 
@@ -207,7 +206,8 @@ def test_firmware_parameters_changed_mid_flow_are_refused(
     status = firmware_status(kube)
     assert status["request"]["sourceCommit"] == "first1"
     assert status["ignoredRequest"]["sourceCommit"] == "second"
-    time.sleep(1.0)  # the refused request is not run once the flow is over
+    # the refused request is not run once the flow is over
+    assert controllers[0].wait_passes(2, timeout=30), "two more passes"
     assert firmware_status(kube)["finishedAt"] == status["finishedAt"]
     assert cluster_operator(kube)["spec"]["driver"] == {
         **cluster_operator(kube)["spec"]["driver"], "fwUpgradePolicy": "Never",
@@ -251,7 +251,7 @@ def test_waits_for_running_gpu_workloads(
     assert firmware_status(kube)["nodes"]["node-0002"]["message"] == (
         f"waiting for GPU workload(s) to finish: gpu-workloads/{job}")
     assert all(n["spec"].get("unschedulable") for n in gpu_nodes(kube).values())
-    time.sleep(1.0)
+    assert controllers[0].wait_passes(2, timeout=30), "two more passes while the job runs"
     assert cluster_operator(kube)["spec"]["driver"]["fwUpgradePolicy"] == "Never"
     kube.delete(resource_path("v1", "pods", job, namespace="gpu-workloads"),
                 grace_period_seconds=0)

@@ -46,9 +46,19 @@ def test_pr_changing_firmware_parameters_mid_upgrade_is_rejected(
     controller = FirmwareController(kube, settings=FirmwareSettings()).start()
     try:
         request_firmware(kube, source_commit="a" * 40)
-        wait_for(lambda: firmware_status(kube).get("phase") == "AwaitingReboot", timeout=30,
-                 what="AwaitingReboot", observe=lambda: firmware_status(kube))
-        co = cluster_operator(kube)
+
+        def awaiting_reboot() -> dict[str, Any] | None:
+            """The object once its status says AwaitingReboot for every node (the phase may
+            come before the last node's stage: one read of both, not two)."""
+            co = cluster_operator(kube)
+            status = (co.get("status") or {}).get("firmwareUpgrade") or {}
+            stages = {name: entry.get("stage") for name, entry in
+                      (status.get("nodes") or {}).items()}
+            return co if (status.get("phase") == "AwaitingReboot" and stages
+                          == dict.fromkeys(fleet.node_names, "awaiting-reboot")) else None
+
+        co = wait_for(awaiting_reboot, timeout=120, what="AwaitingReboot on every node",
+                      observe=lambda: firmware_status(kube))
     finally:
         controller.stop()
     # what the sync role commits: the snapshot with the orchestrator's firmware section

@@ -5,7 +5,6 @@ node, and the status message and a Warning Event carry the located error
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -72,7 +71,8 @@ def test_an_invalid_windows_section_starts_no_node_and_says_where_in_status_and_
     events = wait_for(lambda: _warnings(kube, "WindowsConfigInvalid"), timeout=20,
                       what="the Warning Event")
     assert len(events) == 1 and LOCATED in events[0] and "no node starts" in events[0]
-    time.sleep(2.0)  # passes go on: still no node started, the Event not repeated
+    # passes go on: still no node started, the Event not repeated
+    assert controller.wait_passes(3, timeout=30), "three more passes"
     assert fleet.ready_driver_nodes(NEW) == []
     assert all(view.version != NEW for view in fleet.driver_pods().values())
     assert len(_warnings(kube, "WindowsConfigInvalid")) == 1

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from reconciler.sim.waiting import wait_for
 
 POLICY = """\
 # Policy for the prod-a cluster: canary first.
@@ -168,6 +169,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listens(port: int) -> bool:
+    """Whether something accepts connections on the loopback ``port``."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
 class GitDaemon:
     """``git daemon`` serving ``base`` on 127.0.0.1 with push enabled; can go down and back."""
 
@@ -186,14 +196,7 @@ class GitDaemon:
              str(self.base)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("git daemon did not start")
+        wait_for(lambda: listens(self.port), timeout=10, what="git daemon listening")
 
     def stop(self) -> None:
         if self.process is not None:

@@ -17,13 +17,13 @@ import os
 import secrets
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from reconciler.sim.control_plane import free_ports
+from reconciler.sim.waiting import wait_for
 
 #: the admin the CLI makes; the token is this user's
 ADMIN = "gitea-admin"
@@ -179,8 +179,7 @@ class Gitea:
                         "--token-name", name, "--scopes", scopes, "--raw")
 
     def _wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise AssertionError(f"gitea exited with {self.process.returncode}:\n"
@@ -188,12 +187,12 @@ class Gitea:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     pass
-                if self.api("GET", "/version").get("version"):
-                    return
+                return bool(self.api("GET", "/version").get("version"))
             except (OSError, AssertionError):
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"gitea not ready after {timeout} s:\n{self.log()[-3000:]}")
+                return False
+
+        wait_for(ready, timeout=timeout, what="gitea answering /version",
+                 observe=lambda: self.log()[-3000:], interval=0.2)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -19,12 +19,11 @@ import getpass
 import os
 import shlex
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
-from tests.gitops.conftest import _free_port
+from reconciler.sim.waiting import wait_for
+from tests.gitops.conftest import _free_port, listens
 
 SSHD = Path("/usr/sbin/sshd")
 LIGHTTPD = Path("/usr/sbin/lighttpd")
@@ -61,16 +60,13 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> No
 
 
 def _poll_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"server exited with {process.returncode}: {log.read_text()}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"server did not listen on {port}: {log.read_text()}")
+        return listens(port)
+
+    wait_for(listening, timeout=15, what=f"the server listening on {port}",
+             observe=log.read_text)
 
 
 def _stop(process: subprocess.Popen[bytes] | None) -> None:

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +27,7 @@ from reconciler.policy.forge_config import (
     forge_config,
     repository_from_remote,
 )
+from reconciler.sim.waiting import wait_for
 from reconciler.views.commit_status import CommitStatus, PostGate
 from tests.gitops.forge_stub import ForgeStub, serve_forge
 
@@ -92,13 +92,6 @@ def _count(metrics: Metrics, outcome: str, forge: str = "gitea") -> float:
     return value or 0.0
 
 
-def _wait(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_forge_answering_500_is_retried_a_bounded_number_of_times_and_the_token_is_in_no_log(
     forge: ForgeStub, token_file: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -110,7 +103,7 @@ def test_a_forge_answering_500_is_retried_a_bounded_number_of_times_and_the_toke
                             gate=PostGate(interval=0.0)).start()
     try:
         poster.offer(_status())
-        _wait(lambda: _count(metrics, "given_up") == 1)
+        wait_for(lambda: _count(metrics, "given_up") == 1, timeout=10, what="given up once")
         assert len(forge.requests) == 3  # the first try and two retries, then no more
         assert _count(metrics, "failed") == 3 and _count(metrics, "posted") == 0
         assert poster.idle()
@@ -139,7 +132,7 @@ def test_a_hanging_forge_never_holds_the_offer_and_the_newest_state_wins(
         assert time.monotonic() - started < 0.05  # the sync loop is not delayed
         forge.hang.set()
         requests = forge.wait_for(2)
-        _wait(poster.idle)
+        wait_for(poster.idle, timeout=10, what="the poster idle")
         assert [r["body"]["description"] for r in requests] == ["step 1/3", "completed"]
         assert requests[1]["body"]["state"] == "success"
     finally:
@@ -155,13 +148,13 @@ def test_identical_states_go_out_once_and_only_the_leader_posts(
                             is_leader=leading.is_set, gate=PostGate(interval=0.0)).start()
     try:
         poster.offer(_status("not the leader"))
-        _wait(poster.idle)
+        wait_for(poster.idle, timeout=10, what="the poster idle")
         leading.set()
         poster.offer(_status())
         forge.wait_for(1)
-        _wait(lambda: len(poster.posted) == 1)
+        wait_for(lambda: len(poster.posted) == 1, timeout=10, what="one status posted")
         poster.offer(_status())  # the forge has it: dropped, not posted
-        _wait(poster.idle)
+        wait_for(poster.idle, timeout=10, what="the poster idle")
         poster.offer(_status(state="success", description="completed"))
         requests = forge.wait_for(2)
         assert [r["body"]["description"] for r in requests] == [

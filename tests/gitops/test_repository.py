@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import queue
-import time
 from pathlib import Path
 from typing import Any
 
 from reconciler.gitops.publisher import PendingChange
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.source import NewCommit
+from reconciler.sim.waiting import wait_for
 from tests.gitops.conftest import POLICY, Person, Remote, git
-
-
-def wait_for(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def snapshot(state: str, phase: str = "Progressing") -> dict[str, Any]:
@@ -45,11 +36,14 @@ def test_local_working_copy_end_to_end(remote: Remote, tmp_path: Path) -> None:
         repo.status.offer(snapshot("StepPaused"))
         repo.spec.pause("prod-a", reason="manual gate after step 1", step="1/3",
                         source_commit=first.sha)
-        wait_for(lambda: len(landed) == 2)
+        wait_for(lambda: len(landed) == 2, timeout=15, what="2 changes landed",
+                 observe=lambda: landed)
         assert "pause: true" in work.read("clusters/prod-a/cluster-operator.yaml")
         assert "StepPaused" in work.read("status/prod-a.yaml")
         assert repo.last_reported_commit() == "d" * 40
-        time.sleep(0.5)
+        # a fetch of our own: whatever the landings brought in has been looked at (and, were
+        # it reported, reported) once it returns
+        repo.source.poll()
         assert commits.empty(), "the reconciler's own commits retriggered a sync"
         # a person releases the gate with a commit of their own: reported at once
         released = work.commit("Release step 2", {
@@ -88,7 +82,8 @@ def test_a_health_pause_is_a_policy_change_to_apply_not_an_own_commit(
         change = repo.spec.health_pause("prod-a", reason="health check failed: gpu-3",
                                         step="1/3", source_commit=first.sha)
         assert change.kind == "health"
-        wait_for(lambda: len(landed) == 1)
+        wait_for(lambda: len(landed) == 1, timeout=15, what="1 change landed",
+                 observe=lambda: landed)
         sha = landed[0][1]
         new = commits.get(timeout=10)
         assert new.sha == sha

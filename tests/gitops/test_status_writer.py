@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from reconciler.gitops.status_policy import WriterTiming
 from reconciler.gitops.status_reader import read_status_snapshots, status_from_git
 from reconciler.gitops.status_writer import StatusWriter
 from reconciler.policy.repo_config import RepoConfig
+from reconciler.sim.waiting import wait_for
 from tests.gitops.conftest import GitDaemon, Person, Remote, git
 
 
@@ -125,9 +125,7 @@ def test_background_threads_commit_a_terminal_state_promptly(remote: Remote,
     writer.start()
     try:
         writer.offer(upgrade(3, "Completed", phase="Idling", ready=10))
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not status_subjects(remote):
-            time.sleep(0.05)
+        wait_for(lambda: status_subjects(remote), timeout=15, what="a status commit")
         assert status_subjects(remote) == [
             "status(prod-a): rollout completed at step 3/3 (10/10 nodes on the new driver)"]
     finally:

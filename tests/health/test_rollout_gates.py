@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from reconciler.clock import Clock, wall
 from reconciler.controller.act import Target
 from reconciler.controller.health import HealthFeeder
 from reconciler.controller.loop import RolloutController
@@ -38,7 +39,18 @@ from tests.sim.test_fleet import NEW
 
 pytestmark = pytest.mark.cluster
 
-ControllerFactory = Callable[[str], RolloutController]
+ControllerFactory = Callable[..., RolloutController]
+
+
+class ShiftedClock:
+    """Wall time plus a shift the test moves forward: the controller's time gets past a wait
+    (a check's ``within``) at once instead of the test waiting it out."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.shift
 
 
 def health_yaml(url: str, *, step_checks: bool = False) -> str:
@@ -65,7 +77,7 @@ def health_yaml(url: str, *, step_checks: bool = False) -> str:
 
 @pytest.fixture
 def controller_with(kube: KubeApi) -> Iterator[ControllerFactory]:
-    def make(config_text: str) -> RolloutController:
+    def make(config_text: str, clock: Clock = wall) -> RolloutController:
         install_crd(kube)
         section = read_health(config_text)
         assert section.config is not None, section.error
@@ -73,7 +85,8 @@ def controller_with(kube: KubeApi) -> Iterator[ControllerFactory]:
         ctl = RolloutController(
             kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
             settings=PlannerSettings(ready_timeout=30, retry_backoff=0.5, retry_backoff_max=2),
-            health=HealthFeeder(section, on_result=metrics.count_health_check),
+            health=HealthFeeder(section, clock=clock, on_result=metrics.count_health_check),
+            clock=clock,
         )
         ctl.metrics = metrics  # type: ignore[attr-defined]
         return ctl.start()
@@ -295,7 +308,8 @@ def test_prometheus_down_starts_nothing_fails_nothing_and_the_rollout_goes_on_on
     forwarder = _Forwarder()  # Prometheus down from the start
     observer = InvariantObserver(kube, max_parallel=1).start()
     try:
-        controller_with(health_yaml(f"http://127.0.0.1:{forwarder.port}"))
+        clock = ShiftedClock()
+        ctl = controller_with(health_yaml(f"http://127.0.0.1:{forwarder.port}"), clock=clock)
         start_rollout(kube, NEW.version, {
             "enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}],
             "maxParallel": 1, "maxUnavailable": 1, "maxFailureThreshold": 1,
@@ -306,7 +320,11 @@ def test_prometheus_down_starts_nothing_fails_nothing_and_the_rollout_goes_on_on
                  observe=lambda: upgrade_status(kube))
         message = upgrade_status(kube)["status"]["message"]
         assert "gpus-available" in message and "waiting since" in message
-        time.sleep(6)  # past the check's 4 s `within`: no answer is no failure
+        # past the check's 4 s `within` on the controller's clock: no answer is no failure
+        clock.shift = 6.0
+        queries = ctl.health.queries if ctl.health is not None else 0
+        assert ctl.wait_passes(3, timeout=30), "three passes after the shift"
+        assert ctl.health is not None and ctl.health.queries > queries, "asked again"
         status = upgrade_status(kube)
         assert status["status"]["currentFailureRetry"] == 0
         assert "BatchFailed" not in conditions(kube)
@@ -344,9 +362,11 @@ def test_a_new_controller_resumes_a_verifying_nodes_stored_timer(
 
     stored = wait_for(record, timeout=60, what="node-0001's health record")
     first.stop()  # the controller goes away while the node is verifying
-    time.sleep(4)
-    restarted_at = time.time()
-    second = controller_with(text)
+    # the next one starts 4 s later on its clock: time without a controller, not waited out
+    clock = ShiftedClock()
+    clock.shift = 4.0
+    restarted_at = clock()
+    second = controller_with(text, clock=clock)
     started = HealthRecord.from_text(stored, 0).started
 
     def failed() -> dict[str, Any] | None:

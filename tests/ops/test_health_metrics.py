@@ -7,7 +7,6 @@ import http.client
 import select
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +22,7 @@ from reconciler.ops.http_server import (
     parse_listen_address,
 )
 from reconciler.ops.metrics import ROLLOUT_PHASES, STEP_STATES, Metrics
+from reconciler.sim.waiting import wait_for
 
 
 @pytest.fixture
@@ -219,7 +219,8 @@ def test_ops_server_caps_connections_per_client_but_serves_other_addresses(ops: 
     cap = ServerLimits().max_connections_per_client
     held = [socket.create_connection(ops.address, timeout=10) for _ in range(cap)]
     try:
-        time.sleep(0.2)  # accepted and admitted
+        wait_for(lambda: ops.active_connections == cap, timeout=10, what="accepted and admitted",
+                 observe=lambda: ops.active_connections)
         assert raw(ops.address, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 429 ")
         other = raw(ops.address, b"GET /healthz HTTP/1.0\r\n\r\n", source="127.0.0.2")
         assert other.startswith(b"HTTP/1.0 200 ")

@@ -19,6 +19,7 @@ import pytest
 
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.sim.control_plane import ControlPlane
+from reconciler.sim.waiting import wait_for
 from tests.ops.leader_replica import LEASE, RETRY
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -92,14 +93,10 @@ def actions(log: Path) -> list[tuple[str, float, float]]:
 
 
 def wait_for_actor(log: Path, identity: str, since: float, timeout: float) -> float:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        starts = [s for who, s, _ in actions(log) if who == identity and s >= since]
-        if starts:
-            return min(starts)
-        time.sleep(0.05)
-    seen = sorted({who for who, _, _ in actions(log)})
-    raise AssertionError(f"{identity} did not act within {timeout}s; actors seen: {seen}")
+    starts = wait_for(lambda: [s for who, s, _ in actions(log) if who == identity and s >= since],
+                      timeout=timeout, what=f"{identity} acting",
+                      observe=lambda: sorted({who for who, _, _ in actions(log)}))
+    return min(starts)
 
 
 def test_two_replicas_one_acts_and_a_killed_leader_is_replaced(

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -134,7 +133,8 @@ def test_sigterm_runs_shutdown_steps_and_exits_zero() -> None:
 
 
 def test_second_signal_exits_at_once() -> None:
-    child = CHILD.replace("sd.run_steps()", "time.sleep(30)")
+    # the steps take long: the child says so once the first signal got it there
+    child = CHILD.replace("sd.run_steps()", "print('stopping', flush=True); time.sleep(30)")
     proc = subprocess.Popen(
         [sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -142,7 +142,7 @@ def test_second_signal_exits_at_once() -> None:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        assert proc.stdout.readline().strip() == "stopping"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=5)
     finally:

@@ -284,3 +284,26 @@ def test_passes_back_to_back_by_default_and_a_share_outside_0_to_1_is_refused() 
             Worker(run, name="test-worker", clock=clock, is_leader=lambda: True,
                    ready=lambda: True, failures=NoFailures(), not_leader_requeue=0.5,
                    pass_share=share)
+
+
+def test_wait_passes_returns_once_passes_begun_after_it_returned_and_kicks_for_them() -> None:
+    clock = VirtualClock()
+    seen: list[int] = []
+    value = [0]
+
+    def run() -> float | None:
+        seen.append(value[0])
+        return None  # only when kicked: wait_passes kicks for each pass it waits for
+
+    w = worker(clock, run)
+    w.start_thread()
+    try:
+        assert w.wait_passes(1, timeout=30)
+        value[0] = 1
+        before = w.passes
+        assert w.wait_passes(2, timeout=30)
+        assert w.passes >= before + 2
+        assert seen[-2:] == [1, 1], "both passes began after the change"
+    finally:
+        w.stop_thread(10)
+    assert not w.wait_passes(1, timeout=0.05), "no thread: no pass"

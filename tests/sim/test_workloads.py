@@ -4,10 +4,8 @@ budgets computed by the real disruption controller and enforced by the API serve
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,6 @@ from reconciler.sim.workloads import (
 )
 from tests.conftest import FleetFactory
 
-_serial = itertools.count(1)
 GRACE = 2
 
 
@@ -79,30 +76,6 @@ def test_the_scheduler_spreads_workloads_only_when_they_run() -> None:
 # -- against the real control plane ------------------------------------------------------------
 
 
-@pytest.fixture
-def namespace(kube: KubeApi, fleet_factory: FleetFactory) -> Iterator[str]:
-    """A namespace of its own; its Deployments and Jobs and their pods are gone before the fleet
-    (set up before, torn down after) stops, so nothing is left to land on another test's
-    nodes."""
-    name = f"workloads-{next(_serial)}-{int(time.monotonic() * 1000) % 100000}"
-    kube.create(resource_path("v1", "namespaces"),
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    for plural, version in (("deployments", "apps/v1"), ("jobs", "batch/v1")):
-        kube.request("DELETE", resource_path(version, plural, namespace=name),
-                     body={"kind": "DeleteOptions", "apiVersion": "v1",
-                           "propagationPolicy": "Background"})
-
-    def leftovers() -> list[str]:
-        return [f"{kind}/{item['metadata']['name']}"
-                for kind, path in (("rs", resource_path("apps/v1", "replicasets", namespace=name)),
-                                   ("pod", resource_path("v1", "pods", namespace=name)))
-                for item in kube.list(path)["items"]]
-
-    wait_for(lambda: not leftovers(), timeout=30, what=f"{name} emptied", observe=leftovers)
-    kube.delete(resource_path("v1", "namespaces", name))
-
-
 def _deployment(name: str, namespace: str, replicas: int) -> JSON:
     labels = {"app": name}
     return {
@@ -136,8 +109,9 @@ def _set_unschedulable(kube: KubeApi, fleet: Fleet, value: bool) -> None:
 
 @pytest.mark.cluster
 def test_a_deployment_behind_a_budget_runs_on_the_fleet_and_evictions_honour_it(
-    kube: KubeApi, fleet_factory: FleetFactory, namespace: str,
+    kube: KubeApi, fleet_factory: FleetFactory, workload_namespace: str,
 ) -> None:
+    namespace = workload_namespace
     fleet = fleet_factory(nodes=4, workloads=True)
     kube.create(resource_path("apps/v1", "deployments", namespace=namespace),
                 _deployment("serve", namespace, 4))
@@ -191,8 +165,9 @@ def test_a_deployment_behind_a_budget_runs_on_the_fleet_and_evictions_honour_it(
 
 @pytest.mark.cluster
 def test_a_job_pod_completes_after_its_run_time_and_the_job_is_complete(
-    kube: KubeApi, fleet_factory: FleetFactory, namespace: str,
+    kube: KubeApi, fleet_factory: FleetFactory, workload_namespace: str,
 ) -> None:
+    namespace = workload_namespace
     fleet = fleet_factory(nodes=2, workloads=True)
     run = 1.5
     started = time.monotonic()
@@ -226,8 +201,9 @@ def test_a_job_pod_completes_after_its_run_time_and_the_job_is_complete(
 
 @pytest.mark.cluster
 def test_a_deletion_asking_for_a_shorter_grace_period_ends_it_sooner(
-    kube: KubeApi, fleet_factory: FleetFactory, namespace: str,
+    kube: KubeApi, fleet_factory: FleetFactory, workload_namespace: str,
 ) -> None:
+    namespace = workload_namespace
     fleet = fleet_factory(nodes=1, workloads=True)
     pod_path = resource_path("v1", "pods", "slow", namespace=namespace)
     kube.create(resource_path("v1", "pods", namespace=namespace), {

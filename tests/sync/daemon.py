@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from reconciler.sim.control_plane import free_ports
+from reconciler.sim.waiting import wait_for
 
 RECONCILER = str(Path(sys.executable).parent / "reconciler")
 WEBHOOK_SECRET = "test-webhook-secret"
@@ -123,11 +124,12 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
 
 
 def wait_port_ready(daemon: Daemon, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if daemon.ready():
-            return
+            return True
         if not daemon.alive():
             raise AssertionError(f"{daemon.name} exited:\n{daemon.log()[-3000:]}")
-        time.sleep(0.1)
-    raise AssertionError(f"{daemon.name} not ready after {timeout} s:\n{daemon.log()[-3000:]}")
+        return False
+
+    wait_for(ready, timeout=timeout, what=f"{daemon.name} ready",
+             observe=lambda: daemon.log()[-3000:], interval=0.1)

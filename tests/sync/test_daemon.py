@@ -99,7 +99,13 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
         assert daemon.push_event(REPOSITORY, signature="sha256=" + "0" * 64) == 401
         assert daemon.push_event(REPOSITORY, branch="feature") == 202
         merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
-        time.sleep(1.0)
+        # each answer is counted before it is sent: none of the three triggered a fetch, and
+        # with a fetch interval of an hour nothing else fetches
+        seen = daemon.metrics()
+        assert (metric_value(seen, "gpu_reconciler_webhook_requests_total",
+                             outcome="triggered") or 0) == 0, seen
+        assert metric_value(seen, "gpu_reconciler_webhook_requests_total",
+                            outcome="ignored") == 1, seen
         assert source_commit(kube) == seed, "nothing fetched without a valid webhook"
         pushed = time.monotonic()
         assert daemon.push_event(REPOSITORY) == 202
@@ -178,7 +184,11 @@ def test_operator_mode_mirrors_a_separate_controller_and_survives_a_sigkill(
         sync.stop(signal.SIGKILL)  # killed mid-rollout, then restarted
         sync.start()
         wait_port_ready(sync)
-        time.sleep(2.0)
+        # the restarted process's first pass judged the head and looked at the object (its
+        # rollout metrics come from that look, after the status and before the write-backs)
+        wait_for(lambda: metric_value(sync.metrics(), "gpu_reconciler_rollout_step_state",
+                                      cluster=CLUSTER, state="StepPaused") == 1, timeout=30,
+                 what="the restarted sync's first pass", observe=lambda: sync.log()[-2000:])
         assert subjects(policy_remote) == before, "a restart commits nothing again"
         assert step_state(kube) == ("Progressing", 1, "StepPaused"), "a restart releases no gate"
         assert driver(kube)["upgradePolicy"]["pause"] is True

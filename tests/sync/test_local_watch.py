@@ -4,7 +4,6 @@ working copy's branch."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def test_a_local_commit_is_applied_through_the_watch(
     assert git(work, "status", "--porcelain") == ""
 
     (work / POLICY_PATH).write_text(policy(NEW, enable=False))
-    time.sleep(1.0)
+    assert sync.worker.wait_passes(2, timeout=30), "two passes after the edit"
     assert driver(kube)["payload"]["version"] != NEW, "an uncommitted edit is never applied"
     git(work, "commit", "-q", "-am", f"Move to {NEW}")
     sha = git(work, "rev-parse", "HEAD")

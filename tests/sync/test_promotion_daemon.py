@@ -126,7 +126,8 @@ def test_a_sync_restarted_while_a_change_is_held_applies_it_exactly_once(
     second = make_sync(policy_remote.url, state_dir=tmp_path / "state")
     wait_for(lambda: source_commit(kube) == sha, timeout=SOAK + 20, what="the held change applied")
     assert time.time() >= finished + SOAK
-    time.sleep(1.5)  # later passes (status commits, rechecks) apply nothing again
+    # later passes (status commits, rechecks) apply nothing again
+    assert second.worker.wait_passes(2, timeout=30), "two more passes"
     assert [commit for commit, _ in second.stats.applies].count(sha) == 1
     assert second.record.held is None
 
@@ -157,7 +158,14 @@ def test_a_daemon_sigkilled_while_a_change_is_held_applies_it_exactly_once_after
                  what="the held change applied")
         assert time.time() >= finished + SOAK
         assert driver(kube)["payload"]["version"] == NEW
-        time.sleep(2.0)  # later passes (status commits, rechecks) apply nothing again
+        # later passes (status commits, rechecks) apply nothing again: one of them committed
+        # the snapshot without the hold
+        def unheld() -> bool:
+            snapshot = status_file(policy_remote) or {}
+            return snapshot.get("sourceCommit") == sha and "promotion" not in snapshot
+
+        wait_for(unheld, timeout=30, what="a snapshot of the applied change without the hold",
+                 observe=lambda: status_file(policy_remote))
         applied = [m for m in _events(kube, "PolicyApplied") if sha[:12] in m]
         assert len(applied) == 1, applied
     finally:
@@ -191,7 +199,7 @@ def test_branch_mode_pushes_a_promotion_branch_once_the_version_passes_upstream(
                       what="the Event")
     assert any(branch in m for m in events)
     tip = git(policy_remote.path, "rev-parse", branch)
-    time.sleep(1.5)  # later passes leave the branch alone
+    assert sync.worker.wait_passes(2, timeout=30), "later passes leave the branch alone"
     assert git(policy_remote.path, "rev-parse", branch) == tip
 
 
@@ -227,7 +235,8 @@ def test_auto_mode_commits_the_promotion_and_applies_it_like_a_persons_commit(
     assert driver(kube)["payload"]["version"] == NEW
     events = wait_for(lambda: _events(kube, "PromotionCommitted"), timeout=10, what="the Event")
     assert any(NEW in m and "lab-1" in m for m in events)
-    time.sleep(1.5)  # later passes (status commits, rechecks) commit and apply nothing again
+    # later passes (status commits, rechecks) commit and apply nothing again
+    assert sync.worker.wait_passes(2, timeout=30), "two more passes"
     assert git(policy_remote.path, "log", "--format=%H", "--grep", "promote the driver",
                "main").split() == [commit]
     assert [c for c, _ in sync.stats.applies].count(commit) == 1

@@ -8,7 +8,6 @@ import http.client
 import json
 import logging
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from reconciler.ops.http_server import ServerLimits
 from reconciler.ops.metrics import Metrics
+from reconciler.sim.waiting import wait_for
 from reconciler.trust.webhook import (
     PushEvent,
     WatchedBranch,
@@ -435,12 +435,8 @@ def test_idle_connections_cannot_take_every_thread(recorder: Recorder) -> None:
             for s in idle:
                 s.close()
         body = json.dumps(push_payload()).encode()
-        for _ in range(50):  # the slots come back once the idle clients are gone
-            try:
-                status, _ = post(srv, body, signature=sign(body))
-            except (ConnectionError, json.JSONDecodeError):
-                status = 0
-            if status == 202:
-                break
-            time.sleep(0.05)
+        # the slots come back once the idle clients are gone
+        wait_for(lambda: srv.active_connections == 0, timeout=10, what="the slots given back",
+                 observe=lambda: srv.active_connections)
+        status, _ = post(srv, body, signature=sign(body))
         assert status == 202

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from reconciler.ops.http_server import RefusalLog, ServerLimits
+from reconciler.sim.waiting import wait_for
 from reconciler.trust.webhook import (
     PushEvent,
     WatchedBranch,
@@ -385,9 +386,13 @@ def test_deadline_runs_on_the_injected_clock(recorder: Recorder) -> None:
     clock = FakeClock()
     with WebhookServer("127.0.0.1", 0, receiver(recorder, clock=clock)) as srv, connect(srv) as s:
         s.sendall(b"POST /webhook HTTP/1.1\r\nHost: x\r\n")
-        time.sleep(0.2)  # the server is now waiting for more header bytes
-        clock.now += 10.5  # past the default 10 s deadline, though no real time went by
-        s.sendall(b"X")
+        # past the default 10 s deadline, though no real time went by: the clock moves on
+        # with each header byte until the server, reading on, finds its deadline gone
+        for _ in range(50):
+            clock.now += 10.5
+            s.sendall(b"X")
+            if select.select([s], [], [], 0.2)[0]:
+                break
         response = answer(s)
     assert status_of(response) == 408
     assert "within 10 s" in json_body(response)["message"]
@@ -442,18 +447,18 @@ def test_many_addresses_fill_the_global_cap_and_the_rest_get_503(recorder: Recor
     with WebhookServer("127.0.0.1", 0, receiver(recorder), limits=limits) as srv:
         held = [connect(srv, a) for a in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2")]
         try:
-            time.sleep(0.2)  # accepted and admitted
+            wait_for(lambda: srv.active_connections == 4, timeout=10, what="4 admitted",
+                     observe=lambda: srv.active_connections)
             assert status_of(exchange(srv, b"", source="127.0.0.1")) == 429
             assert status_of(exchange(srv, b"", source="127.0.0.3")) == 503
         finally:
             for s in held:
                 s.close()
         body = push_body()
-        for _ in range(50):  # the slots come back once the holders are gone
-            response = exchange(srv, request(body, signature=sign(body)), source="127.0.0.3")
-            if response.startswith(b"HTTP/1.1 202"):
-                break
-            time.sleep(0.05)
+        # the slots come back once the holders are gone
+        wait_for(lambda: srv.active_connections == 0, timeout=10, what="the slots given back",
+                 observe=lambda: srv.active_connections)
+        response = exchange(srv, request(body, signature=sign(body)), source="127.0.0.3")
         assert status_of(response) == 202
 
 
@@ -472,9 +477,13 @@ def test_refusal_log_is_rate_limited_per_reason_and_client(
         for source in ("127.0.0.1", "127.0.0.2"):
             for _ in range(30):
                 assert status_of(exchange(srv, forged, source)) == 401
+        # the exchanges' connections released, then 4 held from 127.0.0.2, all admitted
+        wait_for(lambda: srv.active_connections == 0, timeout=10, what="no connection served",
+                 observe=lambda: srv.active_connections)
         held = [connect(srv, "127.0.0.2") for _ in range(4)]
         try:
-            time.sleep(0.2)
+            wait_for(lambda: srv.active_connections == 4, timeout=10, what="4 admitted",
+                     observe=lambda: srv.active_connections)
             for _ in range(20):
                 assert status_of(exchange(srv, b"", "127.0.0.2")) == 429
         finally:
