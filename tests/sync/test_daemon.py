@@ -115,7 +115,7 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
 
         wait_for(lambda: step_state(kube) == ("Progressing", 1, "StepPaused"), timeout=60,
                  what="the gate", observe=lambda: step_state(kube))
-        text = wait_for(lambda: _metric_ready(daemon), timeout=10, what="rollout metrics")
+        text = wait_for(lambda: _metric_ready(daemon), timeout=30, what="metrics at the gate")
         assert metric_value(text, "gpu_reconciler_rollout_step", cluster=CLUSTER) == 1
         assert metric_value(text, "gpu_reconciler_rollout_step_state", cluster=CLUSTER,
                             state="StepPaused") == 1
@@ -147,9 +147,13 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
 
 def _metric_ready(daemon: Daemon) -> str | None:
     text = daemon.metrics()
+    # the metrics follow the ClusterOperator's status at the daemon's next pass: wait for the
+    # gate's state there too, not only the phase (seen Progressing at StepUpgrade under load)
     value = metric_value(text, "gpu_reconciler_rollout_phase", cluster=CLUSTER,
                          phase="Progressing")
-    return text if value == 1 else None
+    paused = metric_value(text, "gpu_reconciler_rollout_step_state", cluster=CLUSTER,
+                          state="StepPaused")
+    return text if value == 1 and paused == 1 else None
 
 
 def test_operator_mode_mirrors_a_separate_controller_and_survives_a_sigkill(
