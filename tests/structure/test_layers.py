@@ -27,6 +27,22 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
                           env={"PATH": str(LINT_IMPORTS.parent), "PYTHONPATH": str(cwd)})
 
 
+def _lint_with(tmp_path: Path, module: str, added: str) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` over a copy of the package with ``added`` appended to ``module``."""
+    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    path = tmp_path / "reconciler" / module
+    path.write_text(path.read_text() + added)
+    return _lint_imports(tmp_path)
+
+
+def _hidden_import(imported: str) -> str:
+    """An import of ``imported`` hidden inside a function."""
+    package, _, name = imported.rpartition(".")
+    return f"\n\ndef _other() -> object:\n    from {package} import {name}\n\n    return {name}\n"
+
+
 def test_the_tree_keeps_every_layer_contract() -> None:
     done = _lint_imports(ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -34,12 +50,7 @@ def test_the_tree_keeps_every_layer_contract() -> None:
 
 
 def test_a_planner_that_imports_kubernetes_breaks_the_pure_contract(tmp_path: Path) -> None:
-    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    planner = tmp_path / "reconciler" / "rollout" / "planner.py"
-    planner.write_text(planner.read_text() + "\nimport kubernetes  # noqa\n")
-    done = _lint_imports(tmp_path)
+    done = _lint_with(tmp_path, "rollout/planner.py", "\nimport kubernetes  # noqa\n")
     assert done.returncode == 1, done.stdout[-4000:]
     assert "reconciler.rollout.planner -> kubernetes" in done.stdout
     assert "BROKEN" in done.stdout
@@ -49,14 +60,7 @@ def test_an_import_circle_breaks_the_layers_contract(tmp_path: Path) -> None:
     """The circle issue 35 removed (the window calendar reading the repository config, which
     validates windows with the calendar) comes back: the layers contract fails, even for an
     import hidden in a function."""
-    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    windows = tmp_path / "reconciler" / "fleet" / "windows.py"
-    windows.write_text(windows.read_text() + "\n\ndef _config() -> object:\n"
-                       "    from reconciler.policy import repo_config\n\n"
-                       "    return repo_config\n")
-    done = _lint_imports(tmp_path)
+    done = _lint_with(tmp_path, "fleet/windows.py", _hidden_import("reconciler.policy.repo_config"))
     assert done.returncode == 1, done.stdout[-4000:]
     assert "reconciler.fleet.windows is not allowed to import reconciler.policy" in done.stdout
     assert "BROKEN" in done.stdout
@@ -66,14 +70,8 @@ def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tmp_path:
     """The circle issue 35 removed inside the policy package (the repository config validates
     with ``validation.py``; validation reading the config back) comes back: the layers contract
     names packages, so the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
-    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    validation = tmp_path / "reconciler" / "policy" / "validation.py"
-    validation.write_text(validation.read_text() + "\n\ndef _config() -> object:\n"
-                          "    from reconciler.policy import repo_config\n\n"
-                          "    return repo_config\n")
-    done = _lint_imports(tmp_path)
+    done = _lint_with(tmp_path, "policy/validation.py",
+                      _hidden_import("reconciler.policy.repo_config"))
     assert done.returncode == 1, done.stdout[-4000:]
     assert "No cycles are allowed in reconciler.policy." in done.stdout
     assert "- .validation -> .repo_config (1 import)" in done.stdout
@@ -106,14 +104,7 @@ def test_an_import_between_independent_parts_breaks_a_contract(
     even inside a function, fails ``lint-imports`` (the simulator, the notifications and the
     daemon sit below the parts that import them here: only the independence contracts refuse
     those three)."""
-    shutil.copytree(ROOT / "reconciler", tmp_path / "reconciler",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    path = tmp_path / "reconciler" / module
-    package, _, name = imported.rpartition(".")
-    path.write_text(path.read_text() + f"\n\ndef _other() -> object:\n"
-                    f"    from {package} import {name}\n\n    return {name}\n")
-    done = _lint_imports(tmp_path)
+    done = _lint_with(tmp_path, module, _hidden_import(imported))
     assert done.returncode == 1, done.stdout[-4000:]
     assert f"{refusal}:" in done.stdout
     assert "BROKEN" in done.stdout
