@@ -133,6 +133,13 @@ def _idle(p: _Pass) -> None:
                        "sourceCommit": snap.request.source_commit,
                        "message": f"this request already ran to {done_phase or 'its end'}; its "
                                   "per-node details were lost with a status write"})
+        # ... and perhaps the restores after its final Never: finish them
+        left = sorted(n for n, node in snap.nodes.items() if (_flow_of(node) or ("",))[0] == flow)
+        if left:
+            status["nodes"] = {name: {"stage": "awaiting-upgrade"} for name in left}
+            status["phase"] = "Verifying"
+            _ended_unrecorded(p, done_phase or "Completed")
+            _finish(p, snap.request)
         return
     refusals = preflight(snap.nodes.values(), enable_virt=snap.request.fw_enable_virt,
                          keys=p.settings.labels, rollout_phase=snap.rollout_phase)
@@ -201,6 +208,7 @@ def _running(p: _Pass) -> None:
     done_flow, _, done_phase = (snap.done or "").partition(":")
     if done_flow == status.get("flow") and done_phase and status["phase"] != "Finishing":
         _ended_unrecorded(p, done_phase)
+        _finish(p, request)
         return
     phase = status["phase"]
     if phase == "Cordoning":
@@ -232,20 +240,24 @@ def _running(p: _Pass) -> None:
 
 
 def _ended_unrecorded(p: _Pass, phase: str) -> None:
-    """The flow's final Never (with its end) was applied and the nodes restored, but the status
-    write that followed was lost: record the end, touch nothing."""
+    """The flow's final Never (with its end) was applied, but the status write that followed
+    was lost, and the controller may have died before restoring every node: finish from what
+    the end says. Nodes already restored carry no records and are not touched again; a node
+    whose final stage was lost stays cordoned unless the flow completed (every node verified)
+    or was aborted while cordoning (nothing was flashed)."""
     status = p.status
+    if phase != "Completed" and status["phase"] == "Cordoning" and not status.get("aborted"):
+        status["aborted"] = ("the flow was aborted while cordoning (its reason was lost with a "
+                             "status write); nothing was upgraded")
     for entry in status["nodes"].values():
         if entry["stage"] not in TERMINAL_STAGES:
             if phase == "Completed":  # written only once every node was verified
                 entry.clear()
                 entry["stage"] = "verified"
             else:
-                entry["message"] = "final stage lost with a status write; check this node"
-    status["phase"] = phase
-    status["finishedAt"] = status.get("finishedAt") or format_seconds(p.now)
-    status["message"] = (status.get("aborted") or
-                         f"the flow ended {phase}; its last status write was lost")
+                entry.update(stage="failed", since=format_seconds(p.now),
+                             message="final stage lost with a status write; check this node")
+    status["phase"] = "Finishing"
 
 
 def _refuse_other_request(p: _Pass, running: FirmwareRequest) -> None:

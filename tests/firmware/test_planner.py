@@ -404,3 +404,80 @@ def test_workload_timeout_ends_the_flow_before_anything_is_flashed() -> None:
                 and a.fw_upgrade_policy == "PreferCloud"]
     assert [n.unschedulable for n in world.nodes.values()] == [False, False, True]
     assert all(not n.annotations for n in world.nodes.values())
+
+
+def test_killed_between_the_final_never_and_the_restores_restores_the_rest() -> None:
+    """The last pass applied Never (with the flow's end) and died before uncordoning the
+    nodes: the next controller finishes the restore instead of leaving them cordoned."""
+    world = World.of(4)
+    world.nodes["node-0003"].unschedulable = True  # cordoned by a person before: stays so
+    world.request = REQUEST
+    world.settle()
+    world.advance(5)
+    world.report()
+    world.settle()
+    for name in world.nodes:
+        world.reboot(name)
+    last = world.plan()
+    never = next(i for i, a in enumerate(last.actions) if isinstance(a, ApplyFirmwareSpec))
+    assert any(isinstance(a, AnnotateNode) for a in last.actions[never + 1:])
+    assert last.actions[never + 1].node == "node-0001"  # type: ignore[union-attr]
+    world.step(acted=never + 3)  # Never and node-0001's restore (one patch), then killed
+    assert not world.nodes["node-0001"].unschedulable
+    assert world.done == f"{world.status['flow']}:Completed"
+    assert world.status["phase"] != "Completed"  # that status write was lost
+    assert world.nodes["node-0002"].unschedulable
+    world.settle()
+    assert world.status["phase"] == "Completed"
+    assert set(world.stages().values()) == {"verified"}
+    assert {n: node.unschedulable for n, node in world.nodes.items()} == {
+        "node-0001": False, "node-0002": False, "node-0003": True, "node-0004": False}
+    assert all(not any(k.startswith("gpu.metax-tech.com/firmware-") for k in n.annotations)
+               for n in world.nodes.values())
+
+
+def test_killed_after_the_never_of_an_abort_restores_every_node() -> None:
+    """The workload wait timed out; the pass applied Never with the flow's end (Failed) and
+    died before any restore or status write: the next pass restores every node (nothing was
+    flashed), not only the verified ones."""
+    world = World.of(3, settings=FirmwareSettings(timeouts=StageTimeouts(workloads=600)))
+    world.nodes["node-0003"].unschedulable = True
+    world.nodes["node-0001"].workloads = ("jobs/train-1",)
+    world.request = REQUEST
+    world.settle()
+    world.advance(600)
+    last = world.plan()
+    never = next(i for i, a in enumerate(last.actions) if isinstance(a, ApplyFirmwareSpec))
+    world.step(acted=never + 1)
+    assert world.done == f"{world.status['flow']}:Failed"
+    assert world.status["phase"] == "Cordoning"
+    assert all(n.unschedulable for n in world.nodes.values())
+    world.settle()
+    assert world.status["phase"] == "Failed"
+    assert world.status["message"].endswith("nothing was upgraded; every node is restored")
+    assert [n.unschedulable for n in world.nodes.values()] == [False, False, True]
+    assert all(not n.annotations for n in world.nodes.values())
+
+
+def test_killed_after_the_never_with_every_status_write_lost_restores_the_rest() -> None:
+    """As above, but no status write of the flow ever landed: the end in the Never's
+    annotation and the nodes' records are all there is to finish from."""
+    world = World.of(3)
+    world.nodes["node-0002"].unschedulable = True
+    world.request = REQUEST
+    for _ in range(3):
+        world.step(lose_status=True)
+    world.report()
+    world.step(lose_status=True)
+    for name in world.nodes:
+        world.reboot(name)
+    last = world.plan()
+    never = next(i for i, a in enumerate(last.actions) if isinstance(a, ApplyFirmwareSpec)
+                 and a.fw_upgrade_policy == "Never")
+    world.step(acted=never + 1)
+    assert world.done == f"{flow_id(REQUEST.to_json())}:Completed"
+    assert world.status == {} and all(n.unschedulable for n in world.nodes.values())
+    world.settle()
+    assert world.status["phase"] == "Completed"
+    assert [n.unschedulable for n in world.nodes.values()] == [False, True, False]
+    assert all(not n.annotations for n in world.nodes.values())

@@ -1,5 +1,6 @@
 """Properties of the firmware planner under any interleaving of reports, reboots, time, lost
-status writes (a controller killed between acting and writing) and person's cordons."""
+status writes (a controller killed between acting and writing, or after only some of a pass's
+actions) and person's cordons."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from reconciler.firmware.actions import RunRebootHook
 from reconciler.firmware.model import FirmwareRequest, FirmwareSettings, StageTimeouts
 from tests.firmware.world import World
 
-OPS = st.lists(st.tuples(st.sampled_from(["report", "boot", "advance", "lose", "step"]),
+OPS = st.lists(st.tuples(st.sampled_from(["report", "boot", "advance", "lose", "kill", "step"]),
                          st.integers(0, 5)), min_size=5, max_size=60)
 
 
@@ -55,6 +56,8 @@ def test_hook_flow_invariants(ops: list[tuple[str, int]], limit: int, cordoned: 
             world.advance(arg * 10)
         elif op == "lose":
             world.step(lose_status=True)
+        elif op == "kill":
+            world.step(acted=arg)
         else:
             world.step()
         reboot_requested()

@@ -84,11 +84,13 @@ class World:
     def plan(self) -> Plan:
         return plan(self.snapshot(), self.now, self.settings)
 
-    def step(self, *, lose_status: bool = False) -> Plan:
-        """One pass; ``lose_status``: the controller dies after acting, before its status write."""
+    def step(self, *, lose_status: bool = False, acted: int | None = None) -> Plan:
+        """One pass; ``lose_status``: the controller dies after acting, before its status write;
+        ``acted``: it dies after the pass's first ``acted`` actions (and loses the status)."""
         result = self.plan()
-        for action in result.actions:
+        for action in result.actions[:acted]:
             self.apply(action)
+        lose_status = lose_status or acted is not None
         if result.changed and not lose_status:
             self.status = result.status
             self.writes += 1
