@@ -75,23 +75,45 @@ def repository_problem(repository: str) -> str | None:
     return None
 
 
-def repository_from_remote(remote: str) -> str | None:
-    """``owner/name`` of a remote URL: https, ssh (``ssh://git@host/o/n.git``) or scp-like
-    (``git@host:o/n.git``); a GitLab group path is kept whole. None for a local path."""
+def _split_remote(remote: str) -> tuple[str, str] | None:
+    """``(host, path)`` of a remote URL: https, ssh (``ssh://git@host/o/n.git``) or scp-like
+    (``git@host:o/n.git``); None for a local path."""
     text = remote.strip()
     if "://" in text:
         parts = urlsplit(text)
         if parts.scheme == "file" or not parts.hostname:
             return None
-        path = parts.path
-    elif text.startswith(("/", ".", "~")):
+        return parts.hostname.lower(), parts.path
+    if text.startswith(("/", ".", "~")):
         return None
-    elif m := _SCP_LIKE.match(text):
-        path = m.group("path")
-    else:
+    if m := _SCP_LIKE.match(text):
+        return m.group("host").lower(), m.group("path")
+    return None
+
+
+def repository_from_remote(remote: str) -> str | None:
+    """``owner/name`` of a remote URL (a GitLab group path is kept whole); None for a local
+    path."""
+    split = _split_remote(remote)
+    if split is None:
         return None
-    path = path.strip("/").removesuffix(".git").strip("/")
+    path = split[1].strip("/").removesuffix(".git").strip("/")
     return path if path.count("/") >= 1 else None
+
+
+def _check_on_remote_host(api: str, remote: str) -> None:
+    """``forge.url`` from reconciler.yaml is what a merged change sets, and the token goes where
+    it points: it must be on the remote's host (or ``api.`` before it, as GitHub's); any
+    other API URL must come from the command line, which only the operator sets."""
+    host = (urlsplit(api).hostname or "").lower()
+    home = (_split_remote(remote) or (None, ""))[0]
+    if home is not None and host in (home, f"api.{home}"):
+        return
+    where = f"the remote's host {home}" if home else "a host (the remote is a local path)"
+    raise ForgeConfigError(
+        f"forge.url: {host} is not {where}; the token goes where this URL points and "
+        "reconciler.yaml is what a merged change sets, so an API URL elsewhere is given with "
+        "--forge-url")
 
 
 def forge_config(*, kind: str | None, url: str | None, repository: str | None,
@@ -111,6 +133,8 @@ def forge_config(*, kind: str | None, url: str | None, repository: str | None,
         raise ForgeConfigError(f"{flag} {kind} needs --forge-url (or forge.url in "
                                "reconciler.yaml): the API base URL")
     api = check_api_url(url, key=where)
+    if where == "forge.url":
+        _check_on_remote_host(api, remote)
     repository = repository or section.get("repository") or repository_from_remote(remote)
     if not isinstance(repository, str) or "/" not in repository.strip("/"):
         raise ForgeConfigError(f"{flag}: the repository cannot be derived from {remote!r}; "

@@ -187,6 +187,38 @@ def test_forge_settings_from_flags_then_reconciler_yaml() -> None:
     assert got == ForgeConfig("gitlab", "http://127.0.0.1:8080/api/v4", "g/s/p")
 
 
+@pytest.mark.parametrize(("remote", "url"), [
+    ("git@github.com:fleet/policy.git", "https://api.github.com"),
+    ("https://ghe.example.com/fleet/policy.git", "https://GHE.example.com/api/v3"),
+    ("ssh://git@gitlab.example.com:2222/g/s/p.git", "https://gitlab.example.com/api/v4"),
+])
+def test_a_forge_url_from_reconciler_yaml_on_the_remotes_host_is_taken(remote: str,
+                                                                      url: str) -> None:
+    got = forge_config(kind=None, url=None, repository=None, remote=remote,
+                       file_section={"type": "github", "url": url})
+    assert got is not None and got.url == url
+
+
+@pytest.mark.parametrize(("remote", "url", "message"), [
+    ("git@github.com:fleet/policy.git", "https://collector.example.net",
+     "forge.url: collector.example.net is not the remote's host github.com"),
+    ("https://gitea.example.com/fleet/policy.git", "https://gitea.example.com.evil.net/api/v1",
+     "is not the remote's host gitea.example.com"),
+    ("file:///srv/git/policy.git", "http://127.0.0.1:3000/api/v1",
+     "is not a host \\(the remote is a local path\\)"),
+])
+def test_a_forge_url_from_reconciler_yaml_elsewhere_is_refused(remote: str, url: str,
+                                                               message: str) -> None:
+    """reconciler.yaml is what a merged change sets: it cannot send the token elsewhere."""
+    with pytest.raises(ForgeConfigError, match=message) as refused:
+        forge_config(kind=None, url=None, repository="o/n", remote=remote,
+                     file_section={"type": "gitea", "url": url})
+    assert "--forge-url" in str(refused.value)
+    # the same URL from the command line is the operator's choice
+    assert forge_config(kind=None, url=url, repository="o/n", remote=remote,
+                        file_section={"type": "gitea"}) is not None
+
+
 @pytest.mark.parametrize(("url", "message"), [
     ("http://gitea.example.com/api/v1", "--forge-url: http:// is refused for gitea.example.com"),
     ("http://10.0.0.5/api/v1", "http:// is refused for 10.0.0.5"),
