@@ -11,6 +11,7 @@ the fallback, rolled back, stalled or out of time); 2 bad input.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import gc
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
@@ -34,6 +35,7 @@ from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
 from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
 from reconciler.policy.rollout_settings import DrainSettings
+from reconciler.policy.schema import matches_definition
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.policy.validation import parse_only, validate_document
 from reconciler.rollout.model import PlannerSettings
@@ -225,6 +227,32 @@ def load_repo_config(path: Path | None) -> RepoConfigFile | None:
             f"{f.file}:{f.line}:{f.column}: {f.severity}: {f.message} [{f.rule}]"
             for f in result.errors))
     return RepoConfigFile.from_data(result.obj or {})
+
+
+def _check_from_version(version: str) -> None:
+    """An image tag, as ``driver.payload.version`` must be (the CRD schema's ImageTag)."""
+    if not version.strip():
+        _fail("--from-version must not be empty")
+    if not matches_definition("clusteroperator", "ImageTag", version):
+        _fail(f"--from-version: expected an image tag like '2.33.0.9' (letters, digits, '_', "
+              f"'.' and '-', at most 128, as driver.payload.version), got {_short(version)}")
+
+
+def _check_cluster(settings: RepoConfigFile | None, cluster: str,
+                   repo_config: Path | None) -> None:
+    """``--cluster`` only picks a ``clusters.<NAME>`` section: a name with none changes
+    nothing, and is most likely a typo."""
+    if settings is None:
+        _fail("--cluster picks the clusters.<NAME> section of --repo-config: give --repo-config "
+              "too")
+    clusters = settings.raw.get("clusters")
+    names = sorted(str(n) for n in clusters) if isinstance(clusters, Mapping) else []
+    if cluster in names:
+        return
+    close = difflib.get_close_matches(cluster, names, n=1)
+    _fail(f"--cluster {_short(cluster)}: {repo_config} has no clusters.{cluster} section "
+          f"(it has: {', '.join(names) or 'none'}), so --cluster would change nothing"
+          + (f"; did you mean {close[0]}?" if close else ""))
 
 
 def load_health(path: Path | None, cluster: str | None) -> HealthConfig | None:
@@ -457,8 +485,9 @@ def simulate(
     gpu_faults: dict[str, str] = {}
     faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None,
                          [name for name, _ in fleet] if fleet else None)
-    if not from_version.strip():
-        _fail("--from-version must not be empty")
+    _check_from_version(from_version)
+    if cluster is not None:
+        _check_cluster(settings, cluster, repo_config)
     payload = driver.get("payload") or {}
     if Payload.from_spec(dict(payload, version=from_version)).image == Payload.from_spec(
         payload

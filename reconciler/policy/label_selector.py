@@ -17,10 +17,11 @@ from typing import Literal
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-#: one requirement of the string form; ``in``/``notin`` take a parenthesised list
+#: one requirement of the string form; ``in``/``notin`` take a parenthesised list (``in(a)``
+#: too: the API server's lexer ends a word at a parenthesis)
 _TOKEN = re.compile(
     r"\s*(?:(?P<not>!)\s*(?P<nkey>[^\s=!,()]+)"
-    r"|(?P<key>[^\s=!,()]+)\s*(?:(?P<op>==|!=|=|\s+in\s+|\s+notin\s+)\s*"
+    r"|(?P<key>[^\s=!,()]+)\s*(?:(?P<op>==|!=|=|\s+(?:not)?in(?:\s+|(?=\()))\s*"
     r"(?:\((?P<set>[^()]*)\)|(?P<value>[^\s,()]*)))?)\s*"
 )
 

@@ -23,6 +23,8 @@ from reconciler.policy.validation import validate_repo_config
     ("zone in (a, b),tier", {"zone": "b", "tier": "x"}, True),
     ("zone in (a,b),tier", {"zone": "b"}, False),
     ("zone notin (a,b)", {"zone": "c"}, True),
+    ("zone in(a,b),tier notin(db)", {"zone": "a", "tier": "web"}, True),  # as kubectl -l
+    ("zone notin(a)", {"zone": "a"}, False),
     ("!legacy", {"legacy": "1"}, False),
     ("!legacy,gpu.metax-tech.com/wait-for-completion=true",
      {"gpu.metax-tech.com/wait-for-completion": "true"}, True),
@@ -32,7 +34,7 @@ def test_selectors_match_as_kubectl_reads_them(text: str, labels: dict[str, str]
     assert LabelSelector.parse(text).matches(labels) is expected
 
 
-@pytest.mark.parametrize("text", ["=web", "app in a", "app in ()", "a b", "app=(x)",
+@pytest.mark.parametrize("text", ["=web", "app in a", "app in ()", "a b", "appin(a)", "app=(x)",
                                   "app=web,", "UPPER/x=1", "app=" + "v" * 64])
 def test_a_selector_that_does_not_parse_says_so(text: str) -> None:
     with pytest.raises(LabelSelectorError, match="selector"):

@@ -11,8 +11,12 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from reconciler.policy.repo_config import RepoConfig, parse_duration
-from reconciler.policy.schema import SCHEMA_FILES, load_schema
-from reconciler.policy.validation import validate_repo_config, validate_status_snapshot
+from reconciler.policy.schema import SCHEMA_FILES, ecma_pattern, load_schema
+from reconciler.policy.validation import (
+    validate_document,
+    validate_repo_config,
+    validate_status_snapshot,
+)
 from tests.policy.texts import EXAMPLES, REPO
 
 # Keywords a structural CRD schema can express (after inlining $ref and mapping oneOf).
@@ -128,3 +132,17 @@ def test_schemas_dir_is_found() -> None:
     from reconciler.policy.schema import schemas_dir
 
     assert Path(schemas_dir(), SCHEMA_FILES["clusteroperator"]).is_file()
+
+
+@pytest.mark.parametrize("version", ["2.33.0.9\n", "2.33.0.9\r", "2.33.0.9 "])
+def test_a_pattern_ends_at_the_end_of_the_text_as_the_api_server_reads_it(version: str) -> None:
+    """Python's ``$`` matches before a final newline; ECMA-262's and RE2's (the API server's)
+    do not: an image tag with a newline is refused here as the cluster would refuse it."""
+    text = ("apiVersion: gpu.metax-tech.com/v1alpha1\nkind: ClusterOperator\n"
+            "metadata: {name: cluster-operator}\nspec:\n  driver:\n    payload: "
+            f"{{registry: reg.local/metax, name: driver-image, version: {json.dumps(version)}}}\n")
+    result = validate_document(text.encode(), "policy.yaml")
+    assert [(f.rule, f.line) for f in result.errors] == [("schema-pattern", 6)]
+    assert ecma_pattern("^a$").search("a") and not ecma_pattern("^a$").search("a\n")
+    assert ecma_pattern("^[$]$").search("$")  # a '$' in a class stays a character
+    assert ecma_pattern(r"^\$$").search("$") and not ecma_pattern(r"^\$$").search("$\n")

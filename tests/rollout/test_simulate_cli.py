@@ -375,3 +375,30 @@ def test_an_int64_pause_waits_until_year_9999_in_a_child_process(
     # past the last instant a status can record, --until is a usage error
     beyond = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6", "--until", "1e15")
     assert beyond.returncode == 2 and "--until" in beyond.stderr
+
+
+@pytest.mark.parametrize("version", ["2.32 .0", "-2.32.0.6", "v" * 129, "2.32.0.6\n"])
+def test_a_from_version_that_is_no_image_tag_is_refused(version: str) -> None:
+    result = simulate(SEED_10, "--nodes", "3", "--from-version", version)
+    assert result.exit_code == 2
+    assert "--from-version: expected an image tag like '2.33.0.9'" in result.stderr
+
+
+def test_a_cluster_without_its_section_is_refused_with_the_names_it_has(
+        tmp_path: Path) -> None:
+    config = tmp_path / "reconciler.yaml"
+    config.write_text("clusters:\n  prod-100: {rollout: {readyTimeout: 1h}}\n"
+                      "  staging-50: {rollout: {readyTimeout: 5m}}\n", encoding="utf-8")
+    result = simulate(SEED_10, "--nodes", "3", "--from-version", "2.32.0.6",
+                      "--repo-config", config, "--cluster", "prod-10")
+    assert result.exit_code == 2
+    assert (f"--cluster 'prod-10': {config} has no clusters.prod-10 section (it has: "
+            "prod-100, staging-50), so --cluster would change nothing; did you mean prod-100?"
+            ) in result.stderr
+    result = simulate(SEED_10, "--nodes", "3", "--from-version", "2.32.0.6",
+                      "--cluster", "prod-100")
+    assert result.exit_code == 2
+    assert "--cluster picks the clusters.<NAME> section of --repo-config" in result.stderr
+    code, out = as_json(SEED_10, "--nodes", "3", "--from-version", "2.32.0.6",
+                        "--auto-confirm", "1", "--repo-config", config, "--cluster", "prod-100")
+    assert code == 0 and out["completed"] is True
