@@ -18,7 +18,7 @@ from reconciler.files import printable, unsafe
 #: the forges commit statuses go to
 FORGES: Final = ("github", "gitlab", "gitea")
 #: ``git@host:owner/name.git``
-_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>(?!//).+)$")
+_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>(?!//).+)\Z")
 
 
 class ForgeConfigError(RepoConfigError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-PERCENT_RE = re.compile(r"^[0-9]+%$")
+PERCENT_RE = re.compile(r"^[0-9]+%\Z")
 #: Significant digits of the largest int64; a longer digit string is beyond every field's range.
 _INT64_DIGITS = 19
 #: What a digit string too long to convert counts as: more than any int64, far beyond 100%.

@@ -121,7 +121,7 @@ def load_secret(
     )
 
 
-_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>(?!//).+)$")
+_SCP_LIKE = re.compile(r"^(?:[^@/]+@)?(?P<host>[^:/]+):(?P<path>(?!//).+)\Z")
 
 
 def normalize_repository(value: str) -> tuple[str, str]:

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.policy.label_selector import LabelSelector, LabelSelectorError, label_key_error
+from reconciler.policy.label_selector import (
+    LabelSelector,
+    LabelSelectorError,
+    label_key_error,
+    label_value_error,
+)
 from reconciler.policy.quantity import Quantity
 from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
 from reconciler.policy.rollout_settings import RolloutSettings, TopologySettings
@@ -44,6 +49,9 @@ def test_a_selector_that_does_not_parse_says_so(text: str) -> None:
 def test_label_keys() -> None:
     assert label_key_error("topology.kubernetes.io/zone") is None
     assert label_key_error("rack") is None
+    # a final newline is no part of a key or value (Python's "$" would have let it through)
+    assert label_key_error("rack\n") and label_key_error("a.b\n/rack")
+    assert label_value_error("web\n")
     assert "prefix" in (label_key_error("Topology/zone") or "")
     assert "name" in (label_key_error("zone/") or "")
     assert "name" in (label_key_error("-rack") or "")
