@@ -340,10 +340,9 @@ def test_bad_request_and_unrequested_prefer_cloud_are_reported_once() -> None:
     assert len(world.events) == 1
 
 
-def test_a_flow_whose_status_writes_were_all_lost_is_not_run_again() -> None:
-    """The controller acted on every pass and died before every status write: the final
-    Never carries the flow's end, so the request is recognised as done."""
-    world = World.of(2)
+def _rebooted_with_every_status_write_lost(world: World) -> World:
+    """The request run to every node's reboot by a controller that died before each status
+    write."""
     world.request = REQUEST
     for _ in range(3):
         world.step(lose_status=True)
@@ -351,6 +350,13 @@ def test_a_flow_whose_status_writes_were_all_lost_is_not_run_again() -> None:
     world.step(lose_status=True)
     for name in world.nodes:
         world.reboot(name)
+    return world
+
+
+def test_a_flow_whose_status_writes_were_all_lost_is_not_run_again() -> None:
+    """The controller acted on every pass and died before every status write: the final
+    Never carries the flow's end, so the request is recognised as done."""
+    world = _rebooted_with_every_status_write_lost(World.of(2))
     for _ in range(3):
         world.step(lose_status=True)
     assert world.done == f"{flow_id(REQUEST.to_json())}:Completed"
@@ -464,13 +470,7 @@ def test_killed_after_the_never_with_every_status_write_lost_restores_the_rest()
     annotation and the nodes' records are all there is to finish from."""
     world = World.of(3)
     world.nodes["node-0002"].unschedulable = True
-    world.request = REQUEST
-    for _ in range(3):
-        world.step(lose_status=True)
-    world.report()
-    world.step(lose_status=True)
-    for name in world.nodes:
-        world.reboot(name)
+    _rebooted_with_every_status_write_lost(world)
     last = world.plan()
     never = next(i for i, a in enumerate(last.actions) if isinstance(a, ApplyFirmwareSpec)
                  and a.fw_upgrade_policy == "Never")
