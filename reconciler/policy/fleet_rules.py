@@ -9,6 +9,7 @@ Like the other rules they judge only values whose type the schema accepted.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -40,6 +41,28 @@ def fleet_rules(doc: ParsedDocument, known_clusters: Collection[str] | None = No
         if isinstance(section, dict):
             yield from _windows(doc, pointer, label, section)
     yield from _promotion(doc, clusters, known_clusters)
+    if known_clusters is not None:
+        yield from _no_folder(doc, clusters, known_clusters)
+
+
+def _no_folder(doc: ParsedDocument, clusters: Mapping[str, Any],
+               known_clusters: Collection[str]) -> Iterator[Finding]:
+    """A ``clusters.<name>`` with no cluster folder applies to nothing: most likely a typo,
+    which would leave the real cluster without its windows or rollout settings. A name another
+    cluster's ``promotion.after`` waits for is meant (a cluster this repository does not hold)."""
+    upstreams = {s["promotion"].get("after") for s in clusters.values()
+                 if isinstance(s, dict) and isinstance(s.get("promotion"), dict)}
+    for name in clusters:
+        if name in known_clusters or name in upstreams:
+            continue
+        close = difflib.get_close_matches(name, list(known_clusters), n=1)
+        folders = ", ".join(sorted(known_clusters)[:10]) or "none"
+        yield doc.finding(
+            join_pointer("/clusters", name), "clusters-unknown-cluster",
+            f"clusters.{_shown(name)}: no cluster folder of that name, so these settings apply "
+            "to no cluster" + (f"; did you mean '{close[0]}'?" if close else
+                               f"; the folders: {folders}"),
+            key=True, warning=True)
 
 
 def _windows(doc: ParsedDocument, pointer: str, label: str,

@@ -1,6 +1,7 @@
 """Semantic rules of ``rollout`` in ``reconciler.yaml`` (docs/live-clusters.md and
 docs/rollout.md#topology-aware-waves), at the top level and in ``clusters.<name>``: what the schema
-cannot say. A label selector that does not parse, a label key that is not one, and a
+cannot say. A label selector that does not parse, a label key that is not one (there and in
+``firmware.nodeLabels``), and a
 ``waitFor.timeout`` without ``drain`` in the settings a cluster ends up with (its own keys over the
 repository-wide ones, key by key), each located in the file.
 
@@ -23,6 +24,7 @@ def rollout_rules(doc: ParsedDocument) -> Iterator[Finding]:
     obj = doc.obj
     if not isinstance(obj, dict):
         return
+    yield from _firmware_label_keys(doc, obj.get("firmware"))
     wide = obj.get("rollout")
     wide = wide if isinstance(wide, dict) else {}
     yield from _section(doc, "/rollout", wide)
@@ -55,6 +57,17 @@ def _section(doc: ParsedDocument, pointer: str, section: Mapping[str, Any]) -> I
         error = label_key_error(label_key)
         if error is not None:
             yield doc.finding(f"{pointer}/topology/key", "rollout-label-key", error)
+
+
+def _firmware_label_keys(doc: ParsedDocument, firmware: object) -> Iterator[Finding]:
+    """``firmware.nodeLabels``: a key no node can carry would read as "label absent" on every
+    node, silently turning a preflight refusal (vfio-pci, virtual machine, multi-host) off."""
+    labels = firmware.get("nodeLabels") if isinstance(firmware, dict) else None
+    for name, key in (labels or {}).items() if isinstance(labels, dict) else ():
+        error = label_key_error(key) if isinstance(key, str) and key else None
+        if error is not None:
+            yield doc.finding(f"/firmware/nodeLabels/{name}", "firmware-label-key",
+                              f"firmware.nodeLabels.{name}: {error}")
 
 
 def _duration(doc: ParsedDocument, pointer: str, value: object) -> Iterator[Finding]:

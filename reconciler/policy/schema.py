@@ -239,6 +239,8 @@ class _ErrorMapper:
             return " or ".join(self.expected(branch) for branch in schema["oneOf"])
         if "enum" in schema:
             return "one of " + ", ".join(_quote(str(v)) for v in schema["enum"])
+        if "const" in schema:
+            return json.dumps(schema["const"])
         kind = schema.get("type")
         if isinstance(kind, list):
             return " or ".join(_TYPE_NAMES.get(str(k), str(k)) for k in kind)
@@ -329,7 +331,9 @@ class _ErrorMapper:
         # The branch whose type matches says what is wrong (e.g. below its minimum).
         for index, branch in enumerate(schema.get("oneOf", [])):
             branch = self.resolve(branch)
-            if not _StrictValidator(branch).is_type(value, branch.get("type", "")):
+            types = branch.get("type")  # a branch without one ({"const": 0}) names no type
+            if not any(_StrictValidator(branch).is_type(value, t) for t in (
+                    [types] if isinstance(types, str) else types or [])):
                 continue
             sub = [e for e in error.context or () if e.relative_schema_path
                    and e.relative_schema_path[0] == index]
@@ -383,6 +387,8 @@ class _ErrorMapper:
                 return f"; quote it to make it a string: '{value}'"
             if isinstance(value, float) and value.is_integer() and self.accepts(field, int(value)):
                 return f"; write {int(value)} without a decimal point"
+            if isinstance(value, int) and value > 0 and self.accepts(field, f"{value}s"):
+                return f"; a duration has a unit: '{value}s' for {value} seconds"
         return ""
 
     def string_hint(self, field: Mapping[str, Any], value: str, name: str) -> str:
@@ -455,6 +461,10 @@ class _ErrorMapper:
             nested = "spec.driver.upgradePolicy" if name == "upgradePolicy" else f"spec.{name}"
             return (message + f"; it belongs under spec: write it as {nested} (the vendor "
                     "manual's examples and patch paths leave out /spec)")
+        if not path and name == "webhook" and "forge" in allowed:  # reconciler.yaml
+            return (message + "; nothing reads it: the push webhook is set on the daemon "
+                    "(--webhook-listen, and its secret in --webhook-secret-file, never in Git: "
+                    "docs/configuration.md)")
         close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
         if not close:
             close = [a for a in allowed if a.lower() == name.lower()]

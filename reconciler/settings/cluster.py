@@ -10,12 +10,13 @@ instead."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 from reconciler.firmware.model import FirmwareSettings, SettingsError
 from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.section import HealthSection, read_health
+from reconciler.policy.label_selector import label_key_error
 from reconciler.policy.notify_config import NotifySink
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfigError, RepoConfigFile
 from reconciler.policy.rollout_settings import RolloutSettings
@@ -61,6 +62,9 @@ def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
         firmware = FirmwareSettings.from_config(file.raw.get("firmware"))
     except SettingsError as exc:
         raise SettingsRefused(f"{path}: {exc}") from None
+    for key in astuple(firmware.labels):
+        if (problem := label_key_error(key)) is not None:
+            raise SettingsRefused(file.located("firmware.nodeLabels", problem))
     return ClusterSettings(
         rollout=rollout,
         health=read_health(file.text, path, cluster),

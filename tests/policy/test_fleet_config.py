@@ -176,3 +176,20 @@ def test_hostile_windows_sections_end_with_located_errors(tmp_path: Path) -> Non
         done.stdout)
     assert "[windows-schedule]" in done.stdout and "[windows-time]" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_cluster_section_with_no_folder_is_a_warning_with_the_likely_name() -> None:
+    """A typo in clusters.<name> would leave the real cluster without its windows."""
+    text = ("clusters:\n  prod-10O:\n    windows:\n      allow: [{schedule: '0 22 * * 1-5', "
+            "duration: 8h}]\n  lab-1:\n    promotion: {after: upstream-lab}\n"
+            "  upstream-lab: {}\n")
+    result = validate_document(text, "reconciler.yaml", kind="repo-config",
+                               known_clusters=("lab-10", "prod-100"))
+    assert result.errors == []
+    assert [(f.line, f.rule, f.message) for f in result.findings] == [
+        (2, "clusters-unknown-cluster", "clusters.prod-10O: no cluster folder of that name, so "
+         "these settings apply to no cluster; did you mean 'prod-100'?"),
+        (5, "clusters-unknown-cluster", "clusters.lab-1: no cluster folder of that name, so "
+         "these settings apply to no cluster; did you mean 'lab-10'?")]
+    # upstream-lab is another cluster's promotion.after: meant; without the folders, no word
+    assert validate_document(text, "reconciler.yaml", kind="repo-config").findings == []

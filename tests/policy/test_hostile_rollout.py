@@ -17,7 +17,9 @@ from reconciler.cli.simulate_topology import load_nodes_file
 from reconciler.fleet.plan import changed_paths, resolved_settings
 from reconciler.policy.forge_config import ForgeConfigError, check_api_url, forge_config
 from reconciler.policy.notify_config import NotifyConfigError, read_notify
+from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
 from reconciler.policy.validation import validate_repo_config
+from reconciler.settings.cluster import SettingsRefused, resolve_settings
 
 HUGE = "9" * 400
 
@@ -169,3 +171,34 @@ def test_a_pattern_error_says_what_the_value_should_look_like(line: str, says: s
     message = errors[0][1]
     assert " or string," not in message and "expected string, got string" not in message
     assert says in message
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("rollout:\n  drain: {}\n  waitFor:\n    timeout: 90\n",
+     "waitFor.timeout: expected a duration like '30s', '10m' or '1h30m' or 0, got integer 90; "
+     "a duration has a unit: '90s' for 90 seconds"),
+    ("firmware: {timeouts: {upgrade: 300}}\n", "got integer 300; a duration has a unit: '300s'"),
+    ("rollout:\n  waitFor:\n    timeout: false\n", "or 0, got boolean false"),
+])
+def test_a_number_or_boolean_for_a_duration_or_zero_is_located_not_a_traceback(
+        text: str, says: str) -> None:
+    """The "0 or a duration" fields: a branch of theirs that names no type ({"const": 0})
+    made the error mapping raise (validate, simulate and the daemon's settings)."""
+    errors = _errors(text)
+    assert len(errors) == 1 and says in errors[0][1], errors
+    if text.startswith("rollout"):  # the daemon's path: a located RepoConfigError
+        with pytest.raises(RepoConfigError, match="a duration like"):
+            RepoConfigFile.parse(text).rollout_for("prod")
+
+
+def test_a_firmware_node_label_that_is_no_label_key_is_refused_in_validate_and_the_daemon(
+        ) -> None:
+    """A key no node can carry reads as "absent" everywhere: the vfio-pci refusal would be off."""
+    text = 'firmware: {nodeLabels: {vfioPci: "metax-tech.com/gpu vfio-pci"}}\n'
+    assert _errors(text) == [(1, "firmware.nodeLabels.vfioPci: 'metax-tech.com/gpu vfio-pci' "
+                                 "is not a label key: its name must be 1-63 characters of "
+                                 "letters, digits, '-', '_' and '.', starting and ending with "
+                                 "a letter or a digit")]
+    with pytest.raises(SettingsRefused, match=r"reconciler\.yaml:1:\d+: firmware\.nodeLabels"):
+        resolve_settings(RepoConfigFile.parse(text), "prod", source="test")
+    assert _errors('firmware: {nodeLabels: {vfioPci: "example.com/vfio"}}\n') == []

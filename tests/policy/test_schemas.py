@@ -96,7 +96,8 @@ def test_empty_config_means_defaults() -> None:
     ("firmware:\n  reboot: {mode: auto}\n", "schema-enum", 2),
     ("firmware:\n  reboot: {mode: hook, maxConcurrent: 0}\n", "schema-minimum", 2),
     ("signatures: {mode: pgp}\n", "schema-enum", 1),
-    ("webhook: true\n", "schema-type", 1),
+    ("signatures: {mod: gpg}\n", "unknown-field", 1),  # a typo would leave verification off
+    ("webhook: {secret: x}\n", "unknown-field", 1),  # nothing reads it; no secret in Git
 ])
 def test_invalid_repo_config(text: str, rule: str, line: int) -> None:
     result = validate_repo_config(text, "reconciler.yaml")
