@@ -56,6 +56,8 @@ class Job:
     notes: tuple[Finding, ...] = ()
     #: repo-config: the repository's cluster folders (the known upstreams of promotion.after)
     known_clusters: tuple[str, ...] | None = None
+    #: repo-config: the ``origin`` remote's URL, the host ``forge.url`` must be on
+    remote: str | None = None
     #: --against with clusters.<cluster>.promotion: (upstream, soak seconds, the upstream's
     #: snapshot at the ref, now) for the promotion gate
     promotion: tuple[str, float, Mapping[str, Any] | None, float] | None = None
@@ -227,6 +229,19 @@ def _repository_files(repo: Repository) -> tuple[list[Path], list[Finding]]:
 
 # -- --against: the previous spec from a git ref, the phase from the status snapshot ---------
 
+def _origin(repo: Repository) -> str | None:
+    """``origin``'s URL, read only when reconciler.yaml names a forge URL (gitpython is
+    imported then, not for every validate)."""
+    try:
+        if b"forge" not in read_bounded(repo.root / CONFIG_FILE):
+            return None
+    except (FileRefused, OSError):
+        return None
+    from reconciler.gitops.ref_reader import origin_url
+
+    return origin_url(repo.root)
+
+
 class GitState:
     """Reads files at a git ref (``gitops.ref_reader``, imported only when --against is used)."""
 
@@ -328,7 +343,8 @@ def plan_jobs(repo: Repository, files: Sequence[Path], against: str | None) -> l
         kind = repo.kind_of(path)
         cluster = repo.cluster_of(path) if kind == "clusteroperator" else None
         job = Job(path, _shown(path), kind, cluster, refused=repo.link_above(path),
-                  known_clusters=repo.cluster_names() if kind == "repo-config" else None)
+                  known_clusters=repo.cluster_names() if kind == "repo-config" else None,
+                  remote=_origin(repo) if kind == "repo-config" else None)
         if state is not None and kind == "clusteroperator":
             snapshot = None
             notes: list[Finding] = []
@@ -395,7 +411,7 @@ def run_job(job: Job) -> ValidationResult:
     result = validate_document(
         data, job.shown, previous=job.previous, phase=job.phase,
         firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
-        known_clusters=job.known_clusters,
+        known_clusters=job.known_clusters, remote=job.remote,
     )
     if job.notes:
         result.findings.extend(job.notes)

@@ -359,7 +359,13 @@ def _start_forge_statuses(s: DaemonSettings, sync: ClusterSync, metrics: Metrics
         forge = forge_config(kind=f.kind, url=f.url, repository=f.repository, remote=s.repo,
                              file_section=section if isinstance(section, dict) else None)
     except ForgeConfigError as exc:
-        raise UsageRefused(str(exc)) from None
+        if f.kind is not None and f.url is not None:
+            raise UsageRefused(str(exc)) from None
+        # reconciler.yaml is what a merged change sets: a bad forge section must not keep the
+        # daemon (and every rollout) from starting; only the statuses are off
+        log.error("reconciler.yaml forge: %s; commit statuses are off until it is fixed and "
+                  "the daemon restarts", exc)
+        return
     if forge is None:
         return
     if f.token_file is None:

@@ -28,6 +28,17 @@ def blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
+def origin_url(root: Path) -> str | None:
+    """The URL of the ``origin`` remote of the work tree at ``root``; None without one."""
+    try:
+        repo = git.Repo(root, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        return None
+    with repo:
+        url = repo.config_reader().get_value('remote "origin"', "url", default="")
+    return str(url) or None
+
+
 class UnknownRef(GitOpsError):
     """The ref names no commit."""
 

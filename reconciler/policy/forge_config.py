@@ -25,6 +25,10 @@ class ForgeConfigError(RepoConfigError):
     """A forge setting that cannot work; the message names the key or flag."""
 
 
+class ForgeOffHostError(ForgeConfigError):
+    """``forge.url`` of reconciler.yaml is not on the remote's host."""
+
+
 @dataclass(frozen=True, slots=True)
 class ForgeConfig:
     kind: str  # github | gitlab | gitea
@@ -101,7 +105,7 @@ def repository_from_remote(remote: str) -> str | None:
     return path if path.count("/") >= 1 else None
 
 
-def _check_on_remote_host(api: str, remote: str) -> None:
+def check_on_remote_host(api: str, remote: str) -> None:
     """``forge.url`` from reconciler.yaml is what a merged change sets, and the token goes where
     it points: it must be on the remote's host (or ``api.`` before it, as GitHub's); any
     other API URL must come from the command line, which only the operator sets."""
@@ -110,7 +114,7 @@ def _check_on_remote_host(api: str, remote: str) -> None:
     if home is not None and host in (home, f"api.{home}"):
         return
     where = f"the remote's host {home}" if home else "a host (the remote is a local path)"
-    raise ForgeConfigError(
+    raise ForgeOffHostError(
         f"forge.url: {host} is not {where}; the token goes where this URL points and "
         "reconciler.yaml is what a merged change sets, so an API URL elsewhere is given with "
         "--forge-url")
@@ -134,7 +138,7 @@ def forge_config(*, kind: str | None, url: str | None, repository: str | None,
                                "reconciler.yaml): the API base URL")
     api = check_api_url(url, key=where)
     if where == "forge.url":
-        _check_on_remote_host(api, remote)
+        check_on_remote_host(api, remote)
     repository = repository or section.get("repository") or repository_from_remote(remote)
     if not isinstance(repository, str) or "/" not in repository.strip("/"):
         raise ForgeConfigError(f"{flag}: the repository cannot be derived from {remote!r}; "

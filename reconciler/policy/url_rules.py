@@ -14,14 +14,22 @@ from collections.abc import Iterator
 
 from reconciler.policy.document import ParsedDocument
 from reconciler.policy.findings import Finding, join_pointer
-from reconciler.policy.forge_config import ForgeConfigError, check_api_url, repository_problem
+from reconciler.policy.forge_config import (
+    ForgeConfigError,
+    ForgeOffHostError,
+    check_api_url,
+    check_on_remote_host,
+    repository_problem,
+)
 from reconciler.policy.notify_config import sink_url_problem
 
 #: the forge URLs the schema's pattern lets through (others are reported by it)
 _LOOPBACK_OR_HTTPS = re.compile(r"https://|http://(localhost|127\.|\[::1\])")
 
 
-def url_rules(doc: ParsedDocument) -> Iterator[Finding]:
+def url_rules(doc: ParsedDocument, remote: str | None = None) -> Iterator[Finding]:
+    """``remote``: the repository's remote URL when known (validate's ``origin``), for the
+    host ``forge.url`` must be on."""
     obj = doc.obj
     if not isinstance(obj, dict):
         return
@@ -29,7 +37,12 @@ def url_rules(doc: ParsedDocument) -> Iterator[Finding]:
     url = forge.get("url") if isinstance(forge, dict) else None
     if isinstance(url, str) and _LOOPBACK_OR_HTTPS.match(url):  # else: the schema says why
         try:
-            check_api_url(url, key="forge.url")
+            api = check_api_url(url, key="forge.url")
+            if remote is not None:
+                check_on_remote_host(api, remote)
+        except ForgeOffHostError as exc:  # a warning: the daemon's --repo may be a mirror
+            yield doc.finding("/forge/url", "forge-url", f"{exc} (the daemon then posts no "
+                              f"commit statuses; origin here is {remote})", warning=True)
         except ForgeConfigError as exc:
             yield doc.finding("/forge/url", "forge-url", str(exc))
     repository = forge.get("repository") if isinstance(forge, dict) else None

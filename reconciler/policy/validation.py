@@ -41,6 +41,7 @@ def validate_document(
     extra_rules: Sequence[PolicyRule] = (),
     max_bytes: int = MAX_FILE_BYTES,
     known_clusters: Collection[str] | None = None,
+    remote: str | None = None,
 ) -> ValidationResult:
     """Validate one file's content. ``path`` only names the file in findings.
 
@@ -48,6 +49,7 @@ def validate_document(
     ``status.upgradeStatus.phase``) and ``firmware_phase`` it enables the transition rules.
     ``obj`` of the result is plain dict/list data, set whenever the file parsed.
     ``known_clusters`` (repo-config): the repository's cluster folders, for ``promotion.after``.
+    ``remote`` (repo-config): the repository's remote URL, the host ``forge.url`` must be on.
     """
     doc = parse_document(text, path, max_bytes=max_bytes)
     if kind == "repo-config" and [f.rule for f in doc.findings] == ["empty-document"]:
@@ -61,7 +63,7 @@ def validate_document(
         result.findings.extend(health_rules(doc))
         result.findings.extend(fleet_rules(doc, known_clusters))
         result.findings.extend(rollout_rules(doc))
-        result.findings.extend(url_rules(doc))
+        result.findings.extend(url_rules(doc, remote))
     if kind == "clusteroperator":
         ctx = RuleContext(doc, previous_spec_of(previous), phase, firmware_phase)
         result.findings.extend(semantic_rules(ctx))

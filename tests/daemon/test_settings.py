@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from reconciler.cli.run import daemon_settings, run
+from reconciler.daemon.assembly import _start_forge_statuses
 from reconciler.daemon.settings import (
     DaemonSettings,
+    Forge,
+    RepoConfigArg,
     SettingRefused,
     UsageRefused,
     check_forge_url,
@@ -72,3 +76,26 @@ def test_a_missing_kubeconfig_names_its_flag() -> None:
     with pytest.raises(SettingRefused, match="does not exist") as refused:
         kube_api("/nonexistent/kubeconfig")
     assert refused.value.flag == "--kubeconfig"
+
+
+def _forge_statuses(forge: Forge, section: dict[str, object]) -> None:
+    """The daemon's forge wiring with reconciler.yaml's ``forge:`` section; a bad section
+    returns before anything else is used (no sync role needed)."""
+    settings = DaemonSettings(repo="git@github.com:fleet/policy.git", cluster="prod",
+                              repo_config=RepoConfigArg("reconciler.yaml", {"forge": section},
+                                                        b""), forge=forge)
+    _start_forge_statuses(settings, cast(Any, None), cast(Any, None), lambda: True,
+                          cast(Any, None))
+
+
+def test_a_bad_forge_section_in_git_turns_statuses_off_but_a_bad_flag_refuses_the_start(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A merged change must not keep the daemon (and every rollout) from starting."""
+    off_host = {"type": "github", "url": "https://collector.example.net"}
+    with caplog.at_level("ERROR", logger="reconciler.daemon.assembly"):
+        _forge_statuses(Forge(), off_host)
+    assert ("reconciler.yaml forge: forge.url: collector.example.net is not the remote's host "
+            "github.com") in caplog.text
+    assert "commit statuses are off until it is fixed" in caplog.text
+    with pytest.raises(UsageRefused, match="--forge-url: http:// is refused"):
+        _forge_statuses(Forge(kind="gitea", url="http://gitea.example.com/api/v1"), {})

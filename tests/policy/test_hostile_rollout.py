@@ -18,7 +18,7 @@ from reconciler.fleet.plan import changed_paths, resolved_settings
 from reconciler.policy.forge_config import ForgeConfigError, check_api_url, forge_config
 from reconciler.policy.notify_config import NotifyConfigError, read_notify
 from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
-from reconciler.policy.validation import validate_repo_config
+from reconciler.policy.validation import validate_document, validate_repo_config
 from reconciler.settings.cluster import SettingsRefused, resolve_settings
 
 HUGE = "9" * 400
@@ -202,3 +202,18 @@ def test_a_firmware_node_label_that_is_no_label_key_is_refused_in_validate_and_t
     with pytest.raises(SettingsRefused, match=r"reconciler\.yaml:1:\d+: firmware\.nodeLabels"):
         resolve_settings(RepoConfigFile.parse(text), "prod", source="test")
     assert _errors('firmware: {nodeLabels: {vfioPci: "example.com/vfio"}}\n') == []
+
+
+def test_validate_warns_of_a_forge_url_off_the_origins_host() -> None:
+    """The daemon turns commit statuses off for such a URL from Git (a merged change could
+    send the token anywhere); validate, knowing origin, says so before the merge."""
+    text = "forge: {type: github, url: 'https://api.evil.example', repository: o/n}\n"
+    found = validate_document(text, "reconciler.yaml", kind="repo-config",
+                              remote="git@github.com:o/n.git").findings
+    assert [(f.severity, f.rule) for f in found] == [("warning", "forge-url")]
+    assert "api.evil.example is not the remote's host github.com" in found[0].message
+    assert "origin here is git@github.com:o/n.git" in found[0].message
+    for url in ("https://api.github.com", "https://github.com/api/v3"):
+        text = f"forge: {{type: github, url: '{url}', repository: o/n}}\n"
+        assert validate_document(text, "reconciler.yaml", kind="repo-config",
+                                 remote="https://github.com/o/n.git").findings == []
