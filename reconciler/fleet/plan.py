@@ -489,16 +489,17 @@ def render_markdown(plans: Sequence[ClusterPlan], *, against: str,
     head = [f"## `reconciler plan` against {md(against)}", ""]
     if not plans:
         head.append("No cluster's policy or settings differ: merging changes nothing.")
-        return "\n".join(head) + "\n" + _md_other(other_findings)
+        text = "\n".join(head) + "\n"
+        return text + _md_other(other_findings, limit - len(text))
     head.append(f"{len(plans)} cluster(s) change.")
     table = ["", "| cluster | change | driver | nodes | predicted end | errors |",
              "|---|---|---|---:|---|---:|"]
     rows = [_md_summary_row(plan) for plan in plans]
-    other = _md_other(other_findings)
     sections = [_md_section(plan) for plan in plans]
-    full = "\n".join([*head, *table, *rows]) + "\n\n" + "\n".join(sections) + other
-    if len(full) <= limit:
-        return full
+    full = "\n".join([*head, *table, *rows]) + "\n\n" + "\n".join(sections)
+    if len(full) + len(other := _md_other(other_findings, limit)) <= limit:
+        return full + other
+    other = _md_other(other_findings, limit // 4)  # the clusters keep most of the comment
     tail_room = 200  # the closing lines that count what was left out
     budget = limit - len(other) - tail_room
     kept_rows: list[str] = []
@@ -527,11 +528,25 @@ def render_markdown(plans: Sequence[ClusterPlan], *, against: str,
     return text + other
 
 
-def _md_other(findings: Sequence[Finding]) -> str:
+def _md_other(findings: Sequence[Finding], budget: int) -> str:
+    """The findings outside the clusters' sections, in at most ``budget`` characters: rows that
+    do not fit are counted, never cut."""
     if not findings:
         return ""
     lines = ["", "### Other findings", "", "| where | severity | finding | rule |",
              "|---|---|---|---|"]
-    lines.extend(f"| {md(f'{f.file}:{f.line}:{f.column}')} | {f.severity} | {md(f.message)} "
-                 f"| {md(f.rule)} |" for f in findings)
+    rows = [f"| {md(f'{f.file}:{f.line}:{f.column}')} | {f.severity} | {md(f.message)} "
+            f"| {md(f.rule)} |" for f in findings]
+    note_room = 160  # the line that counts the rows left out
+    used = len("\n".join(lines)) + 1
+    kept = 0
+    for row in rows:
+        if used + len(row) + 1 > budget - (note_room if kept + 1 < len(rows) else 0):
+            break
+        used += len(row) + 1
+        kept += 1
+    lines.extend(rows[:kept])
+    if kept < len(rows):
+        lines += ["", f"_{len(rows) - kept} more finding(s) not listed to fit a comment; run "
+                      "`reconciler validate` for all._"]
     return "\n".join(lines) + "\n"

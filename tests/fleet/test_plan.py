@@ -305,3 +305,22 @@ def test_markdown_keeps_what_files_say_inert() -> None:
     for raw in ("[link](", "\n## a heading", "\x1b", "`2`"):
         assert raw not in text, raw
     assert "\\<img src=x\\> \\| \\`code\\`" in text
+
+
+@pytest.mark.parametrize("clusters", [0, 3, 200])
+def test_thousands_of_other_findings_still_fit_a_comment(clusters: int) -> None:
+    """Findings outside the clusters' sections (a reconciler.yaml with 3,000 sinks) are
+    counted once the comment is full; with clusters they take at most a quarter of it."""
+    others = [Finding("reconciler.yaml", i, 3, "", "notify-url", "warning", "m" * 120)
+              for i in range(1, 3001)]
+    text = render_markdown([long_plan(i) for i in range(clusters)], against="main",
+                           other_findings=others)
+    assert len(text) <= COMMENT_LIMIT
+    tables_are_whole(text)
+    listed = text.count("| reconciler.yaml:")
+    assert 0 < listed < 3000
+    assert f"_{3000 - listed} more finding(s) not listed to fit a comment" in text
+    if clusters:
+        assert all(f"| c{i:04d} |" in text for i in range(clusters))
+    few = render_markdown([], against="main", other_findings=others[:2])
+    assert few.count("| reconciler.yaml:") == 2 and "not listed" not in few
