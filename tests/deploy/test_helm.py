@@ -77,6 +77,24 @@ def test_the_values_schema_refuses_a_misspelt_mode() -> None:
     assert result.returncode != 0 and "/mode" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(("options", "says"), [
+    (("--set", "leaderElection.enable=false"), "additional properties 'enable' not allowed"),
+    (("--set", "replica=1"), "additional properties 'replica' not allowed"),
+    (("--set", "leaderElection.leaseDuration=soon"), "/leaderElection/leaseDuration"),
+    (("--set", "clusterOperator=Cluster Operator"), "/clusterOperator"),
+    (("--set", "fullnameOverride=" + "a" * 64), "/fullnameOverride"),
+    (("--set", "admission.certManager.issuerRef.kind=ClusterIssuer"), "missing property 'name'"),
+    (("--set", "leaderElection.enabled=false"),
+     "replicas: 2 needs leaderElection.enabled=true: without it every replica would sync"),
+])
+def test_values_that_would_change_nothing_or_run_two_leaders_are_refused(
+        options: tuple[str, ...], says: str) -> None:
+    """A misspelt key would silently keep the default; two replicas without leader election
+    would both sync, write Git and drive the rollout."""
+    result = helm("template", RELEASE, str(CHART), *options, check=False)
+    assert result.returncode != 0 and says in result.stderr, result.stderr
+
+
 def test_the_kustomize_manifests_are_the_chart_rendered() -> None:
     rendered = render_manifests()
     listed = set(load_documents(DEPLOY / "kustomization.yaml")[0]["resources"])
@@ -126,7 +144,8 @@ def test_the_defaults_carry_helms_labels_and_need_no_other_projects_crds() -> No
 
 @pytest.mark.parametrize("options", [
     ("--set", "fullnameOverride=gitops"),
-    ("--set", "leaderElection.enabled=false", "--set", "clusterOperator=fleet-a"),
+    ("--set", "leaderElection.enabled=false", "--set", "replicas=1",
+     "--set", "clusterOperator=fleet-a"),
     ("--set", "admission.enabled=false", "--set", "webhook.enabled=false"),
 ], ids=["renamed", "no-leader-election", "no-admission-no-webhook"])
 def test_the_roles_name_what_the_arguments_name(options: tuple[str, ...]) -> None:
