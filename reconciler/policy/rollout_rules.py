@@ -41,6 +41,17 @@ def rollout_rules(doc: ParsedDocument) -> Iterator[Finding]:
 
 def _section(doc: ParsedDocument, pointer: str, section: Mapping[str, Any]) -> Iterator[Finding]:
     yield from _duration(doc, f"{pointer}/readyTimeout", section.get("readyTimeout"))
+    if _seconds(section.get("readyTimeout")) == 0:
+        yield doc.finding(f"{pointer}/readyTimeout", "rollout-duration",
+                          "readyTimeout: must be longer than 0 (a new driver pod would get no "
+                          "time to become Ready and every node would fail)")
+    drain = section.get("drain")
+    if (isinstance(drain, dict) and _seconds(drain.get("timeout")) == 0
+            and drain.get("onTimeout") == "delete"):
+        yield doc.finding(f"{pointer}/drain/timeout", "rollout-drain-delete-at-once",
+                          "drain.timeout 0 with onTimeout: delete deletes every pod at once, "
+                          "past its PodDisruptionBudget: give the evictions time (the "
+                          "default is 15m)", warning=True)
     for key in ("drain", "waitFor"):
         part = section.get(key)
         if isinstance(part, dict):
@@ -70,6 +81,18 @@ def _firmware_label_keys(doc: ParsedDocument, firmware: object) -> Iterator[Find
                               f"firmware.nodeLabels.{name}: {error}")
 
 
+def _seconds(value: object) -> float | None:
+    """A duration setting's seconds (``0`` is zero); None when it is no duration."""
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_duration(value.strip())
+    except ValueError:
+        return None
+
+
 def _duration(doc: ParsedDocument, pointer: str, value: object) -> Iterator[Finding]:
     """A duration the schema's pattern accepts but no clock can count (``99...9h``: infinite
     seconds), which the controller would refuse."""
@@ -93,7 +116,7 @@ def _wait_without_drain(doc: ParsedDocument, pointer: str, effective: Mapping[st
     top level)."""
     wait_for = effective.get("waitFor")
     timeout = wait_for.get("timeout") if isinstance(wait_for, dict) else None
-    if timeout in (None, 0, "0s", "0") or effective.get("drain") is not None:
+    if _seconds(timeout) in (None, 0.0) or effective.get("drain") is not None:
         return
     if "waitFor" not in own and "drain" not in own:
         return  # the section it comes from is judged on its own

@@ -217,3 +217,18 @@ def test_validate_warns_of_a_forge_url_off_the_origins_host() -> None:
         text = f"forge: {{type: github, url: '{url}', repository: o/n}}\n"
         assert validate_document(text, "reconciler.yaml", kind="repo-config",
                                  remote="https://github.com/o/n.git").findings == []
+
+
+def test_a_zero_ready_timeout_is_refused_and_an_instant_forced_drain_warned_of() -> None:
+    """``--ready-timeout`` refuses 0; the file said nothing and every node would fail."""
+    text = ("rollout:\n  readyTimeout: 0s\n  drain: {timeout: 0m, onTimeout: delete}\n"
+            "  waitFor: {timeout: 0h}\n")
+    found = [(f.line, f.severity, f.rule) for f in
+             validate_repo_config(text, "reconciler.yaml").findings]
+    assert found == [(2, "error", "rollout-duration"),
+                     (3, "warning", "rollout-drain-delete-at-once")]
+    with pytest.raises(RepoConfigError, match="readyTimeout: must be longer than 0"):
+        RepoConfigFile.parse(text).rollout_for("prod")
+    # any zero is zero: waitFor 0m waits as long as it takes, with or without drain
+    assert validate_repo_config("rollout:\n  waitFor: {timeout: 0m}\n",
+                                "reconciler.yaml").findings == []
