@@ -86,13 +86,13 @@ def test_webhook_push_applies_and_metrics_follow_the_rollout(
     server = GitDaemon(policy_remote.root)
     server.start()
     url = server.url("policy.git")
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     daemon = Daemon(["--repo", url, "--cluster", CLUSTER, "--kubeconfig",
                      str(control_plane.kubeconfig), "--fetch-interval", "1h",
                      "--webhook-repository", REPOSITORY, "--log-format", "json",
                      "--ready-timeout", "30s"], workdir=tmp_path, name="all")
     try:
         wait_port_ready(daemon)
-        seed = policy_remote.head()
         wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
         # forged and other-branch events trigger nothing
         assert daemon.push_event(REPOSITORY, secret="not-the-secret") == 401

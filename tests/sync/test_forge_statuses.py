@@ -127,6 +127,7 @@ def test_reconciler_run_posts_with_its_forge_flags_and_never_logs_the_token(
 ) -> None:
     token = tmp_path / "forge-token"
     token.write_text("gitea-token-6b1e0c\n")
+    seed = policy_remote.head()  # before the sync role pushes status snapshots
     with serve_forge() as forge:
         daemon = Daemon(["--repo", policy_remote.url, "--cluster", CLUSTER, "--kubeconfig",
                          str(control_plane.kubeconfig), "--fetch-interval", "1s",
@@ -136,7 +137,6 @@ def test_reconciler_run_posts_with_its_forge_flags_and_never_logs_the_token(
                          "--log-level", "debug"], workdir=tmp_path, name="forge")
         try:
             wait_port_ready(daemon)
-            seed = policy_remote.head()
             wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the seed applied")
             merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}", {POLICY_PATH: policy(NEW)})
             wait_for(lambda: any(merge in r["path"] and "manual gate" in r["body"]["description"]

@@ -69,9 +69,9 @@ def test_only_commits_signed_by_trusted_keys_are_applied(
     verifier = CommitVerifier(TrustedKeys(allowed_signers_file=allowed,
                                           methods=frozenset({Method.SSH})), tmp_path / "trust")
     signing = signing_config(ssh_key_file=own_key)
+    seed = remote.head()  # before the sync role pushes status snapshots
     sync = make_sync(remote.url, verifier=verifier, signature_mode="ssh",
                      signing=(signing.git_args(), signing.commit_tree_args(), dict(signing.env)))
-    seed = remote.head()
     wait_for(lambda: source_commit(kube) == seed, timeout=30, what="the signed seed applied")
 
     mallory = _signing_clone(Person(remote.url, tmp_path / "mallory", name="Mallory Evil"),
