@@ -17,12 +17,15 @@ from typing import Literal
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
+#: the whitespace of the API server's selector lexer (not Unicode's: a no-break space is text)
+_WS = " \t\r\n"
 #: one requirement of the string form; ``in``/``notin`` take a parenthesised list (``in(a)``
 #: too: the API server's lexer ends a word at a parenthesis)
 _TOKEN = re.compile(
-    r"\s*(?:(?P<not>!)\s*(?P<nkey>[^\s=!,()]+)"
-    r"|(?P<key>[^\s=!,()]+)\s*(?:(?P<op>==|!=|=|\s+(?:not)?in(?:\s+|(?=\()))\s*"
-    r"(?:\((?P<set>[^()]*)\)|(?P<value>[^\s,()]*)))?)\s*"
+    r"{w}*(?:(?P<not>!){w}*(?P<nkey>[^{ws}=!,()]+)"
+    r"|(?P<key>[^{ws}=!,()]+){w}*(?:(?P<op>==|!=|=|{w}+(?:not)?in(?:{w}+|(?=\())){w}*"
+    r"(?:\((?P<set>[^()]*)\)|(?P<value>[^{ws},()]*)))?){w}*"
+    .replace("{w}", r"[ \t\r\n]").replace("{ws}", r" \t\r\n")
 )
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
@@ -87,12 +90,12 @@ class LabelSelector:
     def parse(cls, text: str) -> LabelSelector:
         """The string form (``kubectl -l``). Raises ``LabelSelectorError`` naming the part."""
         requirements: list[Requirement] = []
-        stripped = text.strip()
+        stripped = text.strip(_WS)
         if not stripped:
             return cls((), text)
         for part in _split(stripped):
             match = _TOKEN.fullmatch(part)
-            if match is None or not part.strip():
+            if match is None or not part.strip(_WS):
                 raise LabelSelectorError(_unparsed(part, text))
             key = match["nkey"] or match["key"]
             error = label_key_error(key)
@@ -101,7 +104,7 @@ class LabelSelector:
             if match["not"]:
                 requirements.append(Requirement(key, "DoesNotExist"))
                 continue
-            op = (match["op"] or "").strip()
+            op = (match["op"] or "").strip(_WS)
             if not op:
                 if match["set"] is not None or match["value"] is not None:
                     raise LabelSelectorError(_unparsed(part, text))
@@ -110,12 +113,12 @@ class LabelSelector:
             if op in ("in", "notin"):
                 if match["set"] is None:
                     raise LabelSelectorError(
-                        f"{op} needs a list in parentheses: {_cut(part.strip())} in selector "
+                        f"{op} needs a list in parentheses: {_cut(part.strip(_WS))} in selector "
                         f"{_cut(text)}")
-                values = [v.strip() for v in match["set"].split(",")]
+                values = [v.strip(_WS) for v in match["set"].split(",")]
                 if not values or any(not v for v in values):
                     raise LabelSelectorError(
-                        f"empty value in {_cut(part.strip())} in selector {_cut(text)}")
+                        f"empty value in {_cut(part.strip(_WS))} in selector {_cut(text)}")
             else:
                 if match["set"] is not None or match["value"] is None:
                     raise LabelSelectorError(_unparsed(part, text))
@@ -157,7 +160,7 @@ class LabelSelector:
 
 
 def _unparsed(part: str, text: str) -> str:
-    return f"cannot parse {_cut(part.strip())} in selector {_cut(text)}"
+    return f"cannot parse {_cut(part.strip(_WS))} in selector {_cut(text)}"
 
 
 def _cut(text: str) -> str:

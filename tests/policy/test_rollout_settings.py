@@ -39,7 +39,8 @@ def test_selectors_match_as_kubectl_reads_them(text: str, labels: dict[str, str]
     assert LabelSelector.parse(text).matches(labels) is expected
 
 
-@pytest.mark.parametrize("text", ["=web", "app in a", "app in ()", "a b", "appin(a)", "app=(x)",
+@pytest.mark.parametrize("text", ["=web", "app in a", "app in ()", "a b", "appin(a)",
+                                  "app=(x)", "app=web\u00a0",  # a no-break space is text
                                   "app=web,", "UPPER/x=1", "app=" + "v" * 64])
 def test_a_selector_that_does_not_parse_says_so(text: str) -> None:
     with pytest.raises(LabelSelectorError, match="selector"):
