@@ -59,6 +59,9 @@ ANN_TARGET: Final = ANNOTATION_PREFIX + "upgrade-target-revision"
 ANN_WAS_UNSCHEDULABLE: Final = ANNOTATION_PREFIX + "was-unschedulable"
 ANN_ATTEMPT: Final = ANNOTATION_PREFIX + "attempt"
 ANN_DELETED_AT: Final = ANNOTATION_PREFIX + "deleted-at"
+#: the driver pod whose deletion ``deleted-at`` records: while that pod is still there and not
+#: terminating, the deletion never happened (a controller killed between the two)
+ANN_DELETED_POD: Final = ANNOTATION_PREFIX + "deleted-pod"
 ANN_FAILED_AT: Final = ANNOTATION_PREFIX + "failed-at"
 #: ``<batch epoch>|<failures counted in that epoch>``; the source of ``currentFailureRetry``
 ANN_FAILURES: Final = ANNOTATION_PREFIX + "failures"

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from reconciler.names import (
     ANN_ATTEMPT,
     ANN_DELETED_AT,
+    ANN_DELETED_POD,
     ANN_DRAIN_BLOCKED_BY,
     ANN_DRAIN_SETTINGS,
     ANN_DRAIN_STARTED,
@@ -92,7 +93,9 @@ def delete_driver_pod(p: Pass, node: RolloutNode, update: dict[str, str | None],
     already), the old driver pod's deletion, and a look again when ``ready_timeout`` (the one
     the node starts with) runs out."""
     assert node.pod is not None
-    p.actions.append(AnnotateNode(node.name, update))
+    # the pod named: a retry's old pod is on the target revision too, and a deletion recorded
+    # but never done must not be judged as that pod's failure again (scan: redo)
+    p.actions.append(AnnotateNode(node.name, {**update, ANN_DELETED_POD: node.pod.name}))
     if not node.unschedulable:
         p.actions.append(Cordon(node.name))
     p.actions.append(DeleteDriverPod(node.name, node.pod.name, at=p.now))
@@ -125,6 +128,7 @@ def cordon_ahead(p: Pass, node: RolloutNode, target: str) -> None:
                 ANN_WAS_UNSCHEDULABLE: was_unschedulable(node),
                 ANN_ATTEMPT: "1",
                 ANN_DELETED_AT: None,
+                ANN_DELETED_POD: None,
                 ANN_FAILED_AT: None,
                 ANN_FAILURE_REASON: None,
             },
@@ -211,6 +215,7 @@ def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
         ANN_DRAIN_STARTED: p.now_text,
         ANN_DRAIN_SETTINGS: record.to_text(),
         ANN_DELETED_AT: None,
+        ANN_DELETED_POD: None,
         ANN_FAILED_AT: None,
         ANN_FAILURE_REASON: None,
     }
@@ -339,6 +344,7 @@ def completed(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
                     ANN_TARGET: target,
                     ANN_WAS_UNSCHEDULABLE: None,
                     ANN_DELETED_AT: None,
+                    ANN_DELETED_POD: None,
                     ANN_FAILED_AT: None,
                     ANN_FAILURE_REASON: None,
                     **drain_cleanup(node),

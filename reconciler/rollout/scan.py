@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from reconciler.names import (
     ANN_DELETED_AT,
+    ANN_DELETED_POD,
     ANN_FAILURE_REASON,
     ANN_FAILURES,
     ANN_SKIPPED,
@@ -307,7 +308,11 @@ def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,
     readyTimeout. True when in flight."""
     pod = node.pod
     target = look.target
-    on_target = pod is not None and pod.revision == target and not pod.deleting
+    # the pod whose deletion was recorded, still there: the deletion never happened (killed in
+    # between), so it is not judged (a retry's old pod is on the target too) but deleted again
+    undeleted = (pod is not None and not pod.deleting
+                 and pod.name == node.annotations.get(ANN_DELETED_POD))
+    on_target = pod is not None and pod.revision == target and not pod.deleting and not undeleted
     if on_target and pod is not None and pod.ready:
         if node.name in look.health_failed:
             scan.new_failures.append((node, ConditionType.HEALTH_CHECK_FAILED.value))
@@ -329,9 +334,8 @@ def _upgrading(scan: NodeScan, look: _Look, node: RolloutNode, started: float,
     scan.deadlines.append(deleted_at + timeout)
     if unrecorded:
         scan.unrecorded.append(node)
-    if pod is not None and pod.revision != target and not pod.deleting and (
-        pod.created_at < deleted_at
-    ):
+    if undeleted or (pod is not None and pod.revision != target and not pod.deleting
+                     and pod.created_at < deleted_at):
         scan.redo.append(node)  # the recorded delete never happened
     return True
 

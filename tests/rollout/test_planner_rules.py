@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reconciler.names import (
     ANN_ATTEMPT,
     ANN_DELETED_AT,
+    ANN_DELETED_POD,
     ANN_FAILURE_REASON,
     ANN_STATE,
     ANN_TARGET,
@@ -745,6 +748,49 @@ def test_recorded_move_whose_delete_never_happened_is_finished() -> None:
     result = w.plan(1)
     assert deletions(result) == ["node-0001"]
     assert w.annotation("node-0001", ANN_ATTEMPT) == "1"
+
+
+def _failed_once(fallback: str) -> World:
+    """node-0001 failed its first attempt (1 failure of 2): the next pass after the back-off
+    retries it."""
+    w = World(3, policy(maxParallel=1, maxFailureThreshold=2, fallback=fallback))
+    w.settle(0)
+    w.plan(1)
+    assert deletions_so_far(w) == ["node-0001"]
+    w.pod("node-0001", waiting_reason="CrashLoopBackOff", restart_count=3)
+    w.plan(2)
+    assert w.annotation("node-0001", ANN_STATE) == "failed"
+    return w
+
+
+def deletions_so_far(w: World) -> list[str]:
+    return [name for name, _ in w.deleted]
+
+
+@pytest.mark.parametrize("fallback", ["rollback", "pause"])
+def test_a_retry_killed_between_its_record_and_its_delete_is_not_a_second_failure(
+        fallback: str) -> None:
+    """The retry's record (attempt 2, deleted-at) landed, its deletion did not: the old pod,
+    on the target revision and still crash-looping, is the pod the record names; it is deleted
+    (decision 15), not counted as the retry's failure (which reached maxFailureThreshold and
+    rolled the whole fleet back, or paused it)."""
+    w = _failed_once(fallback)
+    retry = w.plan(100, apply=False, write_status=False)
+    first = retry.actions[0]
+    assert isinstance(first, AnnotateNode) and first.node == "node-0001"
+    assert first.annotations[ANN_DELETED_POD] == w.nodes["node-0001"].pod.name
+    w.apply([first])  # killed here: the record landed, the deletion did not, nor the status
+    after = w.plan(101)
+    assert "NodeFailed" not in [a.reason for a in of_type(after, RecordEvent)]
+    assert of_type(after, RestorePayload) == [] and of_type(after, SetPolicyPause) == []
+    assert deletions(after) == ["node-0001"]  # the recorded deletion, carried out
+    assert w.status["phase"] == "Progressing"
+    assert w.annotation("node-0001", ANN_ATTEMPT) == "2"
+    assert (w.annotation("node-0001", "gpu.metax-tech.com/failures") or "").endswith("|1")
+    w.ready("node-0001")  # the retry's new pod: judged, and done
+    w.plan(102)
+    assert w.annotation("node-0001", ANN_STATE) == "done"
+    assert w.annotation("node-0001", ANN_DELETED_POD) is None
 
 
 def test_planning_twice_on_the_same_snapshot_gives_the_same_plan() -> None:
