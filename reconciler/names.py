@@ -142,13 +142,18 @@ class StepState(StrEnum):
 
 
 class ConditionType(StrEnum):
-    """Condition types of ``status.upgradeStatus.condition``. lastTransitionTime of PROGRESSING
-    is the start of the current batch epoch (step start or resume after a fallback); failures
-    are counted per epoch."""
+    """Condition types of ``status.upgradeStatus.conditions``. The CRD's conditions have no
+    status: a condition on the list is in force, one no longer in force leaves it.
+    lastTransitionTime of PROGRESSING is the start of the current batch epoch (step start or
+    resume after a fallback); failures are counted per epoch."""
 
     PROGRESSING = "Progressing"
     MANUAL_GATE = "ManualGate"
+    #: a person confirmed the step's gate, and nodes that joined during it are not Ready yet
+    GATE_CONFIRMED = "GateConfirmed"
     BATCH_FAILED = "BatchFailed"
+    #: a rollback runs; its reason says why (FailureThresholdReached, RolloutDisabled, ...)
+    ROLLING_BACK = "RollingBack"
     ROLLED_BACK = "RolledBack"
     #: a health check failed (docs/health.md): beside the fallback it caused
     HEALTH_CHECK_FAILED = "HealthCheckFailed"

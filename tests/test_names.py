@@ -44,9 +44,12 @@ def test_phases_and_step_states_are_the_spec_strings() -> None:
         "Idling", "Progressing", "Terminating", "Disabling", "Disabled"]
     assert [str(s) for s in StepState] == [
         "StepUpgradeInit", "StepUpgrade", "StepPaused", "StepReady", "Completed"]
-    # HealthCheckFailed: docs/health.md's condition of a fallback a health check caused
+    # HealthCheckFailed: docs/health.md's condition of a fallback a health check caused;
+    # GateConfirmed and RollingBack: what a False condition said before the CRD's conditions
+    # (which have no status) made a listed condition one in force
     assert [str(c) for c in ConditionType] == [
-        "Progressing", "ManualGate", "BatchFailed", "RolledBack", "HealthCheckFailed"]
+        "Progressing", "ManualGate", "GateConfirmed", "BatchFailed", "RollingBack",
+        "RolledBack", "HealthCheckFailed"]
     assert {"Progressing", "Terminating", "Disabling"} == ACTIVE_PHASES
     assert [str(p) for p in FirmwarePhase] == [
         "Idle", "Preflight", "Refused", "Cordoning", "Upgrading", "AwaitingReboot",

@@ -32,6 +32,7 @@ from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
 from reconciler.policy.transitions import firmware_upgrade_running, spec_changes
 from reconciler.policy.validation import validate_document
+from reconciler.stored_status import firmware_status_of, upgrade_status_of
 
 API_VERSION = "admission.k8s.io/v1"
 #: The reviewed resource (reconciler.kube.objects names it too; this module imports no client).
@@ -151,7 +152,7 @@ def decide(request: Mapping[str, Any]) -> Decision:
 def _validate(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[Finding]:
     metadata = _mapping(obj, "metadata")
     label = f"clusteroperator/{metadata.get('name') or metadata.get('generateName') or ''}"
-    status = _mapping(old, "status") if old is not None else {}
+    status = recorded_status(old) if old is not None else {}
     result = validate_document(
         json.dumps(obj), label,
         previous=old,
@@ -169,7 +170,7 @@ def _own_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     changes = list(spec_changes(old_spec, new_spec))
     if not changes:
         return "the spec is unchanged"
-    status = _mapping(old, "status")
+    status = recorded_status(old)
     rollback = any(pointer.startswith(PAYLOAD + "/") for pointer, _, _ in changes) and all(
         _payload_back(status, new_spec, pointer, after)
         for pointer, _, after in changes if pointer.startswith(PAYLOAD + "/"))
@@ -259,6 +260,13 @@ def _warnings(findings: Iterable[Finding], *, stored: bool = False) -> tuple[str
     if len(shown) > MAX_WARNINGS:
         shown = [*shown[:MAX_WARNINGS], f"... and {len(shown) - MAX_WARNINGS} more"]
     return tuple(shown)
+
+
+def recorded_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The controllers' records of ``obj`` as one ``status`` mapping: ``upgradeStatus`` (its
+    CRD fields and our annotation) and ``firmwareUpgrade`` (an annotation: the CRD has no
+    field for it); see ``reconciler.stored_status``."""
+    return {"upgradeStatus": upgrade_status_of(obj), "firmwareUpgrade": firmware_status_of(obj)}
 
 
 def _mapping(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:

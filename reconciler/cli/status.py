@@ -21,6 +21,7 @@ import click
 
 from reconciler import clock
 from reconciler.files import printable
+from reconciler.stored_status import firmware_status_of, upgrade_status_of
 from reconciler.sync.status_view import StatusReport, firmware_lines, report
 from reconciler.views.nodes import NodeStates
 from reconciler.views.waits import GitContext
@@ -119,16 +120,16 @@ def cluster_snapshot(api: Any, name: str) -> tuple[dict[str, Any], NodeStates]:
     from reconciler.views.nodes import classify_all
 
     co = api.get(cluster_operator_path(name))
-    status = co.get("status") or {}
     driver = (co.get("spec") or {}).get("driver") or {}
     snapshot: dict[str, Any] = {
         "sourceCommit": ((co.get("metadata") or {}).get("annotations") or {}).get(
             SOURCE_COMMIT_ANNOTATION),
-        "upgradeStatus": status.get("upgradeStatus") or {},
+        "upgradeStatus": upgrade_status_of(co),
         "spec": {"driver": {k: driver[k] for k in ("payload", "upgradePolicy") if k in driver}},
     }
-    if status.get("firmwareUpgrade"):
-        snapshot["firmware"] = status["firmwareUpgrade"]
+    firmware = firmware_status_of(co)
+    if firmware:
+        snapshot["firmware"] = firmware
     nodes = api.list(resource_path("v1", "nodes"),
                      query={"labelSelector": f"{GPU_NODE_LABEL}=true"})["items"]
     pods = api.list(resource_path("v1", "pods"))["items"]
@@ -179,7 +180,7 @@ def _render(item: StatusReport) -> None:
     else:
         console.print("[bold]waiting for[/bold] nothing")
     _render_live(console, item)
-    failing = [c for c in item.conditions if c.get("status") == "True"
+    failing = [c for c in item.conditions if c.get("status", "True") == "True"
                and c.get("type") in ("BatchFailed", "RolledBack", "ManualGate",
                                      "HealthCheckFailed")]
     if failing:

@@ -45,6 +45,7 @@ from reconciler.runtime.watched import (
     with_failure_condition,
 )
 from reconciler.settings.cluster import ClusterSettings
+from reconciler.stored_status import firmware_status_of, upgrade_status_of
 
 log = logging.getLogger(__name__)
 
@@ -260,9 +261,8 @@ class RolloutController(WatchDrivenWorker):
             policy = UpgradePolicy.from_spec(driver.get("upgradePolicy"))
             planned = self.status_writer.planned
             if planned is None:
-                self.status_writer.base = (co.get("status") or {}).get("upgradeStatus")
-            status = dict(planned if planned is not None
-                          else (co.get("status") or {}).get("upgradeStatus") or {})
+                self.status_writer.base = upgrade_status_of(co) or None
+            status = dict(planned if planned is not None else upgrade_status_of(co))
             self.index.keep_labels(self._planner_labels(status))
             snap = RolloutSnapshot(
                 nodes=dict(self.index.views),
@@ -331,8 +331,7 @@ class RolloutController(WatchDrivenWorker):
                     "Warning", "HealthConfigInvalid",
                     f"health section invalid, no node starts: {error}"), co)
         self._report_windows_error(snap.windows, co)
-        firmware_phase = str(((co.get("status") or {}).get("firmwareUpgrade") or {}).get("phase")
-                             or "")
+        firmware_phase = str(firmware_status_of(co).get("phase") or "")
         if (firmware_phase not in FIRMWARE_IDLE_PHASES
                 and snap.status.get("phase") not in ACTIVE_PHASES):
             # docs/firmware.md: a driver rollout never starts while a firmware upgrade runs; the
@@ -400,7 +399,7 @@ class RolloutController(WatchDrivenWorker):
         self._windows_error_reported = error
 
     def _write_status(self, upgrade_status: JSON) -> None:
-        self._write_status_section("upgradeStatus", upgrade_status)
+        self._write_upgrade_status(upgrade_status)
 
     # -- a planning pass that raised ----------------------------------------------------------
 
@@ -416,7 +415,7 @@ class RolloutController(WatchDrivenWorker):
             if self.status_writer.planned is not None:
                 return shown_failure(self.status_writer.planned)
             co = self.index.cluster_operator
-            return shown_failure((co or {}).get("status", {}).get("upgradeStatus"))
+            return shown_failure(upgrade_status_of(co))
 
     def _clear_failure(self, failure: PassFailure) -> None:
         if self._plan_failure_condition(failure, failed=False):
@@ -432,7 +431,7 @@ class RolloutController(WatchDrivenWorker):
             co = self.index.cluster_operator
             if co is None:
                 return False
-            stored = (co.get("status") or {}).get("upgradeStatus")
+            stored = upgrade_status_of(co) or None
             base = writer.planned if writer.planned is not None else stored
             status = with_failure_condition(base, failure, self.clock(), failed=failed)
             if status is None:

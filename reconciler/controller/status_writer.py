@@ -17,6 +17,7 @@ from concurrent.futures import wait as wait_for_futures
 from typing import Protocol
 
 from reconciler.kube.api import JSON, Conflict, KubeError
+from reconciler.stored_status import same_record, upgrade_status_of
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,8 @@ class StatusWriter:
     def _after_conflict(self) -> None:
         fresh = self._refetch()
         with self.ready:
-            theirs = ((fresh or {}).get("status") or {}).get("upgradeStatus")
-            if fresh is None or theirs != self.base:
+            theirs = upgrade_status_of(fresh) or None
+            if fresh is None or not same_record(theirs, self.base):
                 self.planned = None  # someone else wrote it: plan from theirs
                 self.ready.notify_all()
             self._touch()

@@ -36,6 +36,7 @@ from reconciler.names import (
 )
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout import status as st
+from reconciler.stored_status import firmware_status_of, upgrade_status_of
 from reconciler.sync.status_view import StatusReport, report
 from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
@@ -414,8 +415,7 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     ``recorded``: the cluster's status snapshot in Git (with ``--repo``), for what only Git
     knows: a rejected commit, the promotion gate, operator mode's holds."""
     co = _mapping(facts.cluster_operator)
-    status = _mapping(co.get("status"))
-    upgrade = _mapping(status.get("upgradeStatus"))
+    upgrade = upgrade_status_of(co)
     inner = _mapping(upgrade.get("status"))
     driver = _mapping(_mapping(co.get("spec")).get("driver"))
     raw_policy = _mapping(driver.get("upgradePolicy"))
@@ -424,8 +424,9 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
         "upgradeStatus": upgrade,
         "spec": {"driver": {k: driver[k] for k in ("payload", "upgradePolicy") if k in driver}},
     }
-    if status.get("firmwareUpgrade"):
-        snapshot["firmware"] = status["firmwareUpgrade"]
+    firmware = firmware_status_of(co)
+    if firmware:
+        snapshot["firmware"] = firmware
     for key in ("rejection", "promotion", "holds"):
         if _mapping(recorded).get(key):
             snapshot[key] = _mapping(recorded)[key]

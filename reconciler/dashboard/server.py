@@ -30,6 +30,7 @@ from reconciler.dashboard.model import (
 )
 from reconciler.dashboard.predict import install_estimate, predict, prediction_key
 from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler
+from reconciler.stored_status import upgrade_status_of
 from reconciler.views.nodes import target_revision
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class DashboardApp:
 
     def _predict(self, facts: ClusterFacts, target: str) -> Prediction | None:
         co = facts.cluster_operator or {}
-        upgrade = ((co.get("status") or {}).get("upgradeStatus") or {})
+        upgrade = upgrade_status_of(co)
         if upgrade.get("phase") != "Progressing":
             return None
         driver = dict((co.get("spec") or {}).get("driver") or {})
@@ -129,7 +130,7 @@ class DashboardApp:
         facts = self._facts()
         now = self._clock()
         co = facts.cluster_operator or {}
-        upgrade = (co.get("status") or {}).get("upgradeStatus") or {}
+        upgrade = upgrade_status_of(co)
         target = target_revision(upgrade, facts.current_revision)
         prediction = self._predict(facts, target)
         audit = self.audit

@@ -29,6 +29,7 @@ from reconciler.names import (
     LABEL_UPGRADE_SKIP,
     OPERATOR_NAMESPACE,
 )
+from reconciler.stored_status import upgrade_status_of
 from reconciler.views.nodes import NodeFacts, PodFacts, topology_key
 
 
@@ -112,7 +113,7 @@ def facts_from_objects(
     new_nodes: dict[str, tuple[tuple[Any, ...], NodeFacts]] = {}
     node_facts = []
     # the labels the read model reads: the skip label and the rollout's topology key
-    upgrade = ((cluster_operator or {}).get("status") or {}).get("upgradeStatus") or {}
+    upgrade = upgrade_status_of(cluster_operator)
     label_keys = tuple(k for k in (LABEL_UPGRADE_SKIP, topology_key(upgrade)) if k)
     for node in nodes:
         meta = node.get("metadata") or {}

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from reconciler.policy.payload import normalize_version
 from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.stored_status import upgrade_status_of
 from reconciler.views.waits import GitContext, Wait, waits
 
 
@@ -88,7 +89,7 @@ def snapshot_from(cluster_operator: Mapping[str, Any] | None, nodes: Sequence[No
         policy = UpgradePolicy.from_spec(raw_policy)
     except (KeyError, TypeError, ValueError):
         policy = UpgradePolicy()
-    upgrade = (co.get("status") or {}).get("upgradeStatus") or {}
+    upgrade = upgrade_status_of(co)
     inner = upgrade.get("status") or {}
     pause = raw_policy.get("pause")
     now = time.time() if now is None else now

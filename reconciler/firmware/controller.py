@@ -1,13 +1,16 @@
 """The firmware orchestrator against Kubernetes: list+watch caches (GPU nodes, NodeNeedReboot
 Events, the ClusterOperator), one pure planning pass per burst of events, the actions, and the
-``status.firmwareUpgrade`` write through the status subresource with optimistic concurrency.
+flow's record (``firmwareUpgrade``) written with optimistic concurrency to an annotation of the
+ClusterOperator (``stored_status.FIRMWARE_STATUS_ANNOTATION``: the vendor's CRD has no status
+field for it and prunes unknown ones).
 
-Thin on purpose: every decision is in ``planner``; state lives in the CR status and in node
+Thin on purpose: every decision is in ``planner``; state lives in that annotation and in node
 annotations, so a controller killed at any moment resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -61,6 +64,11 @@ from reconciler.runtime.watched import (
     newer,
     shown_failure,
     with_failure_condition,
+)
+from reconciler.stored_status import (
+    FIRMWARE_STATUS_ANNOTATION,
+    firmware_status_of,
+    upgrade_status_of,
 )
 from reconciler.timefmt import parse_seconds
 
@@ -243,14 +251,13 @@ class FirmwareController(WatchDrivenWorker):
                 request = parse_request(str(raw))
             except RequestError as exc:
                 request_error = str(exc)
-        status = co.get("status") or {}
         return FirmwareSnapshot(
             nodes=nodes,
             driver_spec=dict((co.get("spec") or {}).get("driver") or {}),
             request=request,
             request_error=request_error,
-            status=dict(status.get("firmwareUpgrade") or {}),
-            rollout_phase=(status.get("upgradeStatus") or {}).get("phase"),
+            status=firmware_status_of(co),
+            rollout_phase=upgrade_status_of(co).get("phase"),
             hook_failures=hook_failures,
             done=annotations.get(DONE_ANNOTATION),
         )
@@ -387,7 +394,8 @@ class FirmwareController(WatchDrivenWorker):
     # -- status -----------------------------------------------------------------------------
 
     def _write_status(self, firmware: JSON) -> None:
-        self._write_status_section("firmwareUpgrade", firmware)
+        self._write_own_record(FIRMWARE_STATUS_ANNOTATION,
+                               json.dumps(firmware, sort_keys=True, separators=(",", ":")))
 
     # -- a planning pass that raised ----------------------------------------------------------
 
@@ -401,7 +409,7 @@ class FirmwareController(WatchDrivenWorker):
     def _shown_failure(self) -> PassFailure | None:
         with self._lock:
             co = self._co
-        return shown_failure(((co or {}).get("status") or {}).get("firmwareUpgrade"))
+        return shown_failure(firmware_status_of(co))
 
     def _clear_failure(self, failure: PassFailure) -> None:
         if self._write_failure_condition(failure, failed=False):
@@ -414,7 +422,7 @@ class FirmwareController(WatchDrivenWorker):
             co = self._co
         if co is None:
             return False
-        status = with_failure_condition((co.get("status") or {}).get("firmwareUpgrade"),
+        status = with_failure_condition(firmware_status_of(co),
                                         failure, self.clock(), failed=failed)
         if status is None:
             return False

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.stored_status import firmware_status_of as stored_firmware_status
+
 
 @dataclass(frozen=True, slots=True)
 class FirmwareRow:
@@ -21,8 +23,9 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def firmware_status_of(cluster_operator: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``status.firmwareUpgrade`` of a ClusterOperator object (empty when absent)."""
-    return _mapping(_mapping(cluster_operator.get("status")).get("firmwareUpgrade"))
+    """The firmware flow's record of a ClusterOperator object (empty when absent): its
+    annotation (``reconciler.stored_status``)."""
+    return stored_firmware_status(cluster_operator)
 
 
 def firmware_rows(status: Mapping[str, Any]) -> list[FirmwareRow]:

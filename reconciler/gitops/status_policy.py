@@ -25,6 +25,7 @@ from typing import Any
 
 from reconciler.gitops.commits import PHASE_TRAILER, ROLLOUT_STEP_TRAILER, SOURCE_COMMIT_TRAILER
 from reconciler.names import ACTIVE_PHASES, TERMINAL_PHASES
+from reconciler.stored_status import conditions_by_type, conditions_in_force, upgrade_status_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,19 +228,15 @@ def describe(snapshot: Mapping[str, Any]) -> str:
 
 
 def _rolled_back(upgrade: Mapping[str, Any]) -> str | None:
-    for condition in upgrade.get("condition") or ():
-        condition = _mapping(condition)
-        if condition.get("type") == "RolledBack" and condition.get("status", "True") == "True":
+    for condition in conditions_in_force(upgrade):
+        if condition.get("type") == "RolledBack":
             return str(condition.get("message") or condition.get("reason") or "rolled back")
     return None
 
 
 def _pause_reason(upgrade: Mapping[str, Any]) -> str:
     # a gate or a failure fallback says more than the rollout's general message
-    for condition in upgrade.get("condition") or ():
-        condition = _mapping(condition)
-        if condition.get("status") != "True":
-            continue
+    for condition in conditions_in_force(upgrade):
         if condition.get("type") == "ManualGate":
             return "waiting for a person (manual gate)"
         if condition.get("type") == "BatchFailed":
@@ -265,11 +262,10 @@ def build_snapshot(
     ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object.
     ``holds``: operator mode's holds (``{kind, until, detail}``; the vendor's status has no room
     for them), left out when there are none."""
-    status = _mapping(cluster_operator.get("status"))
     driver = _mapping(_mapping(cluster_operator.get("spec")).get("driver"))
     snapshot: dict[str, Any] = {
         "sourceCommit": source_commit,
-        "upgradeStatus": dict(_mapping(status.get("upgradeStatus"))),
+        "upgradeStatus": upgrade_status_of(cluster_operator),
         "spec": {"driver": {key: driver[key] for key in ("payload", "upgradePolicy")
                             if key in driver}},
     }
@@ -338,7 +334,7 @@ def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
     if upgrade.get("phase") not in TERMINAL_PHASES or step.get("currentStepState") != "Completed":
         return dict(previous) if previous else None
     rolled_back = _condition(upgrade, "RolledBack")
-    if rolled_back is not None and rolled_back.get("status") == "True":
+    if rolled_back is not None:
         result = "RolledBack"
         # the planner's record first; then what the last active snapshot rolled out; the
         # condition's message only for a status written before ``rolledBackSpec`` existed
@@ -351,7 +347,9 @@ def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
         result = "Completed"
         payload = _mapping(_mapping(upgrade.get("lastAppliedSpec")).get("payload"))
         version = str(payload["version"]) if payload.get("version") else None
-        progressing = _condition(upgrade, "Progressing")
+        # an older record keeps Progressing (False, RolloutCompleted) with the end; the CRD's
+        # conditions drop it, and the step's last update is the end
+        progressing = _listed(upgrade, "Progressing")
         ended = (progressing or {}).get("lastTransitionTime") if (progressing or {}).get(
             "reason") == "RolloutCompleted" else None
     if not version:
@@ -363,9 +361,15 @@ def last_rollout(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
 
 
 def _condition(upgrade: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
-    for condition in upgrade.get("condition") or ():
-        if _mapping(condition).get("type") == ctype:
-            return _mapping(condition)
+    return conditions_by_type(upgrade).get(ctype)
+
+
+def _listed(upgrade: Mapping[str, Any], ctype: str) -> Mapping[str, Any] | None:
+    """The entry of ``ctype`` in force or not (the manual's ``condition`` keeps both)."""
+    for raw in (upgrade.get("conditions"), upgrade.get("condition")):
+        for entry in raw if isinstance(raw, list) else ():
+            if _mapping(entry).get("type") == ctype:
+                return _mapping(entry)
     return None
 
 

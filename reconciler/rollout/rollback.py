@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler.names import ANN_FAILURES
+from reconciler.names import ANN_FAILURES, ConditionType
 from reconciler.policy.payload import Payload
 from reconciler.rollout import node_states, selection, topology
 from reconciler.rollout import status as st
@@ -34,10 +34,10 @@ def previous_payload(snapshot: RolloutSnapshot) -> dict[str, Any]:
 
 def begin(p: Pass, phase: str, reason: str, why: str) -> None:
     p.set(phase=phase)
-    for ctype in (st.COND_MANUAL_GATE, st.COND_BATCH_FAILED):
-        if p.s.condition_true(ctype):
-            p.condition(ctype, "False", reason, why)
-    p.condition(st.COND_PROGRESSING, "False", reason, why)
+    for ctype in (st.COND_MANUAL_GATE, ConditionType.GATE_CONFIRMED, st.COND_BATCH_FAILED,
+                  st.COND_PROGRESSING):
+        p.condition(ctype, "False", reason, why)
+    p.condition(ConditionType.ROLLING_BACK, "True", reason, why)
     version = (p.s.applied_payload or {}).get("version")
     message = f"rolling back driver {version}: {why}"
     p.set(recheck_time="", current_step_state=st.STEP_UPGRADE, message=message)
@@ -108,13 +108,14 @@ def starts(p: Pass, scan: NodeScan, old: str) -> int:
 
 def rolled_back(p: Pass, previous: Mapping[str, Any]) -> None:
     """Every node runs the previous revision again: the rollback is complete."""
-    cause = p.s.condition(st.COND_PROGRESSING)
+    cause = p.s.condition(ConditionType.ROLLING_BACK)
     reason = (cause.reason if cause is not None else "") or st.REASON_THRESHOLD
     rolled = (p.s.applied_payload or {}).get("version")
     message = (
         f"driver {rolled} rolled back to {previous.get('version')} ({reason}): "
         f"{cause.message if cause is not None else ''}"
     )
+    p.condition(ConditionType.ROLLING_BACK, "False", reason, message)
     p.condition(st.COND_ROLLED_BACK, "True", reason, message)
     p.set(
         phase=st.PHASE_IDLING if p.policy.enable_rollout else st.PHASE_DISABLED,
@@ -135,7 +136,7 @@ def payload_reverted(p: Pass, target_image: str) -> bool:
         return False
     if spec_image != Payload.from_spec(previous).image:
         return False
-    cause = p.s.condition(st.COND_PROGRESSING)
+    cause = p.s.condition(ConditionType.ROLLING_BACK)
     reason = cause.reason if cause is not None else ""
     if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
         reason = st.REASON_THRESHOLD if threshold_reached(p) else "PayloadReverted"

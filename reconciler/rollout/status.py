@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Self
 
 from reconciler.names import ConditionType, Phase, StepState
+from reconciler.stored_status import READY_REPLICAS, conditions_in_force, read_upgrade_status
 from reconciler.timefmt import (
     EARLIEST_TIME_TEXT as EARLIEST_TIME_TEXT,
 )
@@ -71,7 +72,7 @@ def empty_status() -> dict[str, Any]:
         "lastAppliedSpec": {},
         "lastCoDriverSpec": {},
         "upgrading": False,
-        "condition": [],
+        "conditions": [],
         "phase": PHASE_IDLING,
         "message": "",
         "status": {
@@ -79,7 +80,7 @@ def empty_status() -> dict[str, Any]:
             "upgradingPodSpecRevision": "",
             "currentStepIndex": 0,
             "currentUpgradeReplicas": 0,
-            "currentUpgradeReadyReplicas": 0,
+            READY_REPLICAS: 0,
             "currentFailureRetry": 0,
             "currentStepState": "",
             "totalUpgradeReplicas": 0,
@@ -93,28 +94,31 @@ def empty_status() -> dict[str, Any]:
 
 def normalized(status: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy with every docs/rollout.md#status-fields field present (missing ones take their
-    empty value)."""
+    empty value), read in the CRD's spelling (``stored_status.read_upgrade_status``: the
+    manual's ``condition`` and ``currentUpgradeReadyReplicas`` too; conditions in force only)."""
+    read = read_upgrade_status(status)
     result = empty_status()
-    for key, value in status.items():
+    for key, value in read.items():
         if key != "status":
-            result[key] = copy.deepcopy(value)
-    inner = status.get("status") or {}
+            result[key] = value
+    inner = read.get("status") or {}
     for key, value in inner.items():
-        result["status"][key] = copy.deepcopy(value)
-    result["condition"] = list(result["condition"] or [])
+        result["status"][key] = value
+    result["conditions"] = list(result["conditions"] or [])
     return result
 
 
 def find_condition(status: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
-    for cond in status.get("condition") or ():
+    """The condition ``ctype`` if it is in force (on the list; the manual's ``condition``
+    entries only when their status is True)."""
+    for cond in conditions_in_force(status):
         if cond.get("type") == ctype:
-            return dict(cond)
+            return cond
     return None
 
 
 def condition_true(status: Mapping[str, Any], ctype: str) -> bool:
-    cond = find_condition(status, ctype)
-    return cond is not None and cond.get("status") == "True"
+    return find_condition(status, ctype) is not None
 
 
 def set_condition(
@@ -127,28 +131,28 @@ def set_condition(
     *,
     touch: bool = False,
 ) -> None:
-    """Upsert a condition; lastTransitionTime moves when ``status`` flips (or ``touch``)."""
-    conditions: list[dict[str, Any]] = status["condition"]
+    """Puts a condition in force (``value`` "True") or takes it off the list (any other
+    ``value``: the CRD's conditions have no status, a condition listed is in force);
+    lastTransitionTime moves when it comes into force (or ``touch``)."""
+    conditions = conditions_in_force(status)
+    status.pop("condition", None)
+    status["conditions"] = conditions
     for index, cond in enumerate(conditions):
         if cond.get("type") == ctype:
-            changed = cond.get("status") != value or touch
+            if value != "True":
+                del conditions[index]
+                return
             conditions[index] = {
                 "type": ctype,
-                "status": value,
-                "lastTransitionTime": now_text if changed else cond.get("lastTransitionTime", ""),
                 "reason": reason,
                 "message": message,
+                "lastTransitionTime": now_text if touch else cond.get("lastTransitionTime")
+                or now_text,
             }
             return
-    conditions.append(
-        {
-            "type": ctype,
-            "status": value,
-            "lastTransitionTime": now_text,
-            "reason": reason,
-            "message": message,
-        }
-    )
+    if value == "True":
+        conditions.append({"type": ctype, "reason": reason, "message": message,
+                           "lastTransitionTime": now_text})
 
 
 def without_update_time(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,15 +192,16 @@ def _list(raw: object) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """One entry of ``status.upgradeStatus.condition``."""
+    """One entry of ``status.upgradeStatus.conditions``: a condition in force (the CRD's
+    entries have no status; ``status`` is always "True" here, kept for the readers that ask)."""
 
     type: str
     status: str
     last_transition_time: str
     reason: str
     message: str
-    #: the entry as read: written back as it was while this condition is not replaced (unknown
-    #: keys kept); a condition the planner sets has none and is written in the form of
+    #: the entry as read: written back as it was while this condition is not replaced; a
+    #: condition the planner sets has none and is written in the form of
     #: docs/rollout.md#status-fields
     source: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
@@ -204,7 +209,7 @@ class Condition:
     def from_json(cls, raw: Mapping[str, Any]) -> Condition:
         return cls(
             type=_text(raw.get("type")),
-            status=_text(raw.get("status")),
+            status="True",
             last_transition_time=_text(raw.get("lastTransitionTime", "")),
             reason=_text(raw.get("reason", "")),
             message=_text(raw.get("message", "")),
@@ -213,13 +218,12 @@ class Condition:
 
     def to_json(self) -> dict[str, Any]:
         if self.source is not None:
-            return copy.deepcopy(dict(self.source))
+            return {k: copy.deepcopy(v) for k, v in self.source.items() if k != "status"}
         return {
             "type": str(self.type),
-            "status": self.status,
-            "lastTransitionTime": self.last_transition_time,
             "reason": self.reason,
             "message": self.message,
+            "lastTransitionTime": self.last_transition_time,
         }
 
 
@@ -238,7 +242,7 @@ _INNER_FIELDS: Final = (
     ("upgradingPodSpecRevision", "upgrading_pod_spec_revision"),
     ("currentStepIndex", "current_step_index"),
     ("currentUpgradeReplicas", "current_upgrade_replicas"),
-    ("currentUpgradeReadyReplicas", "current_upgrade_ready_replicas"),
+    (READY_REPLICAS, "current_upgrade_ready_replicas"),
     ("currentFailureRetry", "current_failure_retry"),
     ("currentStepState", "current_step_state"),
     ("totalUpgradeReplicas", "total_upgrade_replicas"),
@@ -317,14 +321,14 @@ class UpgradeStatus:
             last_applied_spec=source["lastAppliedSpec"] or {},
             last_co_driver_spec=source["lastCoDriverSpec"] or {},
             upgrading=source["upgrading"] is True,
-            conditions=tuple(Condition.from_json(c) for c in source["condition"]),
+            conditions=tuple(Condition.from_json(c) for c in source["conditions"]),
             phase=_text(source["phase"]),
             message=_text(source["message"]),
             last_pod_spec_revision=_text(inner["lastPodSpecRevision"]),
             upgrading_pod_spec_revision=_text(inner["upgradingPodSpecRevision"]),
             current_step_index=_count(inner["currentStepIndex"]),
             current_upgrade_replicas=_count(inner["currentUpgradeReplicas"]),
-            current_upgrade_ready_replicas=_count(inner["currentUpgradeReadyReplicas"]),
+            current_upgrade_ready_replicas=_count(inner[READY_REPLICAS]),
             current_failure_retry=_count(inner["currentFailureRetry"]),
             current_step_state=_text(inner["currentStepState"]),
             total_upgrade_replicas=_count(inner["totalUpgradeReplicas"]),
@@ -356,7 +360,8 @@ class UpgradeStatus:
             value = getattr(self, attr)
             if value != getattr(read, attr):
                 inner[key] = _json_value(value)
-        result["condition"] = [c.to_json() for c in self.conditions]
+        result.pop("condition", None)
+        result["conditions"] = [c.to_json() for c in self.conditions]
         if self.holds != read.holds:
             if self.holds:
                 result["holds"] = [dict(h) for h in self.holds]
@@ -391,22 +396,26 @@ class UpgradeStatus:
         return None
 
     def condition_true(self, ctype: str) -> bool:
-        cond = self.condition(ctype)
-        return cond is not None and cond.status == "True"
+        return self.condition(ctype) is not None
 
     def with_condition(
         self, ctype: str, value: str, reason: str, message: str, now_text: str, *,
         touch: bool = False,
     ) -> Self:
-        """Upsert a condition; lastTransitionTime moves when its status flips (or ``touch``)."""
+        """Puts a condition in force (``value`` "True") or takes it off the list (any other
+        ``value``); lastTransitionTime moves when it comes into force (or ``touch``)."""
         conditions = list(self.conditions)
         for index, cond in enumerate(conditions):
             if cond.type == ctype:
-                moved = cond.status != value or touch
-                since = now_text if moved else cond.last_transition_time
-                conditions[index] = Condition(str(ctype), value, since, reason, message)
+                if value != "True":
+                    del conditions[index]
+                    return dataclasses.replace(self, conditions=tuple(conditions))
+                since = now_text if touch else cond.last_transition_time or now_text
+                conditions[index] = Condition(str(ctype), "True", since, reason, message)
                 return dataclasses.replace(self, conditions=tuple(conditions))
-        conditions.append(Condition(str(ctype), value, now_text, reason, message))
+        if value != "True":
+            return self
+        conditions.append(Condition(str(ctype), "True", now_text, reason, message))
         return dataclasses.replace(self, conditions=tuple(conditions))
 
     # -- derived

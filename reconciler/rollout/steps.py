@@ -113,15 +113,14 @@ def confirm_gate(p: Pass, index: int, *, done: bool) -> bool:
         return True
     # a node joined during the gate: the step is done (and confirmed) once it is Ready
     p.condition(
-        st.COND_MANUAL_GATE, "False", GATE_CONFIRMED_PENDING,
+        ConditionType.GATE_CONFIRMED, "True", GATE_CONFIRMED_PENDING,
         f"step {index} confirmed; waiting for nodes that joined meanwhile",
     )
     return False
 
 
 def gate_confirmed(p: Pass) -> bool:
-    gate = p.s.condition(st.COND_MANUAL_GATE)
-    return gate is not None and gate.reason == GATE_CONFIRMED_PENDING
+    return p.s.condition_true(ConditionType.GATE_CONFIRMED)
 
 
 def step_done(p: Pass, scan: NodeScan, index: int, revision: str) -> bool:
@@ -189,9 +188,8 @@ def upgrade(p: Pass, scan: NodeScan, revision: str, targets: list[int], index: i
 def advance(p: Pass, index: int, revision: str) -> bool:
     """Leave step ``index``: start the next one (True) or complete the rollout (False)."""
     p.set(recheck_time="")
-    gate_ = p.s.condition(st.COND_MANUAL_GATE)
-    if gate_ is not None and gate_.reason == GATE_CONFIRMED_PENDING:
-        p.condition(st.COND_MANUAL_GATE, "False", "Confirmed", gate_.message)
+    if gate_confirmed(p):
+        p.condition(ConditionType.GATE_CONFIRMED, "False", "Confirmed", "")
     if index >= len(p.policy.steps):
         version = (p.s.applied_payload or {}).get("version")
         message = f"rollout of driver {version} completed"

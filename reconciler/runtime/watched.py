@@ -21,6 +21,13 @@ from reconciler.rollout.status import find_condition, set_condition
 from reconciler.runtime.failures import FailureKind, LoopFailures, PassFailures
 from reconciler.runtime.failures import PassFailure as PassFailure  # the controllers' import
 from reconciler.runtime.worker import Worker
+from reconciler.stored_status import (
+    ROLLOUT_STATE_ANNOTATION,
+    annotation_text,
+    annotation_value,
+    split_upgrade_status,
+    status_with_upgrade,
+)
 from reconciler.timefmt import format_time
 
 log = logging.getLogger(__name__)
@@ -60,7 +67,7 @@ PLANNING_RECOVERED = "PlanningRecovered"
 def shown_failure(section: Mapping[str, Any] | None) -> PassFailure | None:
     """The failure a status section shows as a True ``PlanningFailed`` condition, if any."""
     current = find_condition(section or {}, PLANNING_FAILED)
-    if current is None or current.get("status") != "True":
+    if current is None:
         return None
     return PassFailure(str(current.get("reason") or ""), str(current.get("message") or ""))
 
@@ -68,23 +75,22 @@ def shown_failure(section: Mapping[str, Any] | None) -> PassFailure | None:
 def with_failure_condition(section: Mapping[str, Any] | None, failure: PassFailure, now: float,
                            *, failed: bool) -> dict[str, Any] | None:
     """A status section (``upgradeStatus``, ``firmwareUpgrade``) with the ``PlanningFailed``
-    condition set (``failed``) or cleared (False; also when the pass that planned dropped it,
-    as a rollout's start drops old conditions); None when that changes nothing (nothing to
-    write: a failure that lasts writes its condition once)."""
+    condition in force (``failed``) or taken off the list (also when the pass that planned
+    dropped it, as a rollout's start drops old conditions); None when that changes nothing
+    (nothing to write: a failure that lasts writes its condition once)."""
     current = find_condition(section or {}, PLANNING_FAILED)
     if failed:
         value, reason = "True", failure.reason
         message = f"planning pass failed: {failure.message}"
+        if current is not None and (current.get("reason"), current.get("message")) == (
+                reason, message):
+            return None
     else:
-        if current is not None and current.get("status") != "True":
+        if current is None:
             return None
         value, reason = "False", PLANNING_RECOVERED
         message = f"passes plan again (the last failure: {failure.reason})"
-    if current is not None and (current.get("status"), current.get("reason"),
-                                current.get("message")) == (value, reason, message):
-        return None
     result = copy.deepcopy(dict(section or {}))
-    result["condition"] = list(result.get("condition") or [])
     set_condition(result, PLANNING_FAILED, value, reason, message, format_time(now))
     return result
 
@@ -187,30 +193,60 @@ class WatchDrivenWorker(Worker):
 
     # -- the ClusterOperator's status -------------------------------------------------------
 
-    def _write_status_section(self, key: str, value: JSON) -> None:
-        """Replaces ``status.<key>`` through the status subresource, only if nobody wrote the
-        object since we read it (a JSON patch "test" of the resourceVersion)."""
-        with self._lock:
-            co = self._cached_cluster_operator()
+    def _write_upgrade_status(self, merged: JSON) -> None:
+        """Writes the merged ``upgradeStatus`` where the ClusterOperator keeps it
+        (``reconciler.stored_status``): our fields in ``ROLLOUT_STATE_ANNOTATION`` first, then
+        the CRD's fields through the status subresource, each only when it changed and only if
+        nobody wrote the object since we read it (a JSON patch "test" of the resourceVersion).
+        Ours go first: a process killed between the two writes finds the frozen decisions
+        (topology, skips) with the status it had, and plans the rest again."""
+        crd_part, own = split_upgrade_status(merged)
+        co = self._write_own_record(ROLLOUT_STATE_ANNOTATION, annotation_text(own))
         if co is None:
             return
-        status = dict(co.get("status") or {})
-        status[key] = value
+        status = status_with_upgrade(co, crd_part)
+        if status == co.get("status"):
+            return
         patch = [
             {"op": "test", "path": "/metadata/resourceVersion",
              "value": co["metadata"]["resourceVersion"]},
             {"op": "add", "path": "/status", "value": status},
         ]
+        obj = self._patch(patch, subresource="status")
+        self.stats.status_writes += 1
+        self._index_own_write(obj)
+
+    def _write_own_record(self, key: str, text: str | None) -> JSON | None:
+        """Sets (or, with None, removes) our annotation ``key`` on the ClusterOperator when it
+        differs; returns the object as it now is (None: not cached)."""
+        with self._lock:
+            co = self._cached_cluster_operator()
+        if co is None or annotation_value(co, key) == text:
+            return co
+        annotations = (co.get("metadata") or {}).get("annotations")
+        pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        patch: list[JSON] = [{"op": "test", "path": "/metadata/resourceVersion",
+                              "value": co["metadata"]["resourceVersion"]}]
+        if text is None:
+            patch.append({"op": "remove", "path": pointer})
+        elif isinstance(annotations, Mapping):
+            patch.append({"op": "add", "path": pointer, "value": text})
+        else:
+            patch.append({"op": "add", "path": "/metadata/annotations", "value": {key: text}})
+        obj = self._patch(patch)
+        self.stats.status_writes += 1
+        self._index_own_write(obj)
+        return obj
+
+    def _patch(self, patch: list[JSON], *, subresource: str | None = None) -> JSON:
         try:
-            obj = self.api.patch(
-                cluster_operator_path(self._cluster_operator_name(), subresource="status"),
+            return self.api.patch(
+                cluster_operator_path(self._cluster_operator_name(), subresource=subresource),
                 patch, patch_type="json")
         except KubeError as exc:
             if exc.status in (409, 422):  # a failed "test": someone wrote in between
                 raise Conflict(409, "Conflict", str(exc), method="PATCH", path=exc.path) from exc
             raise
-        self.stats.status_writes += 1
-        self._index_own_write(obj)
 
     def _index_own_write(self, cluster_operator: JSON) -> None:
         """The object the server returned to our status write goes into the cache."""

@@ -21,6 +21,7 @@ from reconciler.names import ACTIVE_PHASES
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.findings import Finding
 from reconciler.settings.live import LiveSettings
+from reconciler.stored_status import firmware_status_of, upgrade_status_of
 from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView, PromotionView
 from reconciler.sync.drift import DriftRepair, WriteBacks
@@ -191,9 +192,8 @@ class CommitShell:
     def offer_status(self, live: Mapping[str, Any]) -> dict[str, Any]:
         """The status snapshot of ``live`` to Git (coalesced by the status writer); returned
         for the notifications."""
-        status = live.get("status")
-        firmware = status.get("firmwareUpgrade") if isinstance(status, Mapping) else None
-        upgrade = status.get("upgradeStatus") if isinstance(status, Mapping) else None
+        firmware = firmware_status_of(live)
+        upgrade = upgrade_status_of(live)
         # a hold holds a rollout: none is recorded while none runs (no commits for that alone)
         active = isinstance(upgrade, Mapping) and upgrade.get("phase") in ACTIVE_PHASES
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
@@ -300,7 +300,7 @@ def _upstream_rolled_back(view: CommitView) -> dict[str, Any] | None:
 
 
 def firmware_section(firmware: Any) -> dict[str, Any] | None:
-    """``status.firmwareUpgrade`` as the snapshot's ``firmware`` section (docs/firmware.md)."""
+    """The firmware flow's record as the snapshot's ``firmware`` section (docs/firmware.md)."""
     if not isinstance(firmware, Mapping) or not firmware:
         return None
     return firmware_snapshot(firmware)

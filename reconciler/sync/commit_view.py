@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.fieldpath import items, resolve, section
+from reconciler.fieldpath import items, resolve
 from reconciler.files import FileRefused
 from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.stored_status import firmware_status_of, upgrade_status_of
 from reconciler.trust.signatures import SignatureCheck
 
 
@@ -56,11 +57,11 @@ class LiveObject:
 
     @property
     def upgrade_phase(self) -> Any:
-        return section(self.obj, ("status", "upgradeStatus")).get("phase")
+        return upgrade_status_of(self.obj).get("phase")
 
     @property
     def firmware_phase(self) -> Any:
-        return section(self.obj, ("status", "firmwareUpgrade")).get("phase")
+        return firmware_status_of(self.obj).get("phase")
 
     def field(self, path: tuple[str, ...]) -> Any:
         return resolve(self.obj, path)

@@ -22,6 +22,12 @@ from reconciler.gitops.status_policy import step_label
 from reconciler.kube.api import JSON, KubeApi
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import SYNC_FIELD_MANAGER
+from reconciler.stored_status import (
+    conditions_by_type,
+    conditions_in_force,
+    firmware_status_of,
+    upgrade_status_of,
+)
 from reconciler.sync.desired import drifted
 from reconciler.sync.fields import FW_POLICY, PAUSE, VERSION_FIELD
 from reconciler.sync.record import SyncStats, log
@@ -134,7 +140,7 @@ class WriteBacks:
             if any(p == path and same_value(path, v, cluster_value)
                    for p, v in self._pending.values()):
                 return
-        upgrade = section(live, ("status", "upgradeStatus"))
+        upgrade = upgrade_status_of(live)
         snapshot = {"upgradeStatus": upgrade, "spec": {"driver": section(live, ("spec", "driver"))}}
         step = step_label(snapshot)
         spec = self.repo.spec
@@ -160,7 +166,7 @@ class WriteBacks:
                 return
             # the orchestrator sets Never before it writes the phase that says why
             reason = self._reason_once_explained(
-                FW_POLICY, firmware_never_reason(section(live, ("status", "firmwareUpgrade"))),
+                FW_POLICY, firmware_never_reason(firmware_status_of(live)),
                 "firmware upgrade ended")
             if reason is None:
                 return
@@ -184,7 +190,7 @@ class WriteBacks:
         with self._lock:
             if any(p == PAUSE for p, _ in self._pending.values()):
                 return
-        upgrade = section(live, ("status", "upgradeStatus"))
+        upgrade = upgrade_status_of(live)
         snapshot = {"upgradeStatus": upgrade, "spec": {"driver": section(live, ("spec", "driver"))}}
         change = self.repo.spec.health_pause(self.cluster, reason=f"{cause}: {reason}",
                                              step=step_label(snapshot),
@@ -211,8 +217,7 @@ class WriteBacks:
 
 
 def pause_reason(upgrade: Mapping[str, Any]) -> str | None:
-    true = [c for c in items(upgrade, ("condition",))
-            if isinstance(c, Mapping) and c.get("status") == "True"]
+    true = conditions_in_force(upgrade)
     # a fallback a health check caused names the check (docs/health.md), not only the failed nodes
     health = next((c for c in true if c.get("type") == "HealthCheckFailed"), None)
     for condition in true:
@@ -226,8 +231,10 @@ def pause_reason(upgrade: Mapping[str, Any]) -> str | None:
 
 
 def rollback_reason(upgrade: Mapping[str, Any]) -> str:
-    for condition in items(upgrade, ("condition",)):
-        if isinstance(condition, Mapping) and condition.get("type") == "RolledBack":
+    conditions = conditions_by_type(upgrade)
+    for ctype in ("RolledBack", "RollingBack"):
+        condition = conditions.get(ctype)
+        if condition is not None:
             return str(condition.get("message") or condition.get("reason") or "rolled back")
     phase = upgrade.get("phase")
     if phase == "Disabling":

@@ -51,6 +51,7 @@ from reconciler.rollout.health_gate import VendorRecord, vendor_verifying
 from reconciler.rollout.model import DriverPod
 from reconciler.runtime.failures import RetryLater
 from reconciler.runtime.worker import Worker
+from reconciler.stored_status import upgrade_status_of
 from reconciler.sync.drift import DriftRepair
 from reconciler.sync.events import record_event
 from reconciler.sync.fields import PAUSE
@@ -185,7 +186,7 @@ class VendorHealthWatch:
     def _check(self, config: HealthConfig) -> None:
         query = self._query_for(config)
         co = self.api.get(cluster_operator_path(self.name))
-        status = (co.get("status") or {}).get("upgradeStatus") or {}
+        status = upgrade_status_of(co)
         revision, nodes = vendor_verifying(self._nodes(), status)
         payload = ((status.get("lastAppliedSpec") or {}).get("payload")
                    or ((co.get("spec") or {}).get("driver") or {}).get("payload") or {})

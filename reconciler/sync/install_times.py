@@ -18,6 +18,7 @@ from typing import Any
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.kube.observe import is_driver_pod, parse_timestamp
 from reconciler.names import OPERATOR_NAMESPACE, REVISION_LABEL, TERMINAL_PHASES
+from reconciler.stored_status import condition_in_force
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,8 @@ def completed_revision(upgrade: Mapping[str, Any]) -> str | None:
     if upgrade.get("phase") not in TERMINAL_PHASES or inner.get("currentStepState") != \
             "Completed":
         return None
-    for condition in upgrade.get("condition") or ():
-        if _mapping(condition).get("type") == "RolledBack" and _mapping(condition).get(
-                "status", "True") == "True":
-            return None
+    if condition_in_force(upgrade, "RolledBack"):
+        return None
     revision = inner.get("lastPodSpecRevision")
     return str(revision) if revision else None
 

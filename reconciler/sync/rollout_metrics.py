@@ -10,6 +10,7 @@ from reconciler.fieldpath import items, section
 from reconciler.gitops.publisher import PendingChange
 from reconciler.names import ConditionType
 from reconciler.ops.metrics import NODE_STATES, Metrics
+from reconciler.stored_status import conditions_in_force, upgrade_status_of
 from reconciler.sync.fields import PAUSE, VERSION_FIELD
 from reconciler.timefmt import parse_time_or_none
 
@@ -29,7 +30,7 @@ def awaiting_person(conditions: Iterable[Mapping[str, Any]]) -> dict[str, float]
     since: dict[str, float] = {}
     for condition in conditions:
         wait = AWAITING_PERSON_CONDITIONS.get(str(condition.get("type")))
-        if wait is not None and condition.get("status") == "True":
+        if wait is not None and condition.get("status", "True") == "True":
             began = parse_time_or_none(condition.get("lastTransitionTime"))
             since[wait] = 1.0 if began is None or began <= 0 else began
     return since
@@ -48,13 +49,12 @@ class RolloutMetrics:
 
     def observe(self, live: Mapping[str, Any]) -> None:
         metrics, cluster = self.metrics, self.cluster
-        upgrade = section(live, ("status", "upgradeStatus"))
+        upgrade = upgrade_status_of(live)
         inner = section(upgrade, ("status",))
-        conditions = [c for c in items(upgrade, ("condition",)) if isinstance(c, Mapping)]
+        conditions = conditions_in_force(upgrade)
         if upgrade.get("phase"):
             metrics.set_rollout_phase(cluster, str(upgrade["phase"]))
-        metrics.set_rollout_conditions(cluster, {
-            str(c.get("type")) for c in conditions if c.get("status") == "True"})
+        metrics.set_rollout_conditions(cluster, {str(c.get("type")) for c in conditions})
         metrics.set_awaiting_person(cluster, awaiting_person(conditions))
         steps = items(live, ("spec", "driver", "upgradePolicy", "upgradeSteps"))
         index = inner.get("currentStepIndex")
@@ -76,8 +76,7 @@ class RolloutMetrics:
             for _ in range(failures - self._failures_seen):
                 metrics.count_node_failure(cluster, "driver-pod-failed")
         self._failures_seen = failures
-        rolled_back = next((c for c in conditions if c.get("type") == "RolledBack"
-                            and c.get("status") == "True"), None)
+        rolled_back = next((c for c in conditions if c.get("type") == "RolledBack"), None)
         marker = str(rolled_back.get("lastTransitionTime")) if rolled_back else None
         if rolled_back is not None and marker != self._rollback_seen:
             metrics.count_rollback(cluster, str(rolled_back.get("reason") or "unknown"))

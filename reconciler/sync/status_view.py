@@ -15,6 +15,7 @@ from typing import Any
 
 from reconciler.firmware.status_view import firmware_rows, firmware_summary
 from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.stored_status import conditions_in_force
 from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
 from reconciler.views.nodes import NodeStates, recorded_skips
@@ -144,9 +145,8 @@ def report(snapshot: Mapping[str, Any], *, now: float,
                                 row_state))
             before = max(before, target)
     conditions = [
-        {k: str(c.get(k, "")) for k in ("type", "status", "reason", "message",
-                                         "lastTransitionTime")}
-        for c in upgrade.get("condition") or () if isinstance(c, Mapping)
+        {k: str(c.get(k, "")) for k in ("type", "reason", "message", "lastTransitionTime")}
+        for c in conditions_in_force(upgrade)
     ]
     payload = _mapping(driver.get("payload"))
     firmware = _mapping(snapshot.get("firmware")) or None

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from reconciler.names import ROLLBACK_PHASES
 from reconciler.names import ConditionType as Condition
+from reconciler.stored_status import conditions_by_type
 from reconciler.views.nodes import NodeStates
 from reconciler.views.waits import waits
 
@@ -78,8 +79,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 
 def _true_conditions(upgrade: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {str(c.get("type")): c for c in upgrade.get("condition") or ()
-            if isinstance(c, Mapping) and c.get("status", "True") == "True"}
+    return dict(conditions_by_type(upgrade))
 
 
 def commit_status(snapshot: Mapping[str, Any], *, cluster: str, commit: str | None,

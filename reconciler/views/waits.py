@@ -22,6 +22,7 @@ from ruamel.yaml.error import YAMLError
 from reconciler.firmware.status_view import firmware_rows
 from reconciler.names import ACTIVE_PHASES
 from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.stored_status import conditions_by_type
 from reconciler.timefmt import format_clock, format_time, format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
 from reconciler.views.nodes import NodeStates
@@ -179,8 +180,7 @@ def _rollout(snapshot: Mapping[str, Any]) -> _Rollout:
         step_state=str(inner.get("currentStepState") or ""),
         failures=_int(inner.get("currentFailureRetry")),
         max_failures=max_failure_threshold(policy),
-        conditions={str(c.get("type")): c for c in upgrade.get("condition") or ()
-                    if isinstance(c, Mapping) and c.get("status") == "True"},
+        conditions=dict(conditions_by_type(upgrade)),
         pause=policy.get("pause") is True,
         recheck=parse_time(inner.get("recheckTime")),
     )

@@ -75,11 +75,18 @@ def rollout() -> tuple[RolloutController, VirtualClock, list[RecordEvent]]:
     return controller, clock, events
 
 
-def planning_condition(status: dict[str, Any] | None) -> dict[str, Any]:
-    conditions = [c for c in (status or {}).get("condition") or ()
+def planning_condition(status: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The PlanningFailed condition in force (the CRD's conditions have no status: listed
+    means in force; None once cleared)."""
+    conditions = [c for c in (status or {}).get("conditions") or ()
                   if c["type"] == PLANNING_FAILED]
-    assert len(conditions) == 1, conditions
-    condition: dict[str, Any] = conditions[0]
+    assert len(conditions) <= 1, conditions
+    return conditions[0] if conditions else None
+
+
+def in_force(status: dict[str, Any] | None) -> dict[str, Any]:
+    condition = planning_condition(status)
+    assert condition is not None, status
     return condition
 
 
@@ -93,8 +100,8 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
 
     retry_at = controller.run_pass()
     assert retry_at == clock.now + 1.0, "retried after a back-off, not at once"
-    condition = planning_condition(controller.status_writer.planned)
-    assert condition["status"] == "True" and condition["reason"] == "ValueError"
+    condition = in_force(controller.status_writer.planned)
+    assert condition["reason"] == "ValueError"
     assert "'ten'" in condition["message"]
     assert [(e.type, e.reason) for e in events] == [("Warning", PLANNING_FAILED)]
     assert "'ten'" in events[0].message
@@ -130,15 +137,14 @@ def test_a_rollout_planning_pass_that_raises_is_a_condition_and_a_rate_limited_e
     controller._on_cluster_operator("MODIFIED", cluster_operator(worse, 11))
     controller.run_pass()
     assert len(events) == 3 and "'half'" in events[2].message
-    assert "'half'" in planning_condition(controller.status_writer.planned)["message"]
+    assert "'half'" in in_force(controller.status_writer.planned)["message"]
 
     # fixed: the pass plans, the condition goes to False, a Normal Event says so
     controller._on_cluster_operator("MODIFIED", cluster_operator(GOOD_POLICY, 12))
     clock.now += 600
     assert controller.run_pass() is None
     assert not controller.failures.held() and controller.failures.current is None
-    condition = planning_condition(controller.status_writer.planned)
-    assert condition["status"] == "False" and condition["reason"] == PLANNING_RECOVERED
+    assert planning_condition(controller.status_writer.planned) is None
     assert controller.status_writer.planned is not None
     assert controller.status_writer.planned["phase"] == "Idling", "the planned status is kept"
     assert [(e.type, e.reason) for e in events[3:]] == [("Normal", PLANNING_RECOVERED)]
@@ -154,13 +160,12 @@ def test_a_cleared_condition_whose_write_was_lost_is_cleared_again(
     plans still finds the True condition in the stored status and clears it."""
     controller, _clock, events = rollout
     stale = cluster_operator(GOOD_POLICY, 20)
-    stale["status"]["upgradeStatus"]["condition"] = [{
+    stale["status"]["upgradeStatus"]["conditions"] = [{
         "type": PLANNING_FAILED, "status": "True", "reason": "ValueError",
         "message": "planning pass failed: boom", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     controller._on_cluster_operator("ADDED", stale)
     controller.run_pass()
-    condition = planning_condition(controller.status_writer.planned)
-    assert condition["status"] == "False" and "ValueError" in condition["message"]
+    assert planning_condition(controller.status_writer.planned) is None
     assert [e.reason for e in events] == [PLANNING_RECOVERED]
 
 
@@ -194,16 +199,15 @@ def test_a_firmware_planning_pass_that_raises_is_a_condition_and_a_rate_limited_
     assert controller.run_pass() == clock.now + 1.0
     assert controller.run_pass() == clock.now + 2.0
     assert len(statuses) == 1, "a lasting failure writes its condition once"
-    condition = planning_condition(statuses[0])
-    assert condition["status"] == "True" and condition["reason"] == "KeyError"
+    condition = in_force(statuses[0])
+    assert condition["reason"] == "KeyError"
     assert statuses[0]["phase"] == "Idle", "the rest of the status is kept"
     assert [(e.type, e.reason) for e in events] == [("Warning", PLANNING_FAILED)]
 
     monkeypatch.setattr(firmware_controller, "plan", real_plan)
     controller.run_pass()
     assert not controller.failures.held()
-    cleared = planning_condition(statuses[-1])
-    assert cleared["status"] == "False" and cleared["reason"] == PLANNING_RECOVERED
+    assert planning_condition(statuses[-1]) is None
     assert [e.reason for e in events] == [PLANNING_FAILED, PLANNING_RECOVERED]
 
 
@@ -212,8 +216,7 @@ def test_a_status_too_garbled_to_carry_the_condition_still_gets_the_event_and_ba
 ) -> None:
     controller, clock, events = rollout
     garbled = cluster_operator(GOOD_POLICY, 30)
-    garbled["status"]["upgradeStatus"] = {"phase": "Progressing",
-                                           "condition": ["not a condition"]}
+    garbled["status"]["upgradeStatus"] = {"phase": "Progressing", "status": "not a mapping"}
     controller._on_cluster_operator("ADDED", garbled)
     assert controller.run_pass() == clock.now + 1.0, "the worker thread lives on"
     assert [(e.type, e.reason) for e in events] == [("Warning", PLANNING_FAILED)]

@@ -73,7 +73,7 @@ def test_gpu_unavailable_on_a_canary_fails_its_node_check_and_pauses_batch_one(
                            "--repo-config", repo_config(tmp_path))
     assert code == 1 and result["stop_reason"] == "fallback-pause"
     assert outcomes(result, "Failed") == {("gpus-available", "node-0001")}
-    conditions = {c["type"]: c for c in result["final"]["condition"]}
+    conditions = {c["type"]: c for c in result["final"]["conditions"]}
     assert "node-0001" in conditions["HealthCheckFailed"]["message"]
     assert result["final"]["status"]["currentStepIndex"] == 1
     on_new = [n["name"] for n in result["nodes"] if n["version"] == "2.33.0.9"]
@@ -85,7 +85,7 @@ def test_gpu_throttling_fails_the_step_check_at_once(tmp_path: Path) -> None:
     code, result = as_json(*ARGS, "--faults", faults, "--repo-config", repo_config(tmp_path))
     assert code == 1 and result["stop_reason"] == "fallback-pause"
     assert outcomes(result, "Failed") == {("no-throttling", "")}
-    conditions = {c["type"]: c for c in result["final"]["condition"]}
+    conditions = {c["type"]: c for c in result["final"]["conditions"]}
     assert "mx_clk_thr" in conditions["HealthCheckFailed"]["message"]
     assert result["final"]["status"]["currentFailureRetry"] == 0  # not a node failure
 

@@ -271,9 +271,8 @@ class CrashWorld(World):
             counters={k: inner.get(k) for k in (
                 "currentStepIndex", "currentStepState", "totalUpgradeReplicas",
                 "totalUpgradeReadyReplicas", "currentUpgradeReplicas",
-                "currentUpgradeReadyReplicas", "currentFailureRetry")},
-            conditions={c["type"]: (c["status"], c.get("reason"))
-                        for c in self.status.get("condition") or ()},
+                "CurrentUpgradeReadyReplicas", "currentFailureRetry")},
+            conditions={c["type"]: c.get("reason") for c in self.status.get("conditions") or ()},
             pause=bool(self.policy_raw.get("pause")),
             nodes=nodes,
             deletions=Counter(self.deleted),

@@ -122,7 +122,7 @@ def test_current_step_index_is_one_based_and_counters_follow_the_batch() -> None
     w.plan(60)
     assert w.inner["currentStepIndex"] == 2
     assert w.inner["currentUpgradeReplicas"] == 3
-    assert w.inner["currentUpgradeReadyReplicas"] == 0
+    assert w.inner["CurrentUpgradeReadyReplicas"] == 0
     assert w.inner["totalUpgradeReadyReplicas"] == 2
     assert w.inner["totalUpgradeReplicas"] == 10
 
@@ -214,7 +214,7 @@ def test_manual_gate_pauses_the_policy_and_a_person_releases_it() -> None:
     result = w.settle(3700)
     assert w.inner["currentStepIndex"] == 2
     assert len(deletions(result)) == 3
-    assert w.conditions()["ManualGate"]["status"] == "False"
+    assert "ManualGate" not in w.conditions()
 
 
 def test_gate_on_the_last_step_holds_completion() -> None:

@@ -120,7 +120,7 @@ def test_image_pull_fault_reaches_the_threshold_and_pauses(tmp_path: Path) -> No
     assert final["phase"] == "Progressing" and final["upgrading"] is True
     assert final["status"]["currentStepState"] == "StepPaused"
     assert final["status"]["currentFailureRetry"] == 3
-    failed = next(c for c in final["condition"] if c["type"] == "BatchFailed")
+    failed = next(c for c in final["conditions"] if c["type"] == "BatchFailed")
     assert failed["reason"] == "FailureThresholdReached" and "node-0003" in failed["message"]
     versions = {n["name"]: n["version"] for n in out["nodes"]}
     assert versions["node-0003"] == "2.33.0.9"  # its pod is on the new version, not Ready
@@ -153,7 +153,7 @@ def test_crash_loop_fault_with_fallback_rollback(tmp_path: Path) -> None:
     final = out["final"]
     assert final["phase"] == "Idling" and final["status"]["currentStepState"] == "Completed"
     assert final["status"]["currentStepIndex"] == 2
-    rolled = next(c for c in final["condition"] if c["type"] == "RolledBack")
+    rolled = next(c for c in final["conditions"] if c["type"] == "RolledBack")
     assert rolled["reason"] == "FailureThresholdReached" and "2.33.0.9" in rolled["message"]
 
 

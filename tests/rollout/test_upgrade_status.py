@@ -83,11 +83,11 @@ RAW: dict[str, Any] = {
     "lastAppliedSpec": {"payload": {"version": "2.33.0.9", "name": "driver-image"}},
     "lastCoDriverSpec": {"payload": {"version": "2.32.0.6"}},
     "upgrading": True,
-    "condition": [
-        {"type": "Progressing", "status": "True", "lastTransitionTime": "2026-11-30T10:00:00Z",
+    "conditions": [
+        {"type": "Progressing", "lastTransitionTime": "2026-11-30T10:00:00Z",
          "reason": "StepStarted", "message": "step 2 of 4", "observedGeneration": 7},
-        {"type": "PlanningFailed", "status": "False", "lastTransitionTime": "",
-         "reason": "Recovered", "message": ""},
+        {"type": "PlanningFailed", "reason": "ValueError", "message": "planning pass failed",
+         "lastTransitionTime": "2026-11-30T09:00:00Z"},
     ],
     "phase": "Progressing",
     "message": "upgrading driver 2.32.0.6 -> 2.33.0.9",
@@ -96,7 +96,7 @@ RAW: dict[str, Any] = {
         "upgradingPodSpecRevision": "new",
         "currentStepIndex": 2,
         "currentUpgradeReplicas": 3,
-        "currentUpgradeReadyReplicas": 1,
+        "CurrentUpgradeReadyReplicas": 1,
         "currentFailureRetry": 0,
         "currentStepState": "StepUpgrade",
         "totalUpgradeReplicas": 10,
@@ -116,7 +116,7 @@ def test_unknown_keys_and_their_order_are_kept() -> None:
     assert written["someoneElses"] == {"kept": [1, 2]}
     assert written["status"]["futureField"] == "x"
     # a condition the planner does not replace keeps its unknown keys too
-    assert written["condition"][0]["observedGeneration"] == 7
+    assert written["conditions"][0]["observedGeneration"] == 7
 
 
 def test_a_foreign_key_order_is_written_in_spec_order_as_the_planner_always_did() -> None:
@@ -152,22 +152,27 @@ def test_a_transition_returns_a_new_value_and_leaves_the_original_and_its_json_a
     assert written["status"]["message"] == "starting step 3"
     # the replaced condition is written in the form of docs/rollout.md#status-fields (its unknown
     # key goes), the other kept
-    assert written["condition"][0] == {
-        "type": "Progressing", "status": "True", "lastTransitionTime": "2026-11-30T10:05:00Z",
-        "reason": "StepStarted", "message": "step 3 of 4"}
-    assert written["condition"][1] == RAW["condition"][1]
+    assert written["conditions"][0] == {
+        "type": "Progressing", "reason": "StepStarted", "message": "step 3 of 4",
+        "lastTransitionTime": "2026-11-30T10:05:00Z"}
+    assert written["conditions"][1] == RAW["conditions"][1]
     assert written["someoneElses"] == RAW["someoneElses"]
     assert moved.epoch() == "3@2026-11-30T10:05:00Z"
 
 
-def test_a_condition_keeps_its_transition_time_unless_its_status_flips() -> None:
+def test_a_condition_keeps_its_transition_time_while_in_force_and_leaves_the_list_after() -> None:
     status = UpgradeStatus.from_json(RAW)
     same = status.with_condition(ConditionType.PROGRESSING, "True", "Resumed", "m", "LATER")
-    flipped = status.with_condition(ConditionType.PROGRESSING, "False", "Done", "m", "LATER")
+    ended = status.with_condition(ConditionType.PROGRESSING, "False", "Done", "m", "LATER")
+    again = ended.with_condition(ConditionType.PROGRESSING, "True", "StepStarted", "m", "LATEST")
     added = status.with_condition(ConditionType.MANUAL_GATE, "True", "Waiting", "m", "LATER")
     assert same.condition(ConditionType.PROGRESSING).last_transition_time == (  # type: ignore[union-attr]
         "2026-11-30T10:00:00Z")
-    assert flipped.condition(ConditionType.PROGRESSING).last_transition_time == "LATER"  # type: ignore[union-attr]
+    # the CRD's conditions have no status: one no longer in force is not listed
+    assert ended.condition(ConditionType.PROGRESSING) is None
+    assert not ended.condition_true(ConditionType.PROGRESSING)
+    assert [c["type"] for c in ended.to_json()["conditions"]] == ["PlanningFailed"]
+    assert again.condition(ConditionType.PROGRESSING).last_transition_time == "LATEST"  # type: ignore[union-attr]
     assert added.condition_true(ConditionType.MANUAL_GATE)
     assert [c.type for c in added.conditions] == ["Progressing", "PlanningFailed", "ManualGate"]
 
@@ -179,3 +184,29 @@ def test_enum_values_are_written_as_plain_strings() -> None:
     assert type(written["status"]["currentStepState"]) is str
     # safe_dump refuses str subclasses: what the planner writes is plain JSON data
     assert "StepPaused" in yaml.safe_dump(written)
+
+
+def test_the_manuals_spelling_reads_as_the_crds() -> None:
+    """``condition`` with a status (the manual, our older records) and
+    ``currentUpgradeReadyReplicas``: a False entry is not in force; the text of a spec copy (as
+    the CRD stores it) reads as the mapping."""
+    legacy = {
+        "lastAppliedSpec": '{"payload":{"version":"2.33.0.9"}}',
+        "condition": [
+            {"type": "Progressing", "status": "True", "lastTransitionTime": "T1",
+             "reason": "StepStarted", "message": "step 1"},
+            {"type": "ManualGate", "status": "False", "lastTransitionTime": "T0",
+             "reason": "Confirmed", "message": "step 0 confirmed"},
+        ],
+        "status": {"currentUpgradeReadyReplicas": 4},
+    }
+    status = UpgradeStatus.from_json(legacy)
+    assert [c.type for c in status.conditions] == ["Progressing"]
+    assert not status.condition_true(ConditionType.MANUAL_GATE)
+    assert status.current_upgrade_ready_replicas == 4
+    assert status.applied_payload == {"version": "2.33.0.9"}
+    written = status.to_json()
+    assert "condition" not in written and written["conditions"] == [
+        {"type": "Progressing", "lastTransitionTime": "T1", "reason": "StepStarted",
+         "message": "step 1"}]
+    assert written["status"]["CurrentUpgradeReadyReplicas"] == 4
