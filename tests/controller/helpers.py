@@ -14,6 +14,7 @@ from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
 from reconciler.sim.waiting import wait_for
+from reconciler.stored_status import upgrade_status_of
 
 SEED_10 = {
     "enableRollout": True,
@@ -75,7 +76,9 @@ def cluster_operator(kube: KubeApi) -> JSON:
 
 
 def upgrade_status(kube: KubeApi) -> JSON:
-    return dict((cluster_operator(kube).get("status") or {}).get("upgradeStatus") or {})
+    """``upgradeStatus`` as the program reads it: the CRD's fields and our annotation
+    (``reconciler.stored_status``)."""
+    return upgrade_status_of(cluster_operator(kube))
 
 
 def inner(kube: KubeApi) -> JSON:

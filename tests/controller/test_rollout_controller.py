@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
+from reconciler.stored_status import FIRMWARE_STATUS_ANNOTATION
 from tests.controller.helpers import (
     SEED_10,
     InvariantObserver,
@@ -118,7 +120,7 @@ def test_seed_10_node_scenario_runs_to_completion(
 
 
 def _conditions(kube: KubeApi) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in upgrade_status(kube).get("condition") or []}
+    return {c["type"]: c for c in upgrade_status(kube).get("conditions") or []}
 
 
 def _policy(**changes: Any) -> dict[str, Any]:
@@ -284,13 +286,19 @@ def test_no_rollout_starts_while_a_firmware_upgrade_runs(
     fleet = fleet_factory(nodes=3)
     wait_for(lambda: len(fleet.ready_driver_nodes()) == 3, timeout=60, what="3 Ready pods")
     wait_for(lambda: upgrade_status(kube).get("phase"), timeout=30, what="a first status")
-    status_path = cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status")
-    kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "AwaitingReboot"}}})
+    path = cluster_operator_path(CLUSTER_OPERATOR_NAME)
+
+    def firmware(phase: str) -> dict[str, Any]:
+        # where the orchestrator keeps its record (the CRD has no status field for it)
+        return {"metadata": {"annotations": {FIRMWARE_STATUS_ANNOTATION: json.dumps(
+            {"phase": phase})}}}
+
+    kube.patch(path, firmware("AwaitingReboot"))
     start_rollout(kube, NEW, _policy())
     passes_after_it_saw(controller, NEW)
     assert fleet.ready_driver_nodes(NEW) == []
     assert upgrade_status(kube)["phase"] != "Progressing"
-    kube.patch(status_path, {"status": {"firmwareUpgrade": {"phase": "Completed"}}})
+    kube.patch(path, firmware("Completed"))
     _wait_state(kube, timeout=60, phase="Idling", currentStepState="Completed")
     assert sorted(fleet.ready_driver_nodes(NEW)) == fleet.node_names
 

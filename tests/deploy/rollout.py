@@ -179,8 +179,8 @@ def merge_to_upgrade(plane: AuditedControlPlane, kube: KubeApi, fleet: Fleet,
                 text = remote.show(f"main:{policy}") or ""
                 data = YAML(typ="safe").load(text) or {}
                 upgrade = (co(kube).get("status") or {}).get("upgradeStatus") or {}
-                gate = any(c.get("type") == "ManualGate" and c.get("status") == "True"
-                           for c in upgrade.get("condition") or [])
+                gate = any(c.get("type") == "ManualGate"
+                           for c in upgrade.get("conditions") or [])
                 return gate and data["spec"]["driver"]["upgradePolicy"].get("pause") is True
 
             wait_for(at_gate_in_git, timeout=90,

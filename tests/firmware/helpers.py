@@ -10,6 +10,7 @@ from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL, REQUEST_ANNOTATION
+from reconciler.stored_status import firmware_status_of
 
 
 def request_firmware(kube: KubeApi, *, source_commit: str, enable_virt: bool = False) -> None:
@@ -26,7 +27,7 @@ def cluster_operator(kube: KubeApi) -> JSON:
 
 
 def firmware_status(kube: KubeApi) -> JSON:
-    return dict((cluster_operator(kube).get("status") or {}).get("firmwareUpgrade") or {})
+    return firmware_status_of(cluster_operator(kube))
 
 
 def stages(kube: KubeApi) -> dict[str, str]:

@@ -18,6 +18,7 @@ from reconciler.gitops.status_policy import build_snapshot
 from reconciler.kube.api import KubeApi
 from reconciler.policy.validation import validate_document
 from reconciler.sim.waiting import wait_for
+from reconciler.stored_status import firmware_status_of
 from tests.firmware.helpers import cluster_operator, firmware_status, request_firmware
 from tests.policy.commands import git, validate
 from tests.policy.texts import FIRMWARE_PAYLOAD, firmware_policy
@@ -51,7 +52,7 @@ def test_pr_changing_firmware_parameters_mid_upgrade_is_rejected(
             """The object once its status says AwaitingReboot for every node (the phase may
             come before the last node's stage: one read of both, not two)."""
             co = cluster_operator(kube)
-            status = (co.get("status") or {}).get("firmwareUpgrade") or {}
+            status = firmware_status_of(co)
             stages = {name: entry.get("stage") for name, entry in
                       (status.get("nodes") or {}).items()}
             return co if (status.get("phase") == "AwaitingReboot" and stages
@@ -62,7 +63,7 @@ def test_pr_changing_firmware_parameters_mid_upgrade_is_rejected(
     finally:
         controller.stop()
     # what the sync role commits: the snapshot with the orchestrator's firmware section
-    status = co["status"]["firmwareUpgrade"]
+    status = firmware_status_of(co)
     snapshot = {"cluster": "lab", "observedAt": "2026-11-30T03:00:00Z",
                 **build_snapshot(co, source_commit="a" * 40, firmware=firmware_snapshot(status))}
     assert snapshot["firmware"]["nodes"] == dict.fromkeys(

@@ -10,6 +10,7 @@ from reconciler.kube.api import JSON, KubeApi
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME, SOURCE_COMMIT_ANNOTATION
 from reconciler.sim.waiting import wait_for
+from reconciler.stored_status import upgrade_status_of
 from reconciler.sync.loop import ClusterSync
 from tests.gitops.conftest import Person, Remote, git
 
@@ -23,7 +24,8 @@ def driver(kube: KubeApi) -> JSON:
 
 
 def upgrade_status(kube: KubeApi) -> JSON:
-    return dict((cluster_operator(kube).get("status") or {}).get("upgradeStatus") or {})
+    """``upgradeStatus`` as the program reads it (``reconciler.stored_status``)."""
+    return upgrade_status_of(cluster_operator(kube))
 
 
 def step_state(kube: KubeApi) -> tuple[Any, Any, Any]:
