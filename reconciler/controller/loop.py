@@ -418,7 +418,9 @@ class RolloutController(WatchDrivenWorker):
             return shown_failure(upgrade_status_of(co))
 
     def _clear_failure(self, failure: PassFailure) -> None:
-        if self._plan_failure_condition(failure, failed=False):
+        # the condition leaves the list; the pass that planned may have dropped it already
+        if (self._plan_failure_condition(failure, failed=False)
+                or self._shown_failure() is None):
             self._failure_event("Normal", PLANNING_RECOVERED,
                                 f"planning passes succeed again (the last failure: "
                                 f"{failure.reason})")

@@ -412,7 +412,9 @@ class FirmwareController(WatchDrivenWorker):
         return shown_failure(firmware_status_of(co))
 
     def _clear_failure(self, failure: PassFailure) -> None:
-        if self._write_failure_condition(failure, failed=False):
+        # the condition leaves the list; the pass that planned may have dropped it already
+        if (self._write_failure_condition(failure, failed=False)
+                or self._shown_failure() is None):
             self._failure_event(RecordEvent(
                 "Normal", PLANNING_RECOVERED,
                 f"planning passes succeed again (the last failure: {failure.reason})"))

@@ -231,14 +231,20 @@ class WatchRecorder:
 
 
 class StatusRecorder(WatchRecorder):
-    """Every distinct ``status.upgradeStatus`` the ClusterOperator shows, from a watch."""
+    """Every distinct ``upgradeStatus`` the ClusterOperator shows, from a watch: ``seen`` as
+    the program reads it (the CRD's fields and our annotation), ``stored`` exactly as the
+    object carries ``status.upgradeStatus``."""
 
     def __init__(self, kube: KubeApi) -> None:
         self.seen: list[JSON] = []
+        self.stored: list[JSON] = []
         self.watch = ListWatch(kube, cluster_operator_path(), on_event=self._on,
                                name="status recorder")
 
     def _on(self, event: str, obj: JSON) -> None:
-        status = (obj.get("status") or {}).get("upgradeStatus")
+        stored = (obj.get("status") or {}).get("upgradeStatus")
+        if stored and (not self.stored or self.stored[-1] != stored):
+            self.stored.append(stored)
+        status = upgrade_status_of(obj)
         if status and (not self.seen or self.seen[-1] != status):
             self.seen.append(status)

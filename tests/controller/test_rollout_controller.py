@@ -103,7 +103,7 @@ def test_seed_10_node_scenario_runs_to_completion(
     assert len(observer.deletions) == 10
     # every status the object showed on the way has exactly docs/rollout.md#status-fields's fields
     # and values, and the steps went 1..4 in order through their states
-    for status in recorder.seen:
+    for status in recorder.stored:
         assert spec_41_problems(status) == [], status
     progress = [(s["status"]["currentStepIndex"], s["status"]["currentStepState"])
                 for s in recorder.seen if s["phase"] == "Progressing"]
