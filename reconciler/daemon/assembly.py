@@ -372,7 +372,7 @@ def _start_forge_statuses(s: DaemonSettings, sync: ClusterSync, metrics: Metrics
         raise UsageRefused(f"commit statuses to {forge.kind} need --forge-token-file")
     poster = CommitStatuses(forge, f.token_file, is_leader=is_leader, metrics=metrics).start()
     report = ForgeReport(sync.repo, poster, cluster=s.cluster, record=sync.record,
-                         wall=sync.clock, target_url=f.dashboard_url)
+                         wall=sync.clock, target_url=f.dashboard_url, start=sync.rollout_start)
     sync.shell.on_snapshot = report.snapshot
     shutdown.on_shutdown("forge commit statuses", poster.stop)
     log.info("commit statuses to %s %s (%s)", forge.kind, forge.repository, forge.url)
