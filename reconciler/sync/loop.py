@@ -385,6 +385,10 @@ class ClusterSync:
             log.warning("%s: notifications wait: the commit that started the rollout is not "
                         "readable (%s)", self.cluster, exc)
             return
+        except Exception as exc:  # a notification is never worth a failed sync pass
+            log.warning("%s: notifications wait: finding the commit that started the rollout "
+                        "failed (%s)", self.cluster, type(exc).__name__, exc_info=exc)
+            return
         self.notifier.observe(snapshot, rollout=rollout or "")
 
     # -- the live object ---------------------------------------------------------------------

@@ -1,19 +1,29 @@
 """The commit that started a rollout (``reconciler.sync.rollout_start``): the key of its
 notifications and the commit its statuses go on. A table of histories on the pure walk, then a
 real Git repository read by a fresh mirror (a restart): the gate's write-back and its release keep
-the merge; a retry of the same version after a rollback is a rollout of its own."""
+the merge; a retry of the same version after a rollback is a rollout of its own. And the sync
+pass's side: Git unreadable, nothing is offered and no transition is lost."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.repository import PolicyRepository
+from reconciler.notify.events import Event
+from reconciler.notify.notifier import Notifier
+from reconciler.policy.notify_config import NotifySink
+from reconciler.sync.loop import ClusterSync
 from reconciler.sync.record import SyncRecord
 from reconciler.sync.rollout_start import RolloutStart, rollout_start
 from tests.sync.conftest import NEW, OLD, POLICY_PATH, Person, Remote, policy
+from tests.views.test_read_model import snap
 
 OWN = "\n\nReconciler-Commit: true\n"
 OTHER = "2.34.0.1"
@@ -79,3 +89,43 @@ def test_a_restart_finds_the_same_commit_and_a_retry_is_its_own_rollout(
     retry = alice.commit(f"Upgrade prod-a to {NEW} again", {POLICY_PATH: policy(NEW)})
     alice.push()
     assert _start(policy_remote.url, tmp_path / "d", retry) == retry
+
+
+class _Flaky:
+    """``RolloutStart`` whose Git read fails while ``broken``."""
+
+    def __init__(self) -> None:
+        self.broken = False
+
+    def commit(self) -> str:
+        if self.broken:
+            raise GitOpsError("git log failed: the mirror is being repacked")
+        return "d" * 40
+
+
+class _Recording(Notifier):
+    def __init__(self) -> None:
+        super().__init__("prod-a", sinks=lambda: (NotifySink("team", "slack", url_file="/u"),),
+                         ledger=cast(Any, None), is_leader=lambda: False)
+        self.offered: list[list[str]] = []
+
+    def observe(self, snapshot: Mapping[str, Any], *, rollout: str = "") -> list[Event]:
+        events = super().observe(snapshot, rollout=rollout)
+        self.offered.append([e.key for e in events])
+        return events
+
+
+def test_git_unreadable_offers_nothing_and_the_completion_is_seen_at_the_next_pass() -> None:
+    """The sync pass's side (``ClusterSync._notify``): no key without the rollout's commit, and
+    the snapshot before is kept, so a completion in between is still a transition."""
+    sync = SimpleNamespace(cluster="prod-a", rollout_start=_Flaky(), notifier=_Recording())
+    try:
+        ClusterSync._notify(cast(Any, sync), snap("StepUpgrade", index=3))
+        sync.rollout_start.broken = True
+        ClusterSync._notify(cast(Any, sync), snap("Completed", phase="Idling", index=3))
+        assert sync.notifier.offered == [[]]
+        sync.rollout_start.broken = False
+        ClusterSync._notify(cast(Any, sync), snap("Completed", phase="Idling", index=3))
+        assert sync.notifier.offered == [[], [f"prod-a/{'d' * 12}/completed/-"]]
+    finally:
+        sync.notifier.stop()
