@@ -51,6 +51,7 @@ _FILES = "validation.md#files-on-disk"
 _HEALTH = "health.md#what-validation-reports"
 _FLEET = "configuration.md#a-fleet-of-clusters-clustersname-windows-promotion"
 _FIRMWARE = "firmware.md#preflight-refusals"
+_NOTIFY = "notifications.md#keys"
 
 #: rule, docs page (a key of _PAGES), short description: one rule a line
 _TABLE = """
@@ -112,8 +113,15 @@ windows-deny-order         fleet     A deny range's until is not after its from
 promotion-unknown-cluster  fleet     promotion.after names no cluster
 promotion-cycle            fleet     promotion.after chains form a cycle
 promotion-soak             fleet     A promotion soak over 720h
+notify-url-is-secret       notify    A Slack or WeCom URL in Git: it holds its key, give urlFile
+notify-url-or-file         notify    A notify sink without its url or urlFile, or with both
+notify-secret-file         notify    A webhook sink without secretFile, or one on Slack or WeCom
+notify-type                notify    A notify sink without a type
+notify-name-twice          notify    Two notify sinks with one name
+notify-url                 notify    A notify sink's URL cannot be posted to
 """
-_PAGES = {"catalogue": _CATALOGUE, "files": _FILES, "health": _HEALTH, "fleet": _FLEET}
+_PAGES = {"catalogue": _CATALOGUE, "files": _FILES, "health": _HEALTH, "fleet": _FLEET,
+          "notify": _NOTIFY}
 RULES: dict[str, RuleHelp] = {
     rule: RuleHelp(short, _PAGES[page])
     for rule, page, short in (line.split(maxsplit=2) for line in _TABLE.strip().splitlines())
@@ -126,6 +134,7 @@ _FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("health-", "The health section is invalid ({part})", _HEALTH),
     ("windows-", "A maintenance window is invalid ({part})", _FLEET),
     ("promotion-", "The promotion section is invalid ({part})", _FLEET),
+    ("notify-", "A notify sink is invalid ({part})", _NOTIFY),
 )
 
 

@@ -328,7 +328,7 @@ def _start_sync(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader: Leade
     except GitOpsError as exc:
         raise StartFailed(str(exc)) from exc
     _settings_at_head(s, sync, live)
-    _start_forge_statuses(s, sync, metrics, leader.is_leader, shutdown)
+    _start_forge_statuses(s, sync, live, metrics, leader.is_leader, shutdown)
     sync.start()
     shutdown.on_shutdown("sync (flush Git)", sync.stop)
     if s.mode == "operator":
@@ -340,42 +340,49 @@ def _start_sync(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader: Leade
     return sync
 
 
-def _start_forge_statuses(s: DaemonSettings, sync: ClusterSync, metrics: Metrics,
-                          is_leader: Callable[[], bool], shutdown: Shutdown) -> None:
-    """Commit statuses to the forge (docs/forges.md): the flags, else reconciler.yaml's ``forge:``
-    (--repo-config's, else the branch head's); off when neither names one."""
-    from reconciler.gitops.forge_status import CommitStatuses
-    from reconciler.policy.forge_config import ForgeConfigError, forge_config
+def _start_forge_statuses(s: DaemonSettings, sync: ClusterSync, live: LiveSettings,
+                          metrics: Metrics, is_leader: Callable[[], bool],
+                          shutdown: Shutdown) -> None:
+    """Commit statuses to the forge (docs/forges.md): the flags, each missing one from the
+    ``forge:`` section in force (the live settings: the branch head's or --repo-config's at the
+    start, then each applied commit's), asked again before each post, so a change of ``forge:``
+    in Git takes effect at the next commit. A bad flag refuses the start; a bad section turns
+    the statuses off (an ERROR line) until a commit fixes it."""
+    from reconciler.gitops.forge_status import CommitStatuses, ForgeTarget
+    from reconciler.policy.forge_config import ForgeConfig
     from reconciler.sync.forge_report import ForgeReport
 
     assert s.repo is not None and s.cluster is not None  # check_roles
-    section: object = None
-    if s.repo_config is not None:
-        section = s.repo_config.data.get("forge")
-    elif (head := sync.repo.mirror.head(s.branch)) is not None:
-        section = sync.repo.reader.config_file(head).raw.get("forge")
     f = s.forge
-    try:
-        forge = forge_config(kind=f.kind, url=f.url, repository=f.repository, remote=s.repo,
-                             file_section=section if isinstance(section, dict) else None)
-    except ForgeConfigError as exc:
-        if f.kind is not None and f.url is not None:
-            raise UsageRefused(str(exc)) from None
-        # reconciler.yaml is what a merged change sets: a bad forge section must not keep the
-        # daemon (and every rollout) from starting; only the statuses are off
-        log.error("reconciler.yaml forge: %s; commit statuses are off until it is fixed and "
-                  "the daemon restarts", exc)
-        return
-    if forge is None:
-        return
+    target = ForgeTarget(kind=f.kind, url=f.url, repository=f.repository, remote=s.repo,
+                         section=lambda: live.current().forge)
+    target.current()  # said at the start: where the statuses go, or why nowhere
+    if target.error is not None and f.kind is not None and f.url is not None:
+        raise UsageRefused(target.error)
     if f.token_file is None:
-        raise UsageRefused(f"commit statuses to {forge.kind} need --forge-token-file")
-    poster = CommitStatuses(forge, f.token_file, is_leader=is_leader, metrics=metrics).start()
+        if f.kind is not None:
+            raise UsageRefused(f"commit statuses to {f.kind} need --forge-token-file")
+
+        said: list[ForgeConfig | None] = [None]
+
+        def no_token() -> None:
+            """Said once per forge a commit names."""
+            named = target.current()
+            if named is not None and named != said[0]:
+                log.error("reconciler.yaml forge: names %s %s, but the daemon has no "
+                          "--forge-token-file: no commit statuses", named.kind,
+                          named.repository)
+            said[0] = named
+
+        no_token()
+        live.subscribe(no_token)
+        return
+    poster = CommitStatuses(target.current, f.token_file, is_leader=is_leader,
+                            metrics=metrics).start()
     report = ForgeReport(sync.repo, poster, cluster=s.cluster, record=sync.record,
-                         wall=sync.clock, target_url=f.dashboard_url)
+                         wall=sync.clock, target_url=f.dashboard_url, start=sync.rollout_start)
     sync.shell.on_snapshot = report.snapshot
     shutdown.on_shutdown("forge commit statuses", poster.stop)
-    log.info("commit statuses to %s %s (%s)", forge.kind, forge.repository, forge.url)
 
 
 def _verifier(s: DaemonSettings, metrics: Metrics) -> CommitVerifier | None:

@@ -9,6 +9,10 @@ waits for its retry. Nothing here blocks or slows the rollout: a forge that answ
 hangs (each request has ``TIMEOUT``) holds only this thread. Only the leader posts
 (``is_leader``). The token file is read again at each post; the token goes in a header only and
 is never logged, raised or written (an answer's text is redacted before it is logged).
+
+Where the statuses go is asked at each post (``ForgeTarget``: the flags, each missing one from the
+``forge:`` section in force, which the sync publishes with every commit it applies), so a change
+of ``forge:`` in Git takes effect at the next commit, without a restart.
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ from urllib.parse import quote
 from reconciler import clock as clocks
 from reconciler.clock import Clock
 from reconciler.files import FileRefused, read_bounded
-from reconciler.policy.forge_config import ForgeConfig
+from reconciler.policy.forge_config import (
+    ForgeConfig,
+    ForgeConfigError,
+    ForgeSection,
+    forge_config,
+)
 from reconciler.views.commit_status import CommitStatus, PostGate, forge_state
 
 log = logging.getLogger("reconciler.forge")
@@ -119,16 +128,68 @@ def _redact(text: str, token: str) -> str:
     return text.replace(token, "***") if token else text
 
 
+class ForgeTarget:
+    """The forge the statuses go to now: the command line's ``--forge``, ``--forge-url`` and
+    ``--forge-repository``, each missing one from the ``forge:`` section in force
+    (``section()``, the live settings). Resolved again when the section changes; one that
+    cannot be used turns the statuses off, said once in an ERROR line, until a commit changes
+    it. Safe from any thread."""
+
+    def __init__(self, *, kind: str | None, url: str | None, repository: str | None,
+                 remote: str, section: Callable[[], ForgeSection | None]) -> None:
+        self.kind = kind
+        self.url = url
+        self.repository = repository
+        self.remote = remote
+        self.section = section
+        self._lock = threading.Lock()
+        #: (the section resolved last, what it gave); None: not resolved yet
+        self._resolved: tuple[ForgeSection | None, ForgeConfig | None] | None = None
+        #: why the section in force cannot be used (None: it can, or names no forge)
+        self.error: str | None = None
+
+    def current(self) -> ForgeConfig | None:
+        section = self.section()
+        with self._lock:
+            if self._resolved is not None and self._resolved[0] == section:
+                return self._resolved[1]
+            before = self._resolved[1] if self._resolved is not None else None
+            try:
+                forge = forge_config(kind=self.kind, url=self.url, repository=self.repository,
+                                     remote=self.remote, file_section=section)
+                self.error = None
+            except ForgeConfigError as exc:
+                forge, self.error = None, str(exc)
+                # a merged change must not keep the daemon (and every rollout) from running:
+                # only the statuses are off
+                log.error("reconciler.yaml forge: %s; commit statuses are off until it is "
+                          "fixed (the next commit that changes it takes effect)", exc)
+            self._resolved = (section, forge)
+        if forge is not None and forge != before:
+            log.info("commit statuses to %s %s (%s)", forge.kind, forge.repository, forge.url)
+        elif forge is None and before is not None and self.error is None:
+            log.info("commit statuses off: reconciler.yaml names no forge any more")
+        return forge
+
+
 class CommitStatuses:
     """The background poster (see the module's docstring)."""
 
-    def __init__(self, forge: ForgeConfig, token_file: Path, *,
-                 is_leader: Callable[[], bool] = lambda: True,
+    def __init__(self, forge: ForgeConfig | Callable[[], ForgeConfig | None], token_file: Path,
+                 *, is_leader: Callable[[], bool] = lambda: True,
                  metrics: StatusMetrics | None = None, monotonic: Clock = clocks.monotonic,
                  post: Callable[[ForgeConfig, CommitStatus, Path], int] | None = None,
                  first_retry: float = FIRST_RETRY, retries: int = RETRIES,
                  gate: PostGate | None = None) -> None:
-        self.forge = forge
+        """``forge``: where to post, or a callable asked before each post (``ForgeTarget``;
+        None: nowhere, the statuses are dropped)."""
+        if isinstance(forge, ForgeConfig):
+            fixed = forge
+            self.forge: Callable[[], ForgeConfig | None] = lambda: fixed
+        else:
+            self.forge = forge
+        #: the forge the gate's record of posted states is about
+        self._posted_to: ForgeConfig | None = None
         self.token_file = token_file
         self.is_leader = is_leader
         self.metrics = metrics
@@ -163,7 +224,7 @@ class CommitStatuses:
             if waiting is not None and waiting[0] == status:
                 return
             if waiting is None and len(self._pending) >= MAX_PENDING:
-                self._count("dropped")
+                self._count(self._posted_to, "dropped")
                 return
             self._pending[status.context] = (status, 0, 0.0)
             self._cond.notify_all()
@@ -173,14 +234,25 @@ class CommitStatuses:
         with self._cond:
             return not self._pending
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, forge: ForgeConfig | None, outcome: str) -> None:
         if self.metrics is not None:
-            self.metrics.count_forge_status_post(self.forge.kind, outcome)
+            self.metrics.count_forge_status_post(forge.kind if forge is not None else "none",
+                                                 outcome)
 
-    def _next(self) -> tuple[CommitStatus, int] | None:
-        """The next status whose time came (waits for one); None once stopped."""
+    def _next(self) -> tuple[CommitStatus, int, ForgeConfig] | None:
+        """The next status whose time came and the forge it goes to (waits for one); None once
+        stopped."""
         with self._cond:
             while not self._stopped:
+                forge = self.forge()
+                if forge != self._posted_to:
+                    # another forge (or repository) has none of the states posted so far
+                    self.gate.posted.clear()
+                    self._posted_to = forge
+                if forge is None:
+                    self._pending.clear()  # nowhere to post: a later state is offered again
+                    self._cond.wait()
+                    continue
                 now = self.monotonic()
                 soonest: float | None = None
                 for context, (status, attempts, not_before) in list(self._pending.items()):
@@ -191,34 +263,35 @@ class CommitStatuses:
                     at = max(due, not_before)
                     if at <= now:
                         del self._pending[context]
-                        return status, attempts
+                        return status, attempts, forge
                     soonest = at if soonest is None else min(soonest, at)
                 self._cond.wait(None if soonest is None else soonest - now)
             return None
 
     def _run(self) -> None:
         while (item := self._next()) is not None:
-            status, attempts = item
+            status, attempts, forge = item
             if not self.is_leader():
                 continue  # the leader posts; a replica that leads later offers again
             self.gate.attempted(status, self.monotonic())
             try:
-                self.post(self.forge, status, self.token_file)
+                self.post(forge, status, self.token_file)
             except ForgePostError as exc:
-                self._failed(status, attempts, str(exc))
+                self._failed(forge, status, attempts, str(exc))
             except Exception as exc:  # a bug must not end the thread; never the token in it
-                self._failed(status, attempts, type(exc).__name__)
+                self._failed(forge, status, attempts, type(exc).__name__)
             else:
                 self.gate.done(status)
                 self.posted.append(status)
-                self._count("posted")
+                self._count(forge, "posted")
                 log.info("commit status %s %s on %s: %s", status.context, status.state,
                          status.commit[:12], status.description)
 
-    def _failed(self, status: CommitStatus, attempts: int, reason: str) -> None:
-        self._count("failed")
+    def _failed(self, forge: ForgeConfig, status: CommitStatus, attempts: int,
+                reason: str) -> None:
+        self._count(forge, "failed")
         if attempts >= self.retries:
-            self._count("given_up")
+            self._count(forge, "given_up")
             log.warning("commit status %s %s on %s not posted after %d tries: %s",
                         status.context, status.state, status.commit[:12], attempts + 1, reason)
             return

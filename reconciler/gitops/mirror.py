@@ -311,16 +311,19 @@ class Mirror:
             found = next(iter(self._repo.iter_commits(rev, paths=path, max_count=1)), None)
             return self._commit_info(found.hexsha) if found is not None else None
 
+    def commits_touching(self, rev: str, path: str, *, limit: int = 200) -> list[CommitInfo]:
+        """The newest ``limit`` commits on ``rev``'s first-parent line that changed ``path``
+        (a merged pull request: its merge commit), ours included, newest first."""
+        with self._read_lock:
+            return [self._commit_info(c.hexsha) for c in
+                    self._repo.iter_commits(rev, paths=path, max_count=limit,
+                                            first_parent=True)]
+
     def person_commits_touching(self, rev: str, path: str, *,
                                 limit: int = 200) -> list[CommitInfo]:
-        """The commits not of ours on ``rev``'s first-parent line that changed ``path`` (a
-        merged pull request: its merge commit), newest first, among the newest ``limit`` that
-        changed it."""
-        with self._read_lock:
-            infos = [self._commit_info(c.hexsha) for c in
-                     self._repo.iter_commits(rev, paths=path, max_count=limit,
-                                             first_parent=True)]
-        return [info for info in infos if not info.is_own]
+        """``commits_touching`` without ours."""
+        return [info for info in self.commits_touching(rev, path, limit=limit)
+                if not info.is_own]
 
     def trailer_values(self, rev: str, key: str, *, limit: int = 200) -> list[str]:
         """Values of trailer ``key`` in the last ``limit`` commits reachable from ``rev``."""

@@ -7,8 +7,12 @@ work left) fire whenever the current snapshot shows them; their key makes them f
 Transition events (a rollback finished, a rollout completed, a promotion passed) need the
 previous snapshot: a notifier that starts sees no transition it did not watch.
 
-The key: cluster / rollout (the source commit) / kind / step (/ check), so a health failure is
-one event per check per step, not per node."""
+The key: cluster / rollout / kind / step (/ check), so a health failure is one event per check
+per step, not per node. The rollout is the commit that started it (given by the caller, who finds
+it in Git: ``reconciler.sync.rollout_start``), never the head or the applied commit: our own
+``pause: true`` write-back at a gate, a gate release or a settings change during the rollout
+moves those, and the same gate would be told again. A rejected commit and a promotion are keyed
+by their own commit (that is the event)."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ class Event:
     key: str
     kind: str  # one of reconciler.policy.notify_config.EVENT_KINDS
     cluster: str
-    rollout: str  # the source commit ("" when unknown)
+    rollout: str  # the commit that started the rollout ("" when unknown)
     step: str
     title: str
     #: the whole message: the title, what it means and what a person does
@@ -77,11 +81,11 @@ def event_key(cluster: str, rollout: str, kind: str, step: str, check: str = "")
 
 
 def derive_events(cluster: str, previous: Mapping[str, Any] | None,
-                  current: Mapping[str, Any], *, now: float,
+                  current: Mapping[str, Any], *, now: float, rollout: str = "",
                   git: GitContext | None = None,
                   object_name: str = "cluster-operator") -> list[Event]:
-    """The events ``current`` shows (after ``previous``; None: none seen yet)."""
-    rollout = str(current.get("sourceCommit") or "")
+    """The events ``current`` shows (after ``previous``; None: none seen yet). ``rollout``:
+    the commit that started the rollout ("" unknown: ``-`` in the key)."""
     step = _step(current)
     out: list[Event] = []
 
@@ -144,7 +148,7 @@ def _promotion(previous: Mapping[str, Any] | None, current: Mapping[str, Any],
         add("promotion", f"the promotion gate holds {version}",
             f"the promotion gate holds {version}: it waits for {held.get('upstream')} "
             f"({reason}){until}", at=f"held:{version}",
-            commit=str(held.get("commit") or current.get("sourceCommit") or ""))
+            commit=str(held.get("commit") or ""))
     elif was and not _mapping(current.get("rejection")):
         version = str(was.get("version") or "")
         add("promotion", f"the promotion gate passed {version}",

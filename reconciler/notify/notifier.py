@@ -1,6 +1,7 @@
 """Sends events to the sinks (docs/notifications.md) without ever holding up the rollout.
 
-``observe(snapshot)`` is called by the sync role's pass (so only the leader offers): it derives
+``observe(snapshot, rollout=...)`` is called by the sync role's pass (so only the leader offers),
+with the commit that started the rollout (the events' keys carry it, not the head): it derives
 the events (``events.py``, pure) against the snapshot it saw last and puts each (sink, event)
 into a bounded queue, returning at once (a full queue drops the offer with a warning; the next
 snapshot offers it again). One background thread sends: the sink's URL and secret read from
@@ -101,11 +102,14 @@ class Notifier:
         self.given_up = 0
 
     # -- the sync pass's side: never blocks on the network --------------------------------
-    def observe(self, snapshot: Mapping[str, Any]) -> list[Event]:
-        """Offer the events ``snapshot`` shows; returns them (for tests)."""
+    def observe(self, snapshot: Mapping[str, Any], *, rollout: str = "") -> list[Event]:
+        """Offer the events ``snapshot`` shows; returns them (for tests). ``rollout``: the
+        commit that started the rollout (``reconciler.sync.rollout_start``), the rollout part
+        of the events' keys."""
         sinks = self.sinks()
         events = derive_events(self.cluster, self._previous, snapshot, now=self.wall(),
-                               git=self.git(), object_name=self.object_name) if sinks else []
+                               rollout=rollout, git=self.git(),
+                               object_name=self.object_name) if sinks else []
         for event in events:
             for sink in sinks:
                 if sink.wants(event.kind):

@@ -30,6 +30,29 @@ class ForgeOffHostError(ForgeConfigError):
 
 
 @dataclass(frozen=True, slots=True)
+class ForgeSection:
+    """``forge:`` of reconciler.yaml as written (its keys checked when it is used: ``forge_config``;
+    ``reconciler validate`` locates what is wrong). Part of the live settings, so a commit that
+    changes it changes where the statuses go."""
+
+    type: object = None
+    url: object = None
+    repository: object = None
+
+    @classmethod
+    def read(cls, raw: object) -> ForgeSection | None:
+        """The section of a parsed file (None: no section, or not a mapping)."""
+        if not isinstance(raw, Mapping):
+            return None
+        return cls(raw.get("type"), raw.get("url"), raw.get("repository"))
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The keys given (``forge_config``'s ``file_section``)."""
+        keys = {"type": self.type, "url": self.url, "repository": self.repository}
+        return {key: value for key, value in keys.items() if value is not None}
+
+
+@dataclass(frozen=True, slots=True)
 class ForgeConfig:
     kind: str  # github | gitlab | gitea
     url: str  # the API base URL, without a trailing slash
@@ -121,11 +144,12 @@ def check_on_remote_host(api: str, remote: str) -> None:
 
 
 def forge_config(*, kind: str | None, url: str | None, repository: str | None,
-                 remote: str, file_section: Mapping[str, Any] | None = None,
+                 remote: str, file_section: Mapping[str, Any] | ForgeSection | None = None,
                  flag: str = "--forge") -> ForgeConfig | None:
     """The forge from the flags, each missing one from reconciler.yaml's ``forge:``
     (``file_section``); None when neither names a forge. Raises ForgeConfigError."""
-    section = file_section or {}
+    section = (file_section.as_mapping() if isinstance(file_section, ForgeSection)
+               else file_section or {})
     kind = kind or section.get("type")
     if not kind:
         return None

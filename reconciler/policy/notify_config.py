@@ -41,6 +41,73 @@ class NotifySink:
         return kind in self.events
 
 
+#: how each sink type is named in messages
+_SHOWN: Final = {"slack": "a Slack incoming-webhook URL", "wecom": "a WeCom group robot URL"}
+_SIGNER: Final = {"slack": "Slack incoming webhooks do not sign requests",
+                  "wecom": "WeCom group robots do not sign requests"}
+#: how to make a generic webhook's secret (docs/notifications.md#setup-per-vendor)
+_MAKE_SECRET: Final = 'echo "whsec_$(head -c 32 /dev/urandom | base64)"'
+
+
+@dataclass(frozen=True, slots=True)
+class SinkProblem:
+    """Why a sink cannot work, and the fix: ``key`` the key it is about (None: the sink as a
+    whole), ``rule`` the finding's rule (``reconciler validate``), ``message`` without the
+    sink's label."""
+
+    key: str | None
+    rule: str
+    message: str
+
+
+def sink_problems(raw: Mapping[str, Any]) -> list[SinkProblem]:
+    """The rules of one sink a JSON Schema cannot explain (docs/notifications.md#keys), each with
+    its fix. Judges only the keys whose type is right (the schema says why the others are
+    wrong): an unknown ``type`` has no rules to judge."""
+    kind = raw.get("type")
+    if kind is None:
+        return [SinkProblem(None, "notify-type",
+                            "no type: say which receiver this is, type: "
+                            f"{', '.join(SINK_TYPES[:-1])} or {SINK_TYPES[-1]}")]
+    if kind not in SINK_TYPES:
+        return []
+    problems: list[SinkProblem] = []
+    url, url_file = raw.get("url"), raw.get("urlFile")
+    if kind in URL_IS_SECRET:
+        if url is not None:
+            problems.append(SinkProblem(
+                "url", "notify-url-is-secret",
+                f"{_SHOWN[kind]} holds its key: put it in a file and give urlFile (a mounted "
+                f"Secret, e.g. urlFile: /etc/reconciler/notify/{kind}-url); url is refused for "
+                f"{kind}, so the key is never in Git"))
+        elif url_file is None:
+            problems.append(SinkProblem(
+                None, "notify-url-or-file",
+                f"no urlFile: {_SHOWN[kind]} holds its key: put it in a file and give urlFile "
+                f"(a mounted Secret, e.g. urlFile: /etc/reconciler/notify/{kind}-url)"))
+        if raw.get("secretFile") is not None:
+            problems.append(SinkProblem(
+                "secretFile", "notify-secret-file",
+                f"{_SIGNER[kind]} (the URL is the secret): remove secretFile"))
+        return problems
+    if url is not None and url_file is not None:
+        problems.append(SinkProblem(
+            "urlFile", "notify-url-or-file",
+            "url and urlFile both given: keep one (urlFile when the URL holds a token)"))
+    elif url is None and url_file is None:
+        problems.append(SinkProblem(
+            None, "notify-url-or-file",
+            "no url or urlFile: give where events are posted, url: https://... or urlFile: a "
+            "file that holds it (when the URL holds a token)"))
+    if kind == "webhook" and raw.get("secretFile") is None:
+        problems.append(SinkProblem(
+            None, "notify-secret-file",
+            "no secretFile: a webhook sink signs each request (Standard Webhooks): add "
+            "secretFile, a file that holds whsec_ and the key in base64 (make one with "
+            f"{_MAKE_SECRET} and give it to the receiver too)"))
+    return problems
+
+
 def read_notify(value: Any, *, label: str = "notify") -> tuple[NotifySink, ...]:
     """The sinks of a ``notify`` section (None: none). Raises ``NotifyConfigError``."""
     if value is None:
@@ -51,10 +118,14 @@ def read_notify(value: Any, *, label: str = "notify") -> tuple[NotifySink, ...]:
     for index, raw in enumerate(value):
         sink = _sink(raw, f"{label}[{index}]")
         if any(s.name == sink.name for s in sinks):
-            raise NotifyConfigError(f"{label}[{index}].name: {sink.name!r} is used twice (the "
-                                    "name keys what was sent)")
+            raise NotifyConfigError(f"{label}[{index}].name: {duplicate_name(sink.name)}")
         sinks.append(sink)
     return tuple(sinks)
+
+
+def duplicate_name(name: str) -> str:
+    return (f"{name!r} is used twice: give each sink its own name (the name keys the events "
+            "already sent)")
 
 
 def _sink(raw: Any, label: str) -> NotifySink:
@@ -66,24 +137,19 @@ def _sink(raw: Any, label: str) -> NotifySink:
     name, kind = raw.get("name"), raw.get("type")
     if not isinstance(name, str) or not name:
         raise NotifyConfigError(f"{label}.name: expected a non-empty string")
-    if kind not in SINK_TYPES:
+    if kind is not None and kind not in SINK_TYPES:
         raise NotifyConfigError(f"{label}.type: expected one of {', '.join(SINK_TYPES)}, got "
                                 f"{kind!r}")
     url, url_file, secret_file = (_optional(raw, key, label)
                                   for key in ("url", "urlFile", "secretFile"))
-    if (url is None) == (url_file is None):
-        raise NotifyConfigError(f"{label}: expected exactly one of url, urlFile")
-    if kind in URL_IS_SECRET and url is not None:
-        raise NotifyConfigError(f"{label}.url: a {kind} URL holds its key: put it in a file "
-                                "named by urlFile")
-    problem = None if url is None else sink_url_problem(url)
-    if problem is not None:
-        raise NotifyConfigError(f"{label}.url: {problem}")
-    if secret_file is not None and kind not in SIGNING:
-        raise NotifyConfigError(f"{label}.secretFile: a {kind} sink does not sign")
-    if kind == "webhook" and secret_file is None:
-        raise NotifyConfigError(f"{label}.secretFile: the webhook sink signs (Standard "
-                                "Webhooks): name the file with its whsec_ secret")
+    problems = sink_problems(raw)
+    if problems:
+        first = problems[0]
+        raise NotifyConfigError(f"{label}.{first.key}: {first.message}" if first.key
+                                else f"{label}: {first.message}")
+    problem_text = None if url is None else sink_url_problem(url)
+    if problem_text is not None:
+        raise NotifyConfigError(f"{label}.url: {problem_text}")
     events = raw.get("events")
     if events is None:
         chosen = frozenset(EVENT_KINDS)

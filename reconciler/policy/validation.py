@@ -19,6 +19,7 @@ from reconciler.policy.document import ParsedDocument, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
 from reconciler.policy.fleet_rules import fleet_rules
 from reconciler.policy.health_rules import health_rules
+from reconciler.policy.notify_rules import notify_rules
 from reconciler.policy.rollout_rules import rollout_rules
 from reconciler.policy.rules import RuleContext, semantic_rules
 from reconciler.policy.schema import schema_findings
@@ -64,6 +65,7 @@ def validate_document(
         result.findings.extend(fleet_rules(doc, known_clusters))
         result.findings.extend(rollout_rules(doc))
         result.findings.extend(url_rules(doc, remote))
+        result.findings.extend(notify_rules(doc))
     if kind == "clusteroperator":
         ctx = RuleContext(doc, previous_spec_of(previous), phase, firmware_phase)
         result.findings.extend(semantic_rules(ctx))

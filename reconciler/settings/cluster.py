@@ -16,6 +16,7 @@ from reconciler.firmware.model import FirmwareSettings, SettingsError
 from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.section import HealthSection, read_health
+from reconciler.policy.forge_config import ForgeSection
 from reconciler.policy.label_selector import label_key_error
 from reconciler.policy.notify_config import NotifySink
 from reconciler.policy.repo_config import CONFIG_FILE, RepoConfigError, RepoConfigFile
@@ -41,6 +42,9 @@ class ClusterSettings:
     #: where events go (docs/notifications.md; none: nothing is sent); last, so positional use stays
     #: as is
     notify: tuple[NotifySink, ...] = ()
+    #: ``forge:`` (repository-wide; None: no section): where commit statuses go, with the
+    #: daemon's flags winning key by key (docs/forges.md)
+    forge: ForgeSection | None = None
 
 
 def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
@@ -72,4 +76,5 @@ def resolve_settings(file: RepoConfigFile, cluster: str | None, *, source: str,
         firmware=firmware,
         notify=notify,
         source=source,
+        forge=ForgeSection.read(file.raw.get("forge")),
     )

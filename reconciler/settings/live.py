@@ -3,7 +3,8 @@
 Published by the sync role at each commit it applies (``reconciler.sync``), or, for a role that
 runs without Git (``--role controller --repo-config F``), by ``RepoConfigWatch`` whenever F
 changes; read by each control loop at each pass (rollout controller, firmware, health and window
-watches), so every setting of ``reconciler.yaml`` follows commits the same way. A file that is
+watches, the notifier) and by the forge's commit-status poster before each post, so every setting
+of ``reconciler.yaml`` follows commits the same way. A file that is
 refused keeps the settings in force (the last good ones) and is reported: a located error in the
 log here; the sync role reports a refused commit as any rejected commit (status snapshot, Event).
 Subscribers (the controllers' kick) run after each change, so a change takes effect at once, not

@@ -52,6 +52,7 @@ from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.observe import observe_commit
 from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.rollout_metrics import RolloutMetrics, commit_kind
+from reconciler.sync.rollout_start import RolloutStart
 from reconciler.sync.steps import plan_commit, policy_document
 from reconciler.trust.signatures import CommitVerifier
 from reconciler.views.waits import GitContext, pause_line
@@ -159,6 +160,9 @@ class ClusterSync:
         )
         #: where the applied commit's policy lives, for the notifications' exact change
         self._git = GitContext(branch=branch)
+        #: the commit that started the rollout: the notifications' keys and the forge's
+        #: commit statuses (docs/notifications.md, docs/forges.md)
+        self.rollout_start = RolloutStart(self.repo, cluster=cluster, record=self.record)
         #: events to chat and webhooks (docs/notifications.md): offered by the passes (the leader's
         #: only)
         self.notifier = Notifier(
@@ -354,7 +358,7 @@ class ClusterSync:
     def _cluster_changed(self, live: JSON) -> None:
         """The status to Git, the metrics, write-backs of the controller's changes, and Git's
         values again where the cluster drifted."""
-        self.notifier.observe(self.shell.offer_status(live))
+        self._notify(self.shell.offer_status(live))
         if self.rollout_metrics is not None:
             self.rollout_metrics.observe(live)
         baseline = self.baseline.current()
@@ -370,6 +374,22 @@ class ClusterSync:
         repaired = self.drift.repair(live, changed)
         if repaired is not None:
             self._set_live(repaired)
+
+    def _notify(self, snapshot: Mapping[str, Any]) -> None:
+        """The snapshot's events to the notifier, keyed by the commit that started the rollout.
+        Git unreadable: nothing this pass, and the notifier keeps the snapshot it saw before, so
+        a rollout that completed meanwhile is still a transition at the next pass."""
+        try:
+            rollout = self.rollout_start.commit()
+        except (GitOpsError, PolicyFileRefused) as exc:
+            log.warning("%s: notifications wait: the commit that started the rollout is not "
+                        "readable (%s)", self.cluster, exc)
+            return
+        except Exception as exc:  # a notification is never worth a failed sync pass
+            log.warning("%s: notifications wait: finding the commit that started the rollout "
+                        "failed (%s)", self.cluster, type(exc).__name__, exc_info=exc)
+            return
+        self.notifier.observe(snapshot, rollout=rollout or "")
 
     # -- the live object ---------------------------------------------------------------------
     def _current_live(self) -> JSON | None:

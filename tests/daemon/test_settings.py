@@ -21,6 +21,8 @@ from reconciler.daemon.settings import (
     check_forge_url,
     check_roles,
 )
+from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.settings.live import LiveSettings
 
 
 def _flags(*args: str) -> dict[str, object]:
@@ -79,12 +81,14 @@ def test_a_missing_kubeconfig_names_its_flag() -> None:
 
 
 def _forge_statuses(forge: Forge, section: dict[str, object]) -> None:
-    """The daemon's forge wiring with reconciler.yaml's ``forge:`` section; a bad section
-    returns before anything else is used (no sync role needed)."""
+    """The daemon's forge wiring with reconciler.yaml's ``forge:`` section in force; without a
+    token file nothing else is used (no sync role needed)."""
     settings = DaemonSettings(repo="git@github.com:fleet/policy.git", cluster="prod",
                               repo_config=RepoConfigArg("reconciler.yaml", {"forge": section},
                                                         b""), forge=forge)
-    _start_forge_statuses(settings, cast(Any, None), cast(Any, None), lambda: True,
+    live = LiveSettings("prod")
+    live.offer(RepoConfigFile.from_data({"forge": section}), source="reconciler.yaml")
+    _start_forge_statuses(settings, cast(Any, None), live, cast(Any, None), lambda: True,
                           cast(Any, None))
 
 

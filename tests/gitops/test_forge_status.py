@@ -17,6 +17,7 @@ import pytest
 from reconciler.gitops.forge_status import (
     CommitStatuses,
     ForgePostError,
+    ForgeTarget,
     post_status,
     read_token,
 )
@@ -24,6 +25,7 @@ from reconciler.ops.metrics import Metrics
 from reconciler.policy.forge_config import (
     ForgeConfig,
     ForgeConfigError,
+    ForgeSection,
     forge_config,
     repository_from_remote,
 )
@@ -251,3 +253,42 @@ def test_a_token_file_behind_a_link_is_read_and_a_fifo_is_refused_at_once(
     os.mkfifo(fifo)
     with pytest.raises(ForgePostError, match="unusable: a FIFO"):
         read_token(fifo)
+
+
+def test_the_poster_goes_where_the_section_in_force_says_the_flags_winning(
+    forge: ForgeStub, token_file: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``forge:`` is asked before each post: a new section (a commit applied) moves the next
+    status, which is posted again there; a section naming no forge, or one that cannot be used,
+    drops them until a commit fixes it; ``--forge-url`` wins over ``forge.url``."""
+    sections: list[ForgeSection | None] = [None]
+    target = ForgeTarget(kind=None, url=forge.url + "/api/v1", repository=None,
+                         remote="git@127.0.0.1:fleet/policy.git", section=lambda: sections[-1])
+    poster = CommitStatuses(target.current, token_file, gate=PostGate(interval=0.0)).start()
+    try:
+        poster.offer(_status())  # no forge named: dropped
+        wait_for(poster.idle, timeout=10, what="dropped")
+        sections.append(ForgeSection(type="gitea", url="https://elsewhere.example.com/api/v1"))
+        poster.offer(_status())
+        [first] = forge.wait_for(1)
+        assert first["path"] == f"/api/v1/repos/fleet/policy/statuses/{SHA}"
+        sections.append(ForgeSection(type="gitea", repository="fleet/renamed"))
+        poster.offer(_status())  # the same state: the new repository has not got it yet
+        [_, second] = forge.wait_for(2)
+        assert second["path"] == f"/api/v1/repos/fleet/renamed/statuses/{SHA}"
+        poster.offer(_status())  # that repository has it now
+        wait_for(poster.idle, timeout=10, what="not posted again")
+        with caplog.at_level(logging.ERROR, logger="reconciler.forge"):
+            sections.append(ForgeSection(type="gitea", repository="../admin"))
+            poster.offer(_status("step 2/3"))
+            wait_for(poster.idle, timeout=10, what="dropped")
+        assert "reconciler.yaml forge: --forge: the repository cannot have a '.' or '..' part" \
+            in caplog.text
+        assert "commit statuses are off until it is fixed" in caplog.text
+        sections.append(ForgeSection(type="gitlab", repository="fleet/policy"))
+        poster.offer(_status("step 2/3"))
+        [*_, third] = forge.wait_for(3)
+        assert third["path"] == f"/api/v1/projects/fleet%2Fpolicy/statuses/{SHA}"
+        assert len(forge.requests) == 3
+    finally:
+        poster.stop()

@@ -1,5 +1,6 @@
 """Events from successive status snapshots (``reconciler.notify.events``, pure): each kind fires
-once (its key is stable while the state lasts), a health failure once per check per step."""
+once (its key is stable while the state lasts), a health failure once per check per step; the
+key names the commit that started the rollout, never the head (our gate write-back moves it)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,13 @@ GIT = GitContext(policy_file="clusters/prod-a/cluster-operator.yaml", pause_line
 WINDOW = [{"kind": "window", "until": "2026-11-30T22:00:00Z", "detail": "outside the windows"}]
 
 
+#: the commit that started the rollout (the caller finds it in Git: reconciler.sync.rollout_start)
+START = "a" * 40
+
+
 def events(previous: dict[str, Any] | None, current: dict[str, Any]) -> list[tuple[str, str]]:
     return [(e.kind, e.key) for e in derive_events(CLUSTER, previous, current, now=NOW,
-                                                   git=GIT)]
+                                                   rollout=START, git=GIT)]
 
 
 def done(phase: str = "Idling") -> dict[str, Any]:
@@ -29,7 +34,7 @@ def done(phase: str = "Idling") -> dict[str, Any]:
 
 
 HELD = {"held": PROMOTION["held"]}
-SRC = "a" * 12
+SRC = START[:12]
 
 #: (case, previous snapshot, current snapshot, (kind, key) expected)
 CASES: list[tuple[str, dict[str, Any] | None, dict[str, Any], list[tuple[str, str]]]] = [
@@ -107,3 +112,24 @@ def test_health_is_one_event_per_check_per_step_not_per_node() -> None:
 def test_a_rejected_commit_is_not_a_promotion_pass() -> None:
     assert events(done() | {"promotion": HELD}, done() | {"rejection": REJECTION}) == [
         ("rejected", f"prod-a/{'b' * 12}/rejected/-")]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in ("rejected", "promotion held",
+                                                                   "promotion passed")],
+                         ids=lambda c: c[0])
+def test_a_new_head_keeps_the_key_the_rollout_and_the_event_make_it(
+        case: tuple[str, dict[str, Any] | None, dict[str, Any], list[tuple[str, str]]]) -> None:
+    """The gate's own ``pause: true`` write-back, the gate release and a settings change are new
+    heads (the snapshot's ``sourceCommit``) during one rollout: the key does not move."""
+    _, previous, current, expected = case
+    head = {"sourceCommit": "f" * 40}
+    before = copy.deepcopy(previous) | head if previous is not None else None
+    assert events(before, copy.deepcopy(current) | head) == expected
+    assert all("f" * 12 not in key for _, key in expected)
+
+
+def test_without_the_rollouts_commit_the_key_says_unknown_not_the_head() -> None:
+    [event] = derive_events(CLUSTER, None, snap("StepPaused", conditions=GATE, pause=True),
+                            now=NOW, git=GIT)
+    assert event.key == "prod-a/-/gate/2/3"
+    assert event.rollout == ""

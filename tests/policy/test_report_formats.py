@@ -309,8 +309,9 @@ def _documented_rules(page: str) -> set[str]:
 
 
 def test_every_documented_rule_has_help_that_links_to_a_heading() -> None:
-    documented = _documented_rules("validation.md") | _documented_rules("health.md")
-    assert {"percent-format", "no-policy", "health-promql"} <= documented
+    documented = (_documented_rules("validation.md") | _documented_rules("health.md")
+                  | _documented_rules("notifications.md"))
+    assert {"percent-format", "no-policy", "health-promql", "notify-url-is-secret"} <= documented
     assert documented - set(RULES) == set()
     for rule in [*RULES, "schema-max-items", "firmware-preflight-vfio-pci", "health-new"]:
         page, anchor = help_uri(rule).removeprefix(f"{PROJECT_URL}/blob/main/docs/").split("#")

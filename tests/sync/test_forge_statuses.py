@@ -1,7 +1,8 @@
 """Commit statuses of a real rollout (docs/forges.md): the sync role against the real control plane
 posts to a forge played on 127.0.0.1: ``pending`` during the rollout and ``success`` at the end,
 all on the merged commit (the gate release and our write-backs get none); a rejected commit
-gets ``failure`` on itself."""
+gets ``failure`` on itself; ``forge:`` changed in Git takes effect at the next commit, without a
+restart."""
 
 from __future__ import annotations
 
@@ -25,7 +26,17 @@ from reconciler.sync.forge_report import ForgeReport
 from reconciler.sync.loop import ClusterSync
 from reconciler.views.commit_status import PostGate
 from tests.gitops.forge_stub import ForgeStub, serve_forge
-from tests.sync.conftest import CLUSTER, NEW, POLICY_PATH, Person, Remote, SyncFactory, policy
+from tests.sync.conftest import (
+    CLUSTER,
+    NEW,
+    POLICY_PATH,
+    REPO_CONFIG,
+    GitDaemon,
+    Person,
+    Remote,
+    SyncFactory,
+    policy,
+)
 from tests.sync.daemon import Daemon, metric_value, wait_port_ready
 from tests.sync.helpers import release_gate_to_the_end, source_commit, subjects
 
@@ -180,3 +191,53 @@ def test_a_hanging_forge_does_not_hold_the_rollout(
         assert source_commit(kube) == resume
         # every commit was applied as fast as without a forge (merge-to-apply, docs/gitops.md)
         assert all(seconds < 5.0 for _, seconds in sync.stats.applies), sync.stats.applies
+
+
+def test_a_change_of_forge_in_git_takes_effect_at_the_next_commit_without_a_restart(
+    kube: KubeApi, control_plane: ControlPlane, fleet10: Fleet, policy_remote: Remote,
+    alice: Person, tmp_path: Path,
+) -> None:
+    """``reconciler run`` with a token file and no other forge flag: the commit that adds
+    ``forge:`` turns the statuses on; a later commit that renames the repository moves them
+    there, the same process posting."""
+    token = tmp_path / "forge-token"
+    token.write_text("gitea-token-8d2f\n")
+    server = GitDaemon(policy_remote.root)  # on 127.0.0.1: forge.url in Git may point there
+    server.start()
+    with serve_forge() as forge:
+        def section(repository: str) -> str:
+            return (REPO_CONFIG + f"forge:\n  type: gitea\n  url: {forge.url}/api/v1\n"
+                    f"  repository: {repository}\n")
+
+        daemon = Daemon(["--repo", server.url("policy.git"), "--cluster", CLUSTER,
+                         "--kubeconfig", str(control_plane.kubeconfig), "--fetch-interval", "1s",
+                         "--forge-token-file", str(token)], workdir=tmp_path, name="forge-live")
+        try:
+            wait_port_ready(daemon)
+            merge = alice.commit_and_push(f"Upgrade prod-a to {NEW}, with statuses", {
+                "reconciler.yaml": section("fleet/policy"), POLICY_PATH: policy(NEW)})
+            wait_for(lambda: any(r["path"] == f"/api/v1/repos/fleet/policy/statuses/{merge}"
+                                 and "manual gate" in r["body"]["description"]
+                                 for r in forge.requests), timeout=60,
+                     what="pending at the gate, where the commit says",
+                     observe=lambda: forge.requests)
+            pid = daemon.proc.pid if daemon.proc is not None else None
+            alice.pull()
+            alice.commit_and_push("Statuses go to the renamed repository",
+                                  {"reconciler.yaml": section("fleet/renamed")})
+            wait_for(lambda: any(r["path"] == f"/api/v1/repos/fleet/renamed/statuses/{merge}"
+                                 for r in forge.requests), timeout=60,
+                     what="the status at the renamed repository", observe=lambda: forge.requests)
+            assert daemon.alive() and daemon.proc is not None and daemon.proc.pid == pid
+        finally:
+            code = daemon.stop()
+            server.stop()
+    assert code == 0, daemon.log()[-3000:]
+    moved = next(r for r in forge.requests if "/fleet/renamed/" in r["path"])
+    assert moved["body"]["state"] == "pending"
+    assert "manual gate" in moved["body"]["description"]
+    assert moved["headers"]["authorization"] == "token gitea-token-8d2f"
+    log = daemon.log()
+    assert "commit statuses to gitea fleet/policy" in log
+    assert "commit statuses to gitea fleet/renamed" in log
+    assert "gitea-token-8d2f" not in log
