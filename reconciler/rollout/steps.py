@@ -160,7 +160,9 @@ def pause_timer(p: Pass, scan: NodeScan, index: int, pause_ms: int, revision: st
         p.set(recheck_time=format_time(after_ms(p.now, pause_ms)))
         p.event(
             "StepCompleted",
-            f"step {index} done ({scan.ready}/{p.total} nodes); pausing {pause_ms} ms",
+            f"step {index} done ({scan.ready}/{p.total} nodes"
+            + (f", {len(scan.tolerated)} tolerated" if scan.tolerated else "")
+            + f"); pausing {pause_ms} ms",
             step=index,
         )
     recheck = parse_time_or(p.s.recheck_time, p.now)
