@@ -321,8 +321,9 @@ def policy_file(tmp_path: Path, steps: list[tuple[object, object]], **fields: ob
         "  upgradePolicy:",
         "    enableRollout: true",
         "    upgradeSteps:",
-        *(f"      - {{replicas: {json.dumps(r)}, pauseDuration: {'{}' if p is None else p}}}"
-          for r, p in steps),
+        # a gate: pauseDuration left out
+        *(f"      - {{replicas: {json.dumps(r)}"
+          + ("}" if p is None else f", pauseDuration: {p}}}") for r, p in steps),
         *(f"    {key}: {json.dumps(value)}" for key, value in body.items()),
     ]
     path = tmp_path / "policy.yaml"
