@@ -19,6 +19,7 @@ from reconciler.rollout import (
 )
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod, SetDaemonSetImage
+from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.pass_state import Pass
 from reconciler.rollout.scan import NodeScan, scan_nodes
 
@@ -82,7 +83,7 @@ def recovered(p: Pass, revision: str) -> None:
     cleared, as for any node that completes (docs/rollout.md#failures-tolerated-in-a-step)."""
     ready = [
         n for n in p.snap.nodes.values()
-        if n.annotations and tolerated.recorded_step(n.annotations, revision) is not None
+        if n.annotations and tolerated_step(n.annotations, revision) is not None
         and n.pod is not None and n.pod.ready and not n.pod.deleting
         and n.pod.revision == revision
     ]

@@ -27,9 +27,14 @@ from reconciler.names import (
 from reconciler.rollout import status as st
 from reconciler.rollout.drain import ready_timeout_of
 from reconciler.rollout.model import RolloutNode
-from reconciler.rollout.node_class import left_alone, pod_failed, skip_requested, standing
+from reconciler.rollout.node_class import (
+    left_alone,
+    pod_failed,
+    skip_requested,
+    standing,
+    tolerated_step,
+)
 from reconciler.rollout.skipped import unavailable_at_turn
-from reconciler.rollout.tolerated import recorded_step
 from reconciler.timefmt import parse_time_or
 
 #: stored timestamps carry milliseconds; instants closer than this count as reached, so a
@@ -259,7 +264,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     elif state == STATE_UPGRADING:
         in_flight = _upgrading(scan, look, node, started, unrecorded)
     elif state == STATE_FAILED:
-        step = recorded_step(ann, target) if not look.rollback_from else None
+        step = tolerated_step(ann, target) if not look.rollback_from else None
         if step is not None and not (ready_target and not held):
             scan.tolerated.append((step, node))
             left = True

@@ -49,6 +49,7 @@ from reconciler.rollout.model import (
     build_node,
     build_pod,
 )
+from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.node_view import (
     Marking,
     apply_node_action,
@@ -58,7 +59,6 @@ from reconciler.rollout.node_view import (
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.sim_workloads import ServingFleet, ServingModel
 from reconciler.rollout.status import UpgradeStatus
-from reconciler.rollout.tolerated import recorded_step
 
 Fault = Literal["imagepull", "crashloop", "never-ready", "node-notready"]
 FAULTS: tuple[str, ...] = ("imagepull", "crashloop", "never-ready", "node-notready")
@@ -624,7 +624,7 @@ class Simulation:
             pod = node.pod
             ready = node.ready and pod is not None and pod.ready and not pod.deleting
             revision = pod.revision if pod is not None else ""
-            step = recorded_step(node.annotations, new) if node.annotations else None
+            step = tolerated_step(node.annotations, new) if node.annotations else None
             if step is not None:
                 left.append({"node": node.name, "step": step})
             elif not (ready and revision == new):

@@ -13,23 +13,21 @@ The rollout completes with the tolerated nodes left behind and says so in the co
 The decision is written on the node, in the same annotation as its ``failed`` record
 (``failure-tolerated: <step>@<target revision>``): a controller killed before that write decides
 again from the same facts, one killed after it counts the node as tolerated. A record counts only
-for the rollout's target revision and only while the node's record is ``failed`` for it; a new
-rollout removes the old ones, a move of the node (a rollback) or its recovery (its pod Ready on the
-target: it is upgraded) drops it.
+for the rollout's target revision and only while the node's record is ``failed`` for it
+(``node_class.tolerated_step``, the scan's and the read model's rule); a new rollout removes the
+old ones, a move of the node (a rollback) or its recovery (its pod Ready on the target: it is
+upgraded) drops it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from reconciler.names import ANN_FAILURE_TOLERATED, ANN_STATE, ANN_TARGET, STATE_FAILED
+from reconciler.names import ANN_FAILURE_TOLERATED
 from reconciler.rollout.actions import AnnotateNode
-
-if TYPE_CHECKING:  # the scan reads the record: no import of the pass at run time
-    from reconciler.rollout.model import RolloutNode
-    from reconciler.rollout.pass_state import Pass
-    from reconciler.rollout.scan import NodeScan
+from reconciler.rollout.model import RolloutNode
+from reconciler.rollout.pass_state import Pass
+from reconciler.rollout.scan import NodeScan
 
 #: the condition of a completed rollout that left tolerated nodes behind: names every one
 COND_FAILURES_TOLERATED: Final = "FailuresTolerated"
@@ -40,19 +38,6 @@ EVENT_TOLERATED: Final = "NodeFailureTolerated"
 def record(step: int, revision: str) -> str:
     """The annotation's value: the step that tolerated the node, for the target revision."""
     return f"{step}@{revision}"
-
-
-def recorded_step(annotations: Mapping[str, str], target: str) -> int | None:
-    """The step a node was tolerated in for ``target`` (None: not tolerated for it): its record
-    names ``target`` and its move record is ``failed`` for ``target``."""
-    text = annotations.get(ANN_FAILURE_TOLERATED)
-    if (not text or annotations.get(ANN_STATE) != STATE_FAILED
-            or annotations.get(ANN_TARGET) != target):
-        return None
-    step, _, revision = text.partition("@")
-    if revision != target or not step.isdigit():
-        return None
-    return int(step)
 
 
 def step_index(p: Pass) -> int:

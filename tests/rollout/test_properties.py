@@ -23,9 +23,9 @@ from reconciler.names import (
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod
 from reconciler.rollout.model import FAILURE_REASONS, PlannerSettings, RolloutNode, RolloutSnapshot
+from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH, SimConfig, Simulation
-from reconciler.rollout.tolerated import recorded_step
 from reconciler.timefmt import LATEST_TIME, parse_time
 
 from .world import NEW_PAYLOAD, NEW_REV, OLD_REV, OLD_VERSION
@@ -59,7 +59,7 @@ def unavailable(nodes: list[RolloutNode], now: float) -> int:
     for node in nodes:
         if in_flight(node, now):
             continue
-        if recorded_step(node.annotations, NEW_REV) is not None:
+        if tolerated_step(node.annotations, NEW_REV) is not None:
             continue  # left behind by a step's toleration: not unavailable
         pod = node.pod
         ours = node.annotations.get(ANN_STATE) in ("upgrading", "failed", STATE_CORDONED)
@@ -422,11 +422,11 @@ class TolerationObserver(Observer):
                 self.tolerated_seen.add(action.node)
             if (isinstance(action, DeleteDriverPod)
                     and before.status.get("phase") == "Progressing"):
-                assert recorded_step(before.nodes[action.node].annotations, NEW_REV) is None, (
+                assert tolerated_step(before.nodes[action.node].annotations, NEW_REV) is None, (
                     f"{action.node} retried after its failure was tolerated")
         per_step: dict[int, int] = defaultdict(int)
         for node in sim.nodes.values():
-            step = recorded_step(node.annotations, NEW_REV)
+            step = tolerated_step(node.annotations, NEW_REV)
             if step is not None:
                 per_step[step] += 1
         for step, count in per_step.items():

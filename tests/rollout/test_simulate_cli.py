@@ -219,9 +219,14 @@ def test_toleration_shows_in_the_step_table_and_the_nodes_left_behind(tmp_path: 
            "step 2 (toleration 1)" in result.stdout
     assert "step 2 done (4/10 nodes, 1 tolerated)" in result.stdout
     assert "tolerated (left behind on the failed driver): node-0004 (step 2)" in lines
-    code, out = as_json(*args)
+    page = tmp_path / "rollout.html"
+    code, out = as_json(*args, "--html", page)
     assert code == 0 and out["completed"] is True and out["stop_reason"] == "completed"
     assert out["tolerated"] == [{"node": "node-0004", "step": 2}]
+    html = page.read_text(encoding="utf-8")
+    assert "<th>failures tolerated</th>" in html and "<td>1</td>" in html
+    assert '<p id="tolerated">left behind within their step\'s toleration: node-0004 ' \
+           "(step 2)</p>" in html
     assert out["final"]["status"]["currentFailureRetry"] == 0
     assert out["final"]["status"]["totalUpgradeReadyReplicas"] == 9
     assert not any(e["type"] in ("NodeFailed", "FallbackPaused") for e in out["events"])
