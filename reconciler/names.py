@@ -87,6 +87,10 @@ ANN_DRAIN_SETTINGS: Final = ANNOTATION_PREFIX + "drain-settings"
 #: a node the rollout skipped (value: the target revision it was skipped for), so a restart
 #: keeps the decision (docs/live-clusters.md#a-node-under-repair)
 ANN_SKIPPED: Final = ANNOTATION_PREFIX + "upgrade-skipped"
+#: a failed node the rollout left behind within its step's ``toleration``
+#: (docs/rollout.md#failures-tolerated-in-a-step): ``<step>@<target revision>``, written with its
+#: ``failed`` record, so a restart counts the step's tolerated nodes as they were decided
+ANN_FAILURE_TOLERATED: Final = ANNOTATION_PREFIX + "failure-tolerated"
 #: a node label: not a rollout node at all while it is ``true``
 LABEL_UPGRADE_SKIP: Final = ANNOTATION_PREFIX + "upgrade.skip"
 #: a pod label: never evicted by the drain

@@ -331,12 +331,17 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
             started.setdefault(current, event.t)
         if event.type in _STEP_DONE and event.step:
             done.setdefault(event.step, event.t)
-    header = f"{'step':>4} {'target':>7} {'batch':>6} {'parallel':>8} {'started':>10} " \
-             f"{'upgraded':>10} {'wait':>22} {'step time':>10}"
+    # the toleration column only when a step has one (the report is as it was otherwise)
+    tolerations = (policy.step_tolerations(n)
+                   if any(s.toleration is not None for s in policy.steps) else None)
+    header = f"{'step':>4} {'target':>7} {'batch':>6} {'parallel':>8} " + (
+        f"{'tolerate':>8} " if tolerations is not None else "") + \
+        f"{'started':>10} {'upgraded':>10} {'wait':>22} {'step time':>10}"
     lines.append(header)
     for index, step in enumerate(policy.steps, start=1):
         target = targets[index - 1]
         batch = max(target - (targets[index - 2] if index > 1 else 0), 0)
+        tolerate = "" if tolerations is None else f"{tolerations[index - 1]:>8} "
         wait = "gate" if step.pause_ms is None else f"pause {step.pause_ms / 1000:g} s"
         if index in done and index in left:
             wait += f" ({_clock(left[index] - done[index])})"
@@ -345,7 +350,7 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
         t2 = left.get(index)
         lines.append(
             f"{index:>4} {target:>7} {batch:>6} {policy.batch_max_parallel(batch):>8} "
-            f"{_clock(t0) if t0 is not None else '-':>10} "
+            f"{tolerate}{_clock(t0) if t0 is not None else '-':>10} "
             f"{_clock(t1 - t0) if t0 is not None and t1 is not None else '-':>10} "
             f"{wait:>22} "
             f"{_clock(t2 - t0) if t0 is not None and t2 is not None else '-':>10}"
@@ -383,6 +388,9 @@ def render_text(result: SimResult, driver: Mapping[str, Any], config: SimConfig)
     ]
     if status.get("message"):
         lines.append(f"message: {status['message']}")
+    if result.tolerated:
+        lines.append("tolerated (left behind on the failed driver): " + ", ".join(
+            f"{e['node']} (step {e['step']})" for e in result.tolerated))
     if result.drain is not None:
         lines += drain_summary(result.drain)
     return "\n".join(lines)

@@ -164,12 +164,16 @@ def _render(item: StatusReport) -> None:
     console.print(summary)
     if item.steps:
         steps = Table(title="batches", title_justify="left")
-        for column in ("step", "nodes at the end", "this batch", "pause after", "state"):
+        tolerating = any(row.toleration for row in item.steps)  # the column only then
+        for column in ("step", "nodes at the end", "this batch",
+                       *(("failures tolerated",) if tolerating else ()), "pause after",
+                       "state"):
             steps.add_column(column)
         for row in item.steps:
             style = "bold" if row.state not in ("done", "pending") else None
-            steps.add_row(*map(_t, (row.step, row.target, row.nodes, row.pause, row.state)),
-                          style=style)
+            cells = (row.step, row.target, row.nodes,
+                     *((row.toleration,) if tolerating else ()), row.pause, row.state)
+            steps.add_row(*map(_t, cells), style=style)
         console.print(steps)
     if item.waits:
         console.print("[bold]waiting for[/bold]")
@@ -182,7 +186,7 @@ def _render(item: StatusReport) -> None:
     _render_live(console, item)
     failing = [c for c in item.conditions if c.get("status", "True") == "True"
                and c.get("type") in ("BatchFailed", "RolledBack", "ManualGate",
-                                     "HealthCheckFailed")]
+                                     "HealthCheckFailed", "FailuresTolerated")]
     if failing:
         table = Table(title="conditions", title_justify="left")
         for column in ("type", "reason", "message"):
@@ -260,6 +264,9 @@ def _render_live(console: Any, item: StatusReport) -> None:
         console.print(table)
     if item.skipped:
         console.print(_t(f"skipped nodes ({len(item.skipped)}): {', '.join(item.skipped)}"))
+    if item.tolerated:
+        console.print(_t(f"failures tolerated, left behind ({len(item.tolerated)}): "
+                         f"{', '.join(item.tolerated)}"))
 
 
 def _t(value: object) -> Any:

@@ -134,6 +134,8 @@ class StepView:
     #: predicted seconds for the whole step (upgrade + pause; a gate counts 0)
     predicted_seconds: float | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    #: failures the step tolerates (docs/rollout.md#failures-tolerated-in-a-step)
+    toleration: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -263,7 +265,7 @@ def _since(node: NodeFacts, state: str) -> float | None:
         return _time(ann.get(ANN_DRAIN_STARTED))
     if state == "in-flight":
         return _time(ann.get(ANN_DELETED_AT)) or (node.pod.created_at if node.pod else None)
-    if state == "failed":
+    if state in ("failed", "tolerated"):
         return _time(ann.get(ANN_FAILED_AT))
     if state in ("upgraded", "verifying") and node.pod is not None:
         return node.pod.ready_since or node.pod.created_at or None
@@ -353,7 +355,8 @@ def node_rows(facts: ClusterFacts, *, target: str, active: bool, targets: Sequen
             version=_version_of(facts.revision_images.get(pod.revision, "")) if pod else "",
             pod=pod.name if pod else "",
             pod_reason=pod_reason(pod),
-            failure_reason=str(ann.get(ANN_FAILURE_REASON) or "") if state == "failed" else "",
+            failure_reason=str(ann.get(ANN_FAILURE_REASON) or "")
+            if state in ("failed", "tolerated") else "",
             failures=count,
             attempt=st.int_or(ann.get(ANN_ATTEMPT), 0) if ann.get(ANN_TARGET) == target else 0,
             busy_pods=node.workloads,
@@ -456,7 +459,7 @@ def build_view(facts: ClusterFacts, *, now: float, object_name: str = "cluster-o
     rows = node_rows(facts, target=target, active=active, targets=targets, epoch=epoch,
                      topology=topology, draining={str(e["node"]): e for e in drains},
                      skipped=recorded_skips(upgrade))
-    steps = _steps(rep, policy, targets, rows, facts.events, prediction, now=now)
+    steps = _steps(rep, policy, targets, rows, facts.events, prediction, now=now, total=total)
     index = _int(inner.get("currentStepIndex"))
     waiting = waits(snapshot, now=now, nodes=node_states(rows), git=git,
                     object_name=object_name) if facts.cluster_operator is not None else []
@@ -526,11 +529,12 @@ def _int(value: Any) -> int:
 
 def _steps(rep: StatusReport, policy: UpgradePolicy, targets: Sequence[int],
            rows: Sequence[NodeRow], events: Sequence[EventFacts],
-           prediction: Prediction | None, *, now: float) -> list[StepView]:
+           prediction: Prediction | None, *, now: float, total: int = 0) -> list[StepView]:
     times = step_times([(e.at, e.reason, event_step(e)) for e in events])
     states = {row.step: row.state for row in rep.steps}
     out: list[StepView] = []
     before = 0
+    tolerations = policy.step_tolerations(total) if targets else []
     for number, (step, target) in enumerate(zip(policy.steps, targets, strict=False), 1):
         reported = states.get(number, "pending")
         if reported == "done":
@@ -556,6 +560,7 @@ def _steps(rep: StatusReport, policy: UpgradePolicy, targets: Sequence[int],
             pause=_pause_text(step.pause_ms), gate=step.pause_ms is None, state=state,
             started_at=at.get("started"), upgraded_at=at.get("upgraded"),
             ended_at=at.get("ended"), predicted_seconds=predicted, counts=counts,
+            toleration=tolerations[number - 1] if number <= len(tolerations) else 0,
         ))
         before = max(before, target)
     return out

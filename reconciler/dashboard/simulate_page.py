@@ -99,6 +99,7 @@ def render_simulation_html(result: SimResult, driver: Mapping[str, Any],
     times = step_times([(e.t, e.type, e.step) for e in result.events])
     rows: list[dict[str, Any]] = []
     before = 0
+    tolerations = policy.step_tolerations(n) if policy.steps else []
     for index, step in enumerate(policy.steps, start=1):
         target = targets[index - 1]
         at = times.get(index, {})
@@ -106,6 +107,7 @@ def render_simulation_html(result: SimResult, driver: Mapping[str, Any],
         rows.append({
             "step": index, "target": target, "batch": max(target - before, 0),
             "parallel": policy.batch_max_parallel(max(target - before, 0)),
+            "tolerates": tolerations[index - 1],
             "gate": gate,
             "wait": "gate (a person)" if step.pause_ms is None
             else f"pause {step.pause_ms / 1000:g} s",
@@ -141,8 +143,8 @@ def render_simulation_html(result: SimResult, driver: Mapping[str, Any],
         '<span style="background:#f5c6c6">gate</span> nodes on the new version over time</p>',
         _svg(result, rows, n),
         "<h2>Steps</h2><table id=\"steps\"><thead><tr><th>step</th><th>target</th>"
-        "<th>batch</th><th>parallel</th><th>started</th><th>upgraded after</th><th>wait</th>"
-        "<th>step time</th></tr></thead><tbody>",
+        "<th>batch</th><th>parallel</th><th>failures tolerated</th><th>started</th>"
+        "<th>upgraded after</th><th>wait</th><th>step time</th></tr></thead><tbody>",
     ]
     for row in rows:
         s, u, e = row["started_t"], row["upgraded_t"], row["ended_t"]
@@ -150,11 +152,16 @@ def render_simulation_html(result: SimResult, driver: Mapping[str, Any],
             f'<tr data-step="{row["step"]}" data-started="{"" if s is None else f"{s:g}"}" '
             f'data-ended="{"" if e is None else f"{e:g}"}"><td>{row["step"]}</td>'
             f'<td>{row["target"]}</td><td>{row["batch"]}</td><td>{row["parallel"]}</td>'
+            f'<td>{row["tolerates"]}</td>'
             f"<td>{_clock(s) if s is not None else '-'}</td>"
             f"<td>{_clock(u - s) if s is not None and u is not None else '-'}</td>"
             f"<td>{escape(row['wait'])}</td>"
             f"<td>{_clock(e - s) if s is not None and e is not None else '-'}</td></tr>")
     out.append("</tbody></table>")
+    if result.tolerated:
+        left = ", ".join(f"{e['node']} (step {e['step']})" for e in result.tolerated)
+        out.append(f'<p id="tolerated">left behind within their step\'s toleration: '
+                   f"{escape(left)}</p>")
     message = final.get("message")
     if message:
         out.append(f"<p>message: {escape(str(message))}</p>")

@@ -27,10 +27,10 @@ NEW_IMAGE = "registry.local/driver-image:2.33.0.9-amd64"
 POLICY: dict[str, Any] = {
     "enableRollout": True,
     "upgradeSteps": [
-        {"replicas": "5%", "pauseDuration": {}},
+        {"replicas": "5%"},  # pauseDuration left out: a gate
         {"replicas": "30%", "pauseDuration": 300000},
         {"replicas": "60%", "pauseDuration": 300000},
-        {"replicas": "100%", "pauseDuration": {}},
+        {"replicas": "100%"},
     ],
     "pause": False,
     "maxParallel": "50%",

@@ -22,7 +22,7 @@ from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.checks import HealthConfig
 from reconciler.policy.findings import Finding
 from reconciler.policy.rollout_settings import merge_rollout_sections
-from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.policy.upgrade_policy import UpgradePolicy, pause_ms_of
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.simulator import SimConfig, simulate
 from reconciler.timefmt import LATEST_TIME, format_duration, format_seconds
@@ -78,12 +78,24 @@ class PlanStep:
     nodes: int | None
     #: nodes on the new driver when the step is done
     target: int | None
-    #: the pause after the step in seconds; None: a manual gate (``pauseDuration: {}``)
+    #: the pause after the step in seconds; None: a manual gate (``pauseDuration`` left out,
+    #: or ``{}``)
     pause_seconds: float | None
+    #: ``toleration`` as written (None: left out, 0)
+    toleration_written: str | None = None
+    #: failures the step tolerates, resolved against its batch
+    #: (docs/rollout.md#failures-tolerated-in-a-step; None: the node count is unknown)
+    toleration: int | None = 0
 
     @property
     def gate(self) -> bool:
         return self.pause_seconds is None
+
+    def toleration_label(self) -> str:
+        """The failures the step tolerates: the count, with the percentage written."""
+        count = "?" if self.toleration is None else str(self.toleration)
+        written = self.toleration_written
+        return f"{count} ({written})" if written is not None and written.endswith("%") else count
 
     def pause_label(self) -> str:
         if self.pause_seconds is None:
@@ -93,7 +105,7 @@ class PlanStep:
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "nodes": self.nodes, "pause": "gate" if self.gate
                 else self.pause_seconds, "target": self.target, "replicas": self.replicas,
-                "gate": self.gate}
+                "gate": self.gate, "toleration": self.toleration}
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,21 +221,25 @@ def _driver(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 def _steps(policy: Mapping[str, Any], nodes: int | None) -> tuple[PlanStep, ...]:
     raw_steps = [s for s in policy.get("upgradeSteps") or () if isinstance(s, Mapping)]
     targets: list[int] = []
+    tolerations: list[int] = []
     if nodes is not None:
         try:
-            targets = UpgradePolicy.from_spec(policy).step_targets(nodes)
+            model = UpgradePolicy.from_spec(policy)
+            targets = model.step_targets(nodes)
+            tolerations = model.step_tolerations(nodes)
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
-            targets = []
+            targets = tolerations = []
     steps = []
     before = 0
     for index, raw in enumerate(raw_steps):
         target = targets[index] if index < len(targets) else None
-        pause = raw.get("pauseDuration")
-        seconds = None if isinstance(pause, Mapping) else (
-            pause / 1000 if isinstance(pause, int) and not isinstance(pause, bool) else 0.0)
+        pause = pause_ms_of(raw)  # left out (or {}): a gate
+        written = raw.get("toleration")
         steps.append(PlanStep(index + 1, str(raw.get("replicas")),
                               None if target is None else max(target - before, 0), target,
-                              seconds))
+                              None if pause is None else pause / 1000,
+                              None if written is None else str(written),
+                              tolerations[index] if index < len(tolerations) else None))
         if target is not None:
             before = max(before, target)
     return tuple(steps)
@@ -406,11 +422,14 @@ def render_text(plans: Sequence[ClusterPlan], *, against: str,
         if plan.change in ("rollout", "held"):
             lines.append(f"  {_install_text(plan)}")
         if plan.steps:
-            lines.append(f"  {'step':>4} {'replicas':>8} {'nodes':>6} {'target':>6}  pause")
+            tolerating = _tolerating(plan)
+            lines.append(f"  {'step':>4} {'replicas':>8} {'nodes':>6} {'target':>6}  "
+                         + (f"{'tolerate':>8}  " if tolerating else "") + "pause")
             for step in plan.steps:
                 lines.append(f"  {step.step:>4} {step.replicas:>8} "
                              f"{_opt(step.nodes):>6} {_opt(step.target):>6}  "
-                             f"{step.pause_label()}")
+                             + (f"{step.toleration_label():>8}  " if tolerating else "")
+                             + step.pause_label())
         if plan.policy_changes:
             lines.append(f"  policy: {', '.join(plan.policy_changes)}")
         if plan.settings_changes:
@@ -420,6 +439,12 @@ def render_text(plans: Sequence[ClusterPlan], *, against: str,
         lines.append("")
     lines.extend(_finding_line(f) for f in other_findings)
     return "\n".join(printable(line) for line in lines).rstrip("\n") + "\n"
+
+
+def _tolerating(plan: ClusterPlan) -> bool:
+    """A step of the plan has a toleration: the tables show the column (only then, so a plan
+    without one reads as it did)."""
+    return any(step.toleration_written is not None for step in plan.steps)
 
 
 def _opt(value: int | None) -> str:
@@ -461,7 +486,13 @@ def _md_section(plan: ClusterPlan) -> str:
         facts.append("- settings: " + ", ".join(md(p) for p in plan.settings_changes))
     facts.extend(f"- note: {md(note)}" for note in plan.notes)
     lines.extend(facts)
-    if plan.steps:
+    if plan.steps and _tolerating(plan):
+        lines += ["", "| step | replicas | nodes | on the new driver | failures tolerated | "
+                  "pause |", "|---:|---:|---:|---:|---:|---|"]
+        lines.extend(f"| {s.step} | {md(s.replicas)} | {_opt(s.nodes)} | {_opt(s.target)} | "
+                     f"{md(s.toleration_label())} | {md(s.pause_label())} |"
+                     for s in plan.steps)
+    elif plan.steps:
         lines += ["", "| step | replicas | nodes | on the new driver | pause |",
                   "|---:|---:|---:|---:|---|"]
         lines.extend(f"| {s.step} | {md(s.replicas)} | {_opt(s.nodes)} | {_opt(s.target)} | "

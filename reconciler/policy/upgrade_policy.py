@@ -15,11 +15,36 @@ from reconciler.policy.quantity import Quantity, parse_quantity
 Fallback = Literal["rollback", "pause"]
 
 
+def pause_ms_of(step: Mapping[str, Any]) -> int | None:
+    """A step's ``pauseDuration`` in milliseconds; None: a manual gate. The vendor's CRD types
+    it as an integer, and a step that leaves it out waits for a person (docs/policy.md#the-fields);
+    ``{}``, the manual's spelling of a gate, reads as a gate too (objects stored under an older
+    CRD)."""
+    pause = step.get("pauseDuration")
+    return pause if isinstance(pause, int) and not isinstance(pause, bool) else None
+
+
+def toleration_of(step: Mapping[str, Any]) -> Quantity | None:
+    """A step's ``toleration`` (an int or a percentage of the step's nodes); None when left out
+    (0) or not readable as one (a CR patched around validation: tolerates nothing)."""
+    raw = step.get("toleration")
+    if raw is None:
+        return None
+    try:
+        return parse_quantity(raw)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class UpgradeStep:
     replicas: Quantity
-    #: milliseconds to wait after the step completes; None means a manual gate (``{}``)
+    #: milliseconds to wait after the step completes; None means a manual gate
+    #: (``pauseDuration`` left out, or ``{}``)
     pause_ms: int | None
+    #: failures the step tolerates (docs/rollout.md#failures-tolerated-in-a-step): an int or a
+    #: percentage of the step's nodes; None when left out (0)
+    toleration: Quantity | None = None
 
     @property
     def is_gate(self) -> bool:
@@ -50,7 +75,8 @@ class UpgradePolicy:
         steps = tuple(
             UpgradeStep(
                 replicas=parse_quantity(step["replicas"]),
-                pause_ms=step["pauseDuration"] if isinstance(step["pauseDuration"], int) else None,
+                pause_ms=pause_ms_of(step),
+                toleration=toleration_of(step),
             )
             for step in raw.get("upgradeSteps") or ()
         )
@@ -76,6 +102,19 @@ class UpgradePolicy:
         still applies (docs/policy.md#how-the-numbers-resolve).
         """
         return [min(step.replicas.resolve(total, minimum=1), total) for step in self.steps]
+
+    def step_batches(self, total: int) -> list[int]:
+        """Per step, the nodes it adds (``target[i] - max(earlier targets)``, at least 0)."""
+        targets = self.step_targets(total)
+        return [max(target - max(targets[:index], default=0), 0)
+                for index, target in enumerate(targets)]
+
+    def step_tolerations(self, total: int) -> list[int]:
+        """Per step, the failures it tolerates: ``toleration`` against the step's batch,
+        percentages rounded up, left out 0, never more than the batch."""
+        return [min(max(step.toleration.resolve(batch), 0), batch)
+                if step.toleration is not None else 0
+                for step, batch in zip(self.steps, self.step_batches(total), strict=True)]
 
     def batch_max_parallel(self, batch_size: int) -> int:
         """maxParallel against the current batch's size, rounded up, at least 1."""

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from typing import Final, Protocol
 
 from reconciler.names import (
+    ANN_FAILURE_TOLERATED,
     ANN_SKIPPED,
     ANN_STATE,
     ANN_TARGET,
@@ -105,3 +106,17 @@ def left_alone(node: NodeLike) -> bool:
 def pod_failed(pod: PodLike) -> bool:
     """The driver pod says its attempt failed (image pull, crash loop)."""
     return pod.waiting_reason in FAILURE_REASONS
+
+
+def tolerated_step(annotations: Mapping[str, str], target: str) -> int | None:
+    """The step whose toleration left the node behind on its move to ``target``
+    (docs/rollout.md#failures-tolerated-in-a-step; None: not tolerated for it): its record
+    ``failure-tolerated`` names ``target``, and its move record is ``failed`` for ``target``."""
+    text = annotations.get(ANN_FAILURE_TOLERATED)
+    if (not text or annotations.get(ANN_STATE) != STATE_FAILED
+            or annotations.get(ANN_TARGET) != target):
+        return None
+    step, _, revision = text.partition("@")
+    if revision != target or not step.isdigit():
+        return None
+    return int(step)

@@ -25,6 +25,7 @@ from reconciler.names import (
     ANN_DRAIN_STARTED,
     ANN_FAILED_AT,
     ANN_FAILURE_REASON,
+    ANN_FAILURE_TOLERATED,
     ANN_FAILURES,
     ANN_HEALTH,
     ANN_HEALTH_FAILURE,
@@ -39,7 +40,7 @@ from reconciler.names import (
     STATE_FAILED,
     STATE_UPGRADING,
 )
-from reconciler.rollout import drain
+from reconciler.rollout import drain, tolerated
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
     AnnotateNode,
@@ -84,7 +85,7 @@ def move(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
     for key in (ANN_HEALTH, ANN_HEALTH_FAILURE, ANN_HEALTH_STEP):
         if key in node.annotations:  # a new attempt: its checks start afresh
             update[key] = None
-    delete_driver_pod(p, node, update, p.settings.ready_timeout)
+    delete_driver_pod(p, node, tolerated.dropped(node, update), p.settings.ready_timeout)
 
 
 def delete_driver_pod(p: Pass, node: RolloutNode, update: dict[str, str | None],
@@ -224,6 +225,7 @@ def drain_start(p: Pass, node: RolloutNode, target: str, attempt: int) -> None:
     for key in (ANN_HEALTH, ANN_HEALTH_FAILURE, ANN_HEALTH_STEP, ANN_DRAIN_BLOCKED_BY):
         if key in ann:  # a new attempt: its checks and its drain start afresh
             update[key] = None
+    tolerated.dropped(node, update)
     seen = dataclasses.replace(node, unschedulable=True, annotations={
         k: v for k, v in {**ann, **update}.items() if v is not None})
     found = drain.assess(seen, record, now=p.now, started=p.now, slack=CLOCK_SLACK)
@@ -348,22 +350,30 @@ def completed(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
                     ANN_FAILED_AT: None,
                     ANN_FAILURE_REASON: None,
                     **drain_cleanup(node),
+                    **tolerated.dropped(node, {}),
                 },
             )
         )
 
 
 def new_failures(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
-    """Failed just now: record (counted in the epoch unless rolling back), cordon, back off."""
+    """Failed just now: record (counted in the epoch unless rolling back, or tolerated by the
+    step: docs/rollout.md#failures-tolerated-in-a-step), cordon, back off (a tolerated node is not
+    retried)."""
     epoch = p.s.epoch()
-    for node, reason in scan.new_failures:
+    failures = scan.new_failures
+    taken = tolerated.take(p, scan) if counted else set()
+    for node, reason in failures:
         ann = node.annotations
         update: dict[str, str | None] = {
             ANN_STATE: STATE_FAILED,
             ANN_FAILED_AT: p.now_text,
             ANN_FAILURE_REASON: reason,
         }
-        if counted:
+        left = node.name in taken
+        if left:
+            update[ANN_FAILURE_TOLERATED] = tolerated.record(tolerated.step_index(p), target)
+        elif counted:
             previous = ann.get(ANN_FAILURES) or ""
             prior = 0
             if previous.startswith(epoch + "|"):
@@ -372,6 +382,19 @@ def new_failures(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
         p.actions.append(AnnotateNode(node.name, update))
         if not node.unschedulable:
             p.actions.append(Cordon(node.name))
+        if left:
+            index = tolerated.step_index(p)
+            p.event(
+                tolerated.EVENT_TOLERATED,
+                f"{node.name}: driver pod failed ({reason}), tolerated by step {index} "
+                f"(toleration {tolerated.allowed(p, index)}); left cordoned on the failed "
+                "driver, not retried",
+                warning=True,
+                node=node.name,
+                step=index,
+                extra={"reason": reason},
+            )
+            continue
         attempt = st.int_or(ann.get(ANN_ATTEMPT), 1)
         p.requeue.append(p.now + p.settings.backoff(attempt))
         p.event(
@@ -385,8 +408,11 @@ def new_failures(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
 
 
 def failed(p: Pass, scan: NodeScan, target: str, counted: bool) -> None:
-    """A failed node stays cordoned until it is retried (someone may have uncordoned it)."""
-    for node in scan.failed:
+    """A failed node stays cordoned until it is retried (someone may have uncordoned it); a
+    tolerated one until its driver is Ready again (one tolerated in this pass was cordoned with
+    its record)."""
+    left = (n for _, n in scan.tolerated if ANN_FAILURE_TOLERATED in n.annotations)
+    for node in (*scan.failed, *left):
         if not node.unschedulable:
             p.actions.append(Cordon(node.name))
 

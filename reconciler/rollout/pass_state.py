@@ -70,6 +70,9 @@ class Pass:
     #: sequential gate and the per-domain budgets; None: the order of
     #: docs/policy.md#how-the-numbers-resolve
     topology: Topology | None = None
+    #: (node, step) of the nodes a step's toleration left behind, as this pass found and decided
+    #: them (docs/rollout.md#failures-tolerated-in-a-step)
+    tolerated: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def begin(cls, snapshot: RolloutSnapshot, now: float, settings: PlannerSettings) -> Pass:

@@ -8,11 +8,20 @@ from typing import Any
 
 from reconciler.names import ANN_STATE, STATE_CORDONED, STATE_DRAINING
 from reconciler.policy.payload import Payload
-from reconciler.rollout import health_judgement, node_states, rollback, skipped, steps, topology
+from reconciler.rollout import (
+    health_judgement,
+    node_states,
+    rollback,
+    skipped,
+    steps,
+    tolerated,
+    topology,
+)
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod, SetDaemonSetImage
+from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.pass_state import Pass
-from reconciler.rollout.scan import scan_nodes
+from reconciler.rollout.scan import NodeScan, scan_nodes
 
 
 def idle(p: Pass) -> None:
@@ -24,6 +33,7 @@ def idle(p: Pass) -> None:
         if n.annotations.get(ANN_STATE) in (STATE_CORDONED, STATE_DRAINING)
         and (n.pod is None or not n.pod.deleting)
     ])
+    recovered(p, snap.daemonset.current_revision)
     desired = Payload.from_spec(snap.payload)
     idle_phase = st.PHASE_IDLING if p.policy.enable_rollout else st.PHASE_DISABLED
     applied = p.s.applied_payload
@@ -67,10 +77,25 @@ def idle(p: Pass) -> None:
     start(p, before, desired, snap.daemonset.current_revision)
 
 
+def recovered(p: Pass, revision: str) -> None:
+    """A node a step's toleration left behind whose driver turned Ready on the revision the
+    fleet runs after the rollout ended: it is upgraded, so our cordon goes and its records are
+    cleared, as for any node that completes (docs/rollout.md#failures-tolerated-in-a-step)."""
+    ready = [
+        n for n in p.snap.nodes.values()
+        if n.annotations and tolerated_step(n.annotations, revision) is not None
+        and n.pod is not None and n.pod.ready and not n.pod.deleting
+        and n.pod.revision == revision
+    ]
+    if ready:
+        node_states.completed(p, NodeScan(completed=ready), revision, False)
+
+
 def start(p: Pass, before: dict[str, Any], desired: Payload, old_revision: str) -> None:
     message = f"upgrading driver {before.get('version')} -> {desired.version}"
     p.health_status = {}
     skipped.start_clears(p)
+    tolerated.start_clears(p)
     p.set(
         last_co_driver_spec={"payload": before},
         last_applied_spec={"payload": dict(p.snap.payload)},
@@ -136,11 +161,12 @@ def progressing(p: Pass) -> None:
         p.topology = topology.Topology.of(waves, nodes, scan.domains)
     node_states.settle(p, scan, revision, counted=True)
     node_states.unrecorded(p, scan, revision, True)
+    tolerated.found(p, scan)
     p.in_flight = scan.in_flight
     steps.run(p, scan, revision)
-    if p.s.skipped:
-        note = skipped.message(p)
-        p.set(step_message=f"{p.s.step_message}; {note}" if p.s.step_message else note)
+    for note in (skipped.message(p), tolerated.message(p)):
+        if note:
+            p.set(step_message=f"{p.s.step_message}; {note}" if p.s.step_message else note)
     # a rollback releases them itself; a step just begun (``again``) starts them next
     if p.s.phase == st.PHASE_PROGRESSING and not p.again:
         started = {a.node for a in p.actions if isinstance(a, DeleteDriverPod) or (

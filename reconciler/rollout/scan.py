@@ -27,7 +27,13 @@ from reconciler.names import (
 from reconciler.rollout import status as st
 from reconciler.rollout.drain import ready_timeout_of
 from reconciler.rollout.model import RolloutNode
-from reconciler.rollout.node_class import left_alone, pod_failed, skip_requested, standing
+from reconciler.rollout.node_class import (
+    left_alone,
+    pod_failed,
+    skip_requested,
+    standing,
+    tolerated_step,
+)
 from reconciler.rollout.skipped import unavailable_at_turn
 from reconciler.timefmt import parse_time_or
 
@@ -46,6 +52,11 @@ class NodeScan:
     completed: list[RolloutNode] = field(default_factory=list)
     new_failures: list[tuple[RolloutNode, str]] = field(default_factory=list)
     failed: list[RolloutNode] = field(default_factory=list)  # failed moves to the target
+    #: failed moves the step tolerated (docs/rollout.md#failures-tolerated-in-a-step), with the
+    #: step that tolerated each: left behind, not retried, not unavailable, done for the steps
+    tolerated: list[tuple[int, RolloutNode]] = field(default_factory=list)
+    #: the nodes of ``new_failures`` counted in ``unavailable`` (a toleration takes them out)
+    unavailable_failures: set[str] = field(default_factory=set)
     joiners_pending: int = 0  # untouched, on the target revision, not Ready yet
     #: of those, pods on Ready nodes younger than readyTimeout (still starting: a rollback
     #: waits for them); older ones or on NotReady nodes were broken before and do not block
@@ -73,6 +84,17 @@ class NodeScan:
     #: per topology domain (a value of the key's label, None: no label;
     #: docs/rollout.md#topology-aware-waves), counted only when the scan is given ``domain_key``
     domains: dict[str | None, DomainCount] = field(default_factory=dict)
+
+    def tolerate(self, step: int, node: RolloutNode) -> None:
+        """A node of ``new_failures`` the step ``step`` tolerates: left behind from now on,
+        counted neither unavailable nor, in its domain, toward maxUnavailablePerDomain (the
+        caller takes it out of ``new_failures``)."""
+        self.tolerated.append((step, node))
+        if node.name in self.unavailable_failures:
+            self.unavailable_failures.discard(node.name)
+            self.unavailable -= 1
+        for count in self.domains.values():
+            count.unavailable.discard(node.name)
 
 
 @dataclass(slots=True)
@@ -234,6 +256,7 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
         or (state == STATE_FAILED
             and ann.get(ANN_FAILURE_REASON) == ConditionType.HEALTH_CHECK_FAILED)
     )
+    left = False  # left behind by a toleration: counted neither unavailable nor failed
     if waiting:
         in_flight = False
     elif draining:
@@ -241,7 +264,13 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     elif state == STATE_UPGRADING:
         in_flight = _upgrading(scan, look, node, started, unrecorded)
     elif state == STATE_FAILED:
-        in_flight = _failed(scan, node, ready_target and not held)
+        step = tolerated_step(ann, target) if not look.rollback_from else None
+        if step is not None and not (ready_target and not held):
+            scan.tolerated.append((step, node))
+            left = True
+            in_flight = False
+        else:
+            in_flight = _failed(scan, node, ready_target and not held)
     elif state is None:
         in_flight = _not_moved(scan, look, node, recorded)
     else:
@@ -254,6 +283,8 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     unavailable = False
     if in_flight:
         scan.in_flight += 1
+    elif left:
+        pass  # the step accepted it as it is (docs/rollout.md#failures-tolerated-in-a-step)
     elif (
         held
         or not node.ready
@@ -264,6 +295,8 @@ def _classify(scan: NodeScan, look: _Look, node: RolloutNode) -> None:
     ) and not (look.skip_unavailable and _skip_pending(scan, node, waiting, state)):
         scan.unavailable += 1
         unavailable = True
+        if scan.new_failures and scan.new_failures[-1][0] is node:
+            scan.unavailable_failures.add(node.name)
     if look.domain_key is not None:
         _count_domain(scan, node, look.domain_key, in_flight, unavailable,
                       ready_target and not held)
@@ -278,7 +311,8 @@ def _count_domain(scan: NodeScan, node: RolloutNode, key: str, in_flight: bool,
         count = scan.domains[domain] = DomainCount()
     count.nodes += 1
     failed = bool((scan.failed and scan.failed[-1] is node)
-                  or (scan.new_failures and scan.new_failures[-1][0] is node))
+                  or (scan.new_failures and scan.new_failures[-1][0] is node)
+                  or (scan.tolerated and scan.tolerated[-1][1] is node))
     if upgraded or failed:
         count.settled += 1
     if in_flight:

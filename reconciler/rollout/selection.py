@@ -192,7 +192,7 @@ def start_nodes(
     slots -= retried
     occupied = (
         scan.ready + scan.in_flight + len(scan.failed) + len(scan.new_failures)
-        + scan.joiners_pending
+        + scan.joiners_pending + len(scan.tolerated)
     )
     need = target - occupied
     count = min(max(need, 0), max(slots, 0))

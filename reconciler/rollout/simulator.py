@@ -49,6 +49,7 @@ from reconciler.rollout.model import (
     build_node,
     build_pod,
 )
+from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.node_view import (
     Marking,
     apply_node_action,
@@ -178,6 +179,9 @@ class SimResult:
     health_checks: list[dict[str, Any]] | None = None
     #: drain time per node, the budgets that held, the evictions (None without serving pods)
     drain: dict[str, Any] | None = None
+    #: the nodes a step's toleration left behind, ``{node, step}`` by name
+    #: (docs/rollout.md#failures-tolerated-in-a-step; None when no step has a toleration)
+    tolerated: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         result = {
@@ -196,6 +200,8 @@ class SimResult:
             result["health_checks"] = self.health_checks
         if self.drain is not None:
             result["drain"] = self.drain
+        if self.tolerated is not None:
+            result["tolerated"] = self.tolerated
         return result
 
 
@@ -613,11 +619,15 @@ class Simulation:
         new = self.new_revision
         completed = True
         nodes: list[dict[str, Any]] = []
+        left: list[dict[str, Any]] = []
         for node in self.nodes.values():
             pod = node.pod
             ready = node.ready and pod is not None and pod.ready and not pod.deleting
             revision = pod.revision if pod is not None else ""
-            if not (ready and revision == new):
+            step = tolerated_step(node.annotations, new) if node.annotations else None
+            if step is not None:
+                left.append({"node": node.name, "step": step})
+            elif not (ready and revision == new):
                 completed = False
             nodes.append({
                 "name": node.name,
@@ -638,6 +648,8 @@ class Simulation:
             ticks=self.ticks,
             health_checks=self.health_outcomes if self.config.health is not None else None,
             drain=self.serving.report(end) if self.serving is not None else None,
+            tolerated=sorted(left, key=lambda e: str(e["node"]))
+            if any(s.toleration is not None for s in self.policy.steps) else None,
         )
 
 

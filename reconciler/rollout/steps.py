@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from reconciler.health.checks import HealthFailure, HealthState
 from reconciler.names import ConditionType
-from reconciler.rollout import health_judgement, rollback, selection, skipped
+from reconciler.rollout import health_judgement, rollback, selection, skipped, tolerated
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import SetPolicyPause
 from reconciler.rollout.pass_state import Pass
@@ -27,12 +27,18 @@ def run(p: Pass, scan: NodeScan, revision: str) -> None:
     fresh_epoch = False
     while step(p, scan, revision, targets, fresh_epoch=fresh_epoch):
         index = p.s.current_step_index
-        if targets[index - 1] > scan.ready or p.policy.steps[index - 1].pause_ms is None:
+        if targets[index - 1] > done(scan) or p.policy.steps[index - 1].pause_ms is None:
             # its nodes start, or its gate opens (pause: true written back to Git), in the
             # next pass, once the step is on record: a restart finds the gate it set
             return
         p.again = False
         fresh_epoch = True
+
+
+def done(scan: NodeScan) -> int:
+    """The nodes that count toward a step's target: Ready on the new revision, and those a
+    step's toleration left behind (docs/rollout.md#failures-tolerated-in-a-step)."""
+    return scan.ready + len(scan.tolerated)
 
 
 def step(p: Pass, scan: NodeScan, revision: str, targets: list[int], *,
@@ -48,12 +54,12 @@ def step(p: Pass, scan: NodeScan, revision: str, targets: list[int], *,
     if p.s.condition_true(st.COND_MANUAL_GATE):
         if policy.pause:
             return hold(p)
-        if confirm_gate(p, index, done=scan.ready >= target):
+        if confirm_gate(p, index, done=done(scan) >= target):
             return advance(p, index, revision)
     if p.s.current_failure_retry >= policy.max_failure_threshold:
         fallback(p, scan, index)
         return False
-    if scan.ready >= target:
+    if done(scan) >= target:
         checked = health_judgement.step_checks(p, index, revision)
         if isinstance(checked, HealthFailure):
             step_check_failed(p, checked, index)
@@ -153,7 +159,9 @@ def pause_timer(p: Pass, scan: NodeScan, index: int, pause_ms: int, revision: st
         p.set(recheck_time=format_time(after_ms(p.now, pause_ms)))
         p.event(
             "StepCompleted",
-            f"step {index} done ({scan.ready}/{p.total} nodes); pausing {pause_ms} ms",
+            f"step {index} done ({scan.ready}/{p.total} nodes"
+            + (f", {len(scan.tolerated)} tolerated" if scan.tolerated else "")
+            + f"); pausing {pause_ms} ms",
             step=index,
         )
     recheck = parse_time_or(p.s.recheck_time, p.now)
@@ -201,6 +209,7 @@ def advance(p: Pass, index: int, revision: str) -> bool:
         )
         p.condition(st.COND_PROGRESSING, "False", "RolloutCompleted", message)
         skipped.completed(p)
+        tolerated.completed(p)
         p.event("RolloutCompleted", message, step=index)
         return False
     targets = p.policy.step_targets(p.total)

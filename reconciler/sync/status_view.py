@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from reconciler.firmware.status_view import firmware_rows, firmware_summary
-from reconciler.policy.upgrade_policy import UpgradePolicy
+from reconciler.policy.upgrade_policy import UpgradePolicy, pause_ms_of
 from reconciler.stored_status import conditions_in_force
 from reconciler.timefmt import format_wait
 from reconciler.timefmt import parse_time_or_none as parse_time
@@ -35,6 +35,8 @@ class StepRow:
     nodes: int
     pause: str
     state: str
+    #: failures the step tolerates (docs/rollout.md#failures-tolerated-in-a-step)
+    toleration: int = 0
 
 
 @dataclass(slots=True)
@@ -83,6 +85,9 @@ class StatusReport:
     #: the nodes the rollout skipped (``upgradeStatus.skipped``, and from the cluster the nodes
     #: in state skipped), by name
     skipped: list[str] = field(default_factory=list)
+    #: failed nodes a step's toleration left behind (docs/rollout.md#failures-tolerated-in-a-step;
+    #: from the cluster, the nodes in state tolerated), by name
+    tolerated: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -96,12 +101,10 @@ def _camel(name: str) -> str:
 
 
 def _pause_label(step: Mapping[str, Any]) -> str:
-    pause = step.get("pauseDuration")
-    if isinstance(pause, Mapping):
+    pause = pause_ms_of(step)  # left out (or {}): a gate
+    if pause is None:
         return "gate (a person)"
-    if isinstance(pause, int) and not isinstance(pause, bool):
-        return "none" if pause == 0 else format_wait(pause / 1000)
-    return "?"
+    return "none" if pause == 0 else format_wait(pause / 1000)
 
 
 def report(snapshot: Mapping[str, Any], *, now: float,
@@ -131,8 +134,9 @@ def report(snapshot: Mapping[str, Any], *, now: float,
     if steps_raw and total:
         try:
             targets = policy.step_targets(total)
+            tolerations = policy.step_tolerations(total)
         except (ValueError, ZeroDivisionError):
-            targets = []
+            targets = tolerations = []
         before = 0
         for number, (step, target) in enumerate(zip(steps_raw, targets, strict=False), 1):
             if number < index or (number == index and state == "Completed"):
@@ -142,7 +146,7 @@ def report(snapshot: Mapping[str, Any], *, now: float,
             else:
                 row_state = "pending"
             rows.append(StepRow(number, target, max(target - before, 0), _pause_label(step),
-                                row_state))
+                                row_state, tolerations[number - 1]))
             before = max(before, target)
     conditions = [
         {k: str(c.get(k, "")) for k in ("type", "reason", "message", "lastTransitionTime")}
@@ -180,6 +184,7 @@ def report(snapshot: Mapping[str, Any], *, now: float,
     result.domains = [d.to_json() for d in states.domains]
     result.draining = [dict(e) for e in draining_entries(upgrade)]
     result.skipped = sorted(recorded_skips(upgrade) | set(states.skipped))
+    result.tolerated = list(states.tolerated)
     result.waits = waits(snapshot, now=now, nodes=states, git=git)
     result.waiting_for = [w.text for w in result.waits]
     return result

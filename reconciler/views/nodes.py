@@ -26,6 +26,7 @@ from reconciler.rollout.node_class import (
     pod_failed,
     skip_requested,
     standing,
+    tolerated_step,
 )
 
 #: node states, in the order of the dashboard's legend (the page gets each node's index)
@@ -42,6 +43,8 @@ NODE_STATES: tuple[str, ...] = (
     "not-ready",  # the node is NotReady
     "skipped",  # not moved by this rollout: the skip label, or skipped when its turn came
     "left-alone",  # no driver pod (not a rollout node), or cordoned by someone else
+    # failed, left behind by its step's toleration (docs/rollout.md#failures-tolerated-in-a-step)
+    "tolerated",
 )
 STATE_INDEX = {name: index for index, name in enumerate(NODE_STATES)}
 #: why an unavailable rollout node is unavailable, by state
@@ -102,6 +105,8 @@ def classify(node: NodeFacts, *, target: str, active: bool,
     if on_target and pod.ready:
         # cordoned ahead with a pod on the target: moved (its start writes no record)
         return "verifying" if active and recorded in MOVE_STATES else "upgraded"
+    if recorded == STATE_FAILED and tolerated_step(ann, target) is not None:
+        return "tolerated"
     if recorded == STATE_FAILED or (on_target and pod_failed(pod)):
         return "failed"
     if recorded == STATE_UPGRADING or (on_target and active):
@@ -180,7 +185,7 @@ def classified(node: NodeFacts, *, target: str, active: bool,
         name=node.name, state=state, pod=node.pod.name if node.pod else "",
         pod_reason=pod_reason(node.pod),
         failure_reason=str(node.annotations.get(ANN_FAILURE_REASON) or "")
-        if state == "failed" else "",
+        if state in ("failed", "tolerated") else "",
         busy_pods=node.workloads)
 
 
@@ -199,6 +204,9 @@ class NodeStates:
     draining: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: nodes this rollout does not move (docs/live-clusters.md#a-node-under-repair), by name
     skipped: tuple[str, ...] = ()
+    #: failed nodes a step's toleration left behind (docs/rollout.md#failures-tolerated-in-a-step),
+    #: by name: neither failed (nothing waits for them) nor unavailable
+    tolerated: tuple[str, ...] = ()
     #: the progress per topology domain (docs/rollout.md#topology-aware-waves), when the rollout has
     #: a topology key
     domains: tuple[DomainProgress, ...] = ()
@@ -214,6 +222,7 @@ def node_states(lines: Iterable[NodeLine], *,
     failed: dict[str, str] = {}
     draining: dict[str, tuple[str, ...]] = {}
     skipped: list[str] = []
+    tolerated: list[str] = []
     for line in lines:
         if line.state == "busy":
             busy[line.name] = tuple(line.busy_pods)
@@ -225,8 +234,11 @@ def node_states(lines: Iterable[NodeLine], *,
             draining[line.name] = tuple(line.busy_pods)
         elif line.state == "skipped":
             skipped.append(line.name)
+        elif line.state == "tolerated":
+            tolerated.append(line.name)
     return NodeStates(busy=busy, unavailable=unavailable, failed=failed, draining=draining,
-                      skipped=tuple(sorted(skipped)), domains=tuple(domains))
+                      skipped=tuple(sorted(skipped)), domains=tuple(domains),
+                      tolerated=tuple(sorted(tolerated)))
 
 
 def classify_all(nodes: Iterable[NodeFacts], *, upgrade: Mapping[str, Any],
@@ -251,7 +263,7 @@ PROGRESS_COLUMNS: Final = (
     ("upgraded", ("upgraded", "verifying")),  # on the new version, Ready
     ("inFlight", ("draining", "in-flight")),  # holding a slot (a draining node is in flight)
     ("draining", ("draining",)),
-    ("failed", ("failed",)),
+    ("failed", ("failed", "tolerated")),  # tolerated ones too: the states say how many
     ("skipped", ("skipped",)),
     ("pending", ("old", "cordoned", "busy")),  # not started yet
     ("unavailable", ("not-ready", "left-alone")),
@@ -260,7 +272,7 @@ PROGRESS_COLUMNS: Final = (
 UNLABELLED: Final = "(no label)"
 #: domain states that end a domain under ``order: sequential``
 #: (docs/rollout.md#topology-aware-waves)
-_FINISHED: Final = frozenset({"upgraded", "verifying", "failed", "skipped"})
+_FINISHED: Final = frozenset({"upgraded", "verifying", "failed", "skipped", "tolerated"})
 
 
 def topology_key(upgrade: Mapping[str, Any]) -> str:

@@ -211,7 +211,7 @@ def test_simulate_page_renders_and_its_numbers_equal_the_json(
         "driver:\n  payload: {registry: r.local, name: driver-image, version: 2.33.0.9}\n"
         "  upgradePolicy:\n    enableRollout: true\n    maxParallel: 50%\n"
         "    maxUnavailable: 10%\n    upgradeSteps:\n"
-        "      - {replicas: 5%, pauseDuration: {}}\n"
+        "      - {replicas: 5%}\n"
         "      - {replicas: 40%, pauseDuration: 120000}\n"
         "      - {replicas: 100%, pauseDuration: 0}\n")
     page_file = tmp_path / "rollout.html"
@@ -284,7 +284,7 @@ def test_dashboard_of_a_real_rollout_counts_gate_failure_and_live_updates(
         start_rollout(kube, NEW, {
             "enableRollout": True, "pause": False, "maxParallel": "100%",
             "maxUnavailable": 3, "maxFailureThreshold": 2, "fallback": "pause",
-            "upgradeSteps": [{"replicas": 2, "pauseDuration": {}},
+            "upgradeSteps": [{"replicas": 2},
                              {"replicas": 6, "pauseDuration": 1000},
                              {"replicas": "100%", "pauseDuration": 1000}]})
         # the gate after step 1: the page shows the Git change to merge

@@ -92,7 +92,7 @@ def _rollout(nodes: list[NodeFacts], *, state: str = "StepUpgrade", index: int =
              conditions: list[dict[str, str]] | None = None, pause: bool = False,
              steps: list[dict[str, Any]] | None = None, recheck: str = "",
              events: list[EventFacts] | None = None) -> ClusterFacts:
-    steps = steps or [{"replicas": 2, "pauseDuration": {}},
+    steps = steps or [{"replicas": 2},
                       {"replicas": "100%", "pauseDuration": 60000}]
     co = {
         "metadata": {"name": "cluster-operator"},
@@ -240,7 +240,7 @@ def test_step_times_forget_an_earlier_rollout() -> None:
 def test_the_model_is_the_planner_run_on_a_virtual_fleet() -> None:
     driver = {"payload": {"version": "2"}, "upgradePolicy": {
         "enableRollout": True, "maxParallel": "100%",
-        "upgradeSteps": [{"replicas": 1, "pauseDuration": {}},
+        "upgradeSteps": [{"replicas": 1},
                          {"replicas": "100%", "pauseDuration": 30000}]}}
     model = predict(driver, nodes=10, install_samples=[40.0, 60.0, 50.0])
     assert model.install_seconds == 50.0 and model.measured
@@ -315,7 +315,7 @@ RACK = "example.com/rack"
 
 
 def _live(nodes: list[NodeFacts], **upgrade: Any) -> ClusterFacts:
-    facts = _rollout(nodes, steps=[{"replicas": 2, "pauseDuration": {}},
+    facts = _rollout(nodes, steps=[{"replicas": 2},
                                    {"replicas": "100%", "pauseDuration": 0}])
     co: dict[str, Any] = dict(facts.cluster_operator or {})
     co["status"]["upgradeStatus"].update(upgrade)

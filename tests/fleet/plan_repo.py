@@ -28,10 +28,12 @@ clusters:
 
 def policy_text(version: str, rollout: str = "true") -> str:
     """The seed's 10-node scenario (steps 2, 5, 8, 100%: a gate, then 10 s pauses) with a
-    firmware policy, at ``version``."""
+    firmware policy, at ``version``. The gate is written as the vendor's CRD has it:
+    ``pauseDuration`` left out (the manual's ``{}``)."""
     return SEED_10.replace("version: 2.33.0.9", f"version: {version}").replace(
         "    upgradePolicy:\n", "    fwUpgradePolicy: Never\n    upgradePolicy:\n").replace(
-        "enableRollout: true", f"enableRollout: {rollout}")
+        "enableRollout: true", f"enableRollout: {rollout}").replace(
+        "          pauseDuration: {}\n", "")
 
 
 SNAPSHOT = """\

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,33 @@ def test_a_version_bump_starts_a_rollout_resolved_for_the_measured_fleet(
     assert alpha.predicted_seconds == alpha_model_seconds() == 150.0
     assert alpha.predicted_end == format_seconds(NOW + 150)
     assert alpha.held_until is None and alpha.findings == ()
+
+
+def test_each_steps_toleration_is_resolved_and_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/rollout.md#failures-tolerated-in-a-step: step 2 tolerates 50% of its 3 nodes (2),
+    step 4 one; the others none. The tables show the column, the JSON each step's count."""
+    root = make_repository(tmp_path)
+    bump(root, "alpha")
+    edit(root, policy_path("alpha"), "        - replicas: 5\n",
+         "        - replicas: 5\n          toleration: 50%\n")
+    edit(root, policy_path("alpha"), "        - replicas: 100%\n",
+         "        - replicas: 100%\n          toleration: 1\n")
+    [alpha] = plans_of(root, monkeypatch)[0]
+    out = alpha.to_json()
+    Draft202012Validator(SCHEMA["$defs"]["Step"]).validate(out["steps"][0])
+    assert [s["toleration"] for s in out["steps"]] == [0, 2, 0, 1]
+    assert steps(alpha) == [(2, "gate"), (3, 10.0), (3, 10.0), (12, 10.0)]
+    text = render("text", [alpha], [], against="main")
+    assert "  step replicas  nodes target  tolerate  pause" in text
+    assert "     2        5      3      5   2 (50%)  10s" in text
+    assert "     4     100%     12     20         1  10s" in text
+    markdown = render("markdown", [alpha], [], against="main")
+    assert "| 2 | 5 | 3 | 5 | 2 (50%) | 10s |" in markdown
+    tables_are_whole(markdown)
+    # node count unknown: nothing resolves
+    gamma_like = replace(alpha, steps=tuple(replace(s, toleration=None) for s in alpha.steps))
+    assert "       ?  gate" in render("text", [gamma_like], [], against="main")
 
 
 SETTINGS_ONLY: Edit = lambda root: edit(  # noqa: E731

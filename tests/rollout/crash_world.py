@@ -15,8 +15,10 @@ from reconciler.names import (
     ANN_DELETED_AT,
     ANN_DRAIN_STARTED,
     ANN_FAILED_AT,
+    ANN_FAILURE_TOLERATED,
     ANN_FAILURES,
     ANN_STATE,
+    STATE_FAILED,
 )
 from reconciler.policy.label_selector import LabelSelector
 from reconciler.rollout.actions import (
@@ -281,10 +283,19 @@ class CrashWorld(World):
         )
 
 
-def settled(end: EndState, revision: str) -> list[str]:
-    """Every node on ``revision``, Ready, schedulable, no move or cordon ahead recorded."""
+def settled(end: EndState, revision: str, left_behind: frozenset[str] = frozenset()
+            ) -> list[str]:
+    """Every node on ``revision``, Ready, schedulable, no move or cordon ahead recorded; but
+    the nodes of ``left_behind``: failed, cordoned, a step's toleration recorded
+    (docs/rollout.md#failures-tolerated-in-a-step)."""
     problems = []
     for name, node in end.nodes.items():
+        if name in left_behind:
+            recorded = dict(node.annotations)
+            if not (node.unschedulable and node.state == STATE_FAILED
+                    and ANN_FAILURE_TOLERATED in recorded):
+                problems.append(f"{name} is not left behind by a toleration: {node}")
+            continue
         if node.unschedulable:
             problems.append(f"{name} left cordoned")
         if node.revision != revision or not node.ready:
@@ -325,13 +336,15 @@ class Sweep:
     problems: list[str]
 
 
-def sweep(make: Callable[[], CrashWorld], model: Model, revision: str) -> Sweep:
+def sweep(make: Callable[[], CrashWorld], model: Model, revision: str,
+          left_behind: frozenset[str] = frozenset()) -> Sweep:
     """A reference run of ``make()``, then one run per kill of ``model``, each checked against
-    the reference and for ending with every node settled on ``revision``."""
+    the reference and for ending with every node settled on ``revision`` (but those a
+    toleration leaves behind)."""
     ref_world = make()
     ref_passes = ref_world.run()
     ref = ref_world.end_state()
-    problems = [f"reference: {p}" for p in settled(ref, revision)]
+    problems = [f"reference: {p}" for p in settled(ref, revision, left_behind)]
     runs = 0
     for kill in kills(ref_passes, model):
         world = make()
@@ -345,5 +358,6 @@ def sweep(make: Callable[[], CrashWorld], model: Model, revision: str) -> Sweep:
         if passes[: kill.at + 1] != ref_passes[: kill.at + 1]:
             problems.append(f"{kill}: the run differs from the reference before the kill")
         end = world.end_state()
-        problems += [f"{kill}: {p}" for p in settled(end, revision) + differences(ref, end)]
+        problems += [f"{kill}: {p}"
+                     for p in settled(end, revision, left_behind) + differences(ref, end)]
     return Sweep(ref, runs, problems)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.names import ANN_FAILURE_TOLERATED
 from reconciler.policy.rollout_settings import DrainSettings
 from reconciler.rollout.model import PlannerSettings
 
@@ -39,6 +40,9 @@ CANARY = ("node-0001",)
 STEPS = steps((1, None), (3, 0), ("100%", 0))
 #: every step behind a gate
 GATED = steps((1, None), (3, None), ("100%", None))
+#: as STEPS, the second step tolerating one failure (docs/rollout.md#failures-tolerated-in-a-step)
+TOLERATING = [*steps((1, None)), {"replicas": 3, "pauseDuration": 0, "toleration": 1},
+              *steps(("100%", 0))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Scenario:
     #: workload pods evicted
     evicted: int = 0
     rolls_back: bool = False
+    #: nodes a step's toleration leaves failed and cordoned at the end
+    left_behind: frozenset[str] = frozenset()
 
 
 def rollout(
@@ -112,6 +118,25 @@ SCENARIOS = [
         evicted=2,
         rolls_back=True,
     ),
+    # node-0003 fails in step 2, which tolerates one failure: left behind, the rollout completes
+    # (maxFailureThreshold 1 would fall back at a counted failure)
+    Scenario(
+        "toleration",
+        partial(rollout, RETRYING, upgrade_steps=TOLERATING, fail_once=("node-0003",)),
+        left_behind=frozenset({"node-0003"}),
+    ),
+    # node-0003 fails in step 2 (tolerated), node-0005 in step 3, which tolerates none: the
+    # fallback pauses, a person resumes, its retry succeeds. (Two failures in one step are not
+    # swept: which one is tolerated is the one that fails first, and a kill that delays a start
+    # changes that order; tests/rollout/test_toleration.py holds one pass's order.)
+    Scenario(
+        "toleration_then_fallback",
+        partial(rollout, RETRYING, upgrade_steps=TOLERATING,
+                fail_once=("node-0003", "node-0005")),
+        confirmed=((1, "ManualGate"), (3, "BatchFailed")),
+        retried=frozenset({"node-0005"}),
+        left_behind=frozenset({"node-0003"}),
+    ),
     # node-0003's first new pod never turns Ready: failed at its ready timeout, then retried
     Scenario(
         "ready_timeout_threshold2",
@@ -125,7 +150,7 @@ SCENARIOS = [
 @pytest.mark.parametrize("model", ["prefix", "per_node"])
 @pytest.mark.parametrize("case", SCENARIOS, ids=lambda s: s.name)
 def test_a_killed_pass_resumes_to_the_same_end(case: Scenario, model: Model) -> None:
-    result = sweep(case.world, model, OLD_REV if case.rolls_back else NEW_REV)
+    result = sweep(case.world, model, OLD_REV if case.rolls_back else NEW_REV, case.left_behind)
 
     ref = result.reference
     assert ref.rolled_back == case.rolls_back, ref.conditions
@@ -133,6 +158,10 @@ def test_a_killed_pass_resumes_to_the_same_end(case: Scenario, model: Model) -> 
     twice = {node for (node, rev), count in ref.deletions.items() if rev == NEW_REV and count == 2}
     assert twice == case.retried, ref.deletions
     assert sum(ref.evictions.values()) == case.evicted, ref.evictions
+    tolerated = {name for name, node in ref.nodes.items()
+                 if ANN_FAILURE_TOLERATED in dict(node.annotations)}
+    assert tolerated == case.left_behind
+    assert ("FailuresTolerated" in ref.conditions) == bool(case.left_behind), ref.conditions
     assert result.runs > 0
 
     shown = "\n".join(result.problems[:40])

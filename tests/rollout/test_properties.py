@@ -11,10 +11,19 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as s
 
-from reconciler.names import ANN_ATTEMPT, ANN_DELETED_AT, ANN_STATE, ANN_TARGET, STATE_CORDONED
+from reconciler.names import (
+    ANN_ATTEMPT,
+    ANN_DELETED_AT,
+    ANN_FAILURE_TOLERATED,
+    ANN_FAILURES,
+    ANN_STATE,
+    ANN_TARGET,
+    STATE_CORDONED,
+)
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod
 from reconciler.rollout.model import FAILURE_REASONS, PlannerSettings, RolloutNode, RolloutSnapshot
+from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH, SimConfig, Simulation
 from reconciler.timefmt import LATEST_TIME, parse_time
@@ -50,6 +59,8 @@ def unavailable(nodes: list[RolloutNode], now: float) -> int:
     for node in nodes:
         if in_flight(node, now):
             continue
+        if tolerated_step(node.annotations, NEW_REV) is not None:
+            continue  # left behind by a step's toleration: not unavailable
         pod = node.pod
         ours = node.annotations.get(ANN_STATE) in ("upgrading", "failed", STATE_CORDONED)
         if (
@@ -102,8 +113,10 @@ class Observer:
                      and before.nodes[a.node].annotations.get(ANN_STATE) != STATE_CORDONED)
         ]
         if fresh:
-            # nodes moved in this very plan (retries) are in flight, not unavailable
-            moved = {a.node for a in actions if isinstance(a, DeleteDriverPod)}
+            # nodes moved in this very plan (retries) are in flight, not unavailable; nodes a
+            # step's toleration left behind in it are not unavailable either
+            moved = {a.node for a in actions if isinstance(a, DeleteDriverPod) or (
+                isinstance(a, AnnotateNode) and a.annotations.get(ANN_FAILURE_TOLERATED))}
             seen = unavailable([n for n in before.nodes.values() if n.name not in moved], now)
             assert seen <= policy.resolved_max_unavailable(n), (
                 f"started {len(fresh)} nodes while {seen} unavailable"
@@ -149,13 +162,14 @@ pause = s.one_of(s.just(0), s.integers(min_value=1, max_value=600_000), s.just(N
 def scenarios(draw: Any) -> dict[str, Any]:
     n = draw(s.integers(min_value=1, max_value=24))
     count = draw(s.integers(min_value=0, max_value=3))
+    # a gate: pauseDuration left out
     raw_steps = [
         {"replicas": draw(s.one_of(quantity_count, percent)),
-         "pauseDuration": {} if (p := draw(pause)) is None else p}
+         **({} if (p := draw(pause)) is None else {"pauseDuration": p})}
         for _ in range(count)
     ]
     last = draw(pause)
-    raw_steps.append({"replicas": "100%", "pauseDuration": {} if last is None else last})
+    raw_steps.append({"replicas": "100%", **({} if last is None else {"pauseDuration": last})})
     policy = {
         "enableRollout": True,
         "upgradeSteps": raw_steps,
@@ -327,9 +341,13 @@ int64_or_percent = s.one_of(
 @s.composite
 def int64_policies(draw: Any) -> dict[str, Any]:
     """Any policy whose integers are Kubernetes int64 (validation accepts fewer of them)."""
+    # pauseDuration: an int64, left out (a gate), or {} (a gate stored under an older CRD)
     raw_steps = [
         {"replicas": draw(int64_or_percent),
-         "pauseDuration": draw(s.one_of(int64, s.just({})))}
+         **({} if (p := draw(s.one_of(int64, s.just({}), s.none()))) is None
+            else {"pauseDuration": p}),
+         **({} if (t := draw(s.one_of(s.none(), int64_or_percent))) is None
+            else {"toleration": t})}
         for _ in range(draw(s.integers(min_value=0, max_value=5)))
     ]
     return {
@@ -374,3 +392,137 @@ def test_plan_never_raises_for_any_int64_policy(
         assert parse_time(recheck) <= LATEST_TIME
     if later.requeue_at is not None:
         assert later.requeue_at <= LATEST_TIME + SETTINGS.ready_timeout
+
+
+# --------------------------------------------------------------------------- toleration
+
+
+class TolerationObserver(Observer):
+    """The invariants of a step's toleration (docs/rollout.md#failures-tolerated-in-a-step), on
+    top of the others: a step's tolerated nodes never exceed its T_i; a tolerated failure never
+    moves ``currentFailureRetry`` (it is the failures counted in the batch epoch, capped); a
+    tolerated node is never retried; the fallback fires only on counted failures."""
+
+    def __init__(self, policy: UpgradePolicy) -> None:
+        super().__init__(policy)
+        self.tolerated_seen: set[str] = set()
+        self.fallbacks = 0
+
+    def __call__(self, before: RolloutSnapshot, plan: Plan, applied: int) -> None:
+        super().__call__(before, plan, applied)
+        assert self.sim is not None
+        sim = self.sim
+        policy = self.policy
+        allowed = policy.step_tolerations(len(before.nodes))
+        actions = plan.actions[:applied]
+        for action in actions:
+            if isinstance(action, AnnotateNode) and action.annotations.get(
+                    ANN_FAILURE_TOLERATED):
+                assert ANN_FAILURES not in action.annotations, action  # not counted
+                self.tolerated_seen.add(action.node)
+            if (isinstance(action, DeleteDriverPod)
+                    and before.status.get("phase") == "Progressing"):
+                assert tolerated_step(before.nodes[action.node].annotations, NEW_REV) is None, (
+                    f"{action.node} retried after its failure was tolerated")
+        per_step: dict[int, int] = defaultdict(int)
+        for node in sim.nodes.values():
+            step = tolerated_step(node.annotations, NEW_REV)
+            if step is not None:
+                per_step[step] += 1
+        for step, count in per_step.items():
+            assert count <= allowed[step - 1], (step, count, allowed)
+        if sim.calls in sim.config.crash_calls:
+            return
+        status = plan.status
+        inner = status.get("status") or {}
+        threshold = policy.max_failure_threshold
+        if status.get("phase") == "Progressing" and before.status.get("phase") == "Progressing":
+            assert inner["currentFailureRetry"] == min(threshold, counted(sim.nodes, status))
+        was = before.status.get("status") or {}
+        paused = _has(status, "BatchFailed") and not _has(before.status, "BatchFailed")
+        rolled = (status.get("phase") == "Terminating"
+                  and before.status.get("phase") == "Progressing")
+        if paused or rolled:
+            self.fallbacks += 1
+            assert counted(sim.nodes, before.status) >= threshold, (
+                "fallback without enough counted failures", was)
+
+
+def _has(status: dict[str, Any], ctype: str) -> bool:
+    return any(c.get("type") == ctype and c.get("status", "True") == "True"
+               for c in status.get("condition") or ())
+
+
+def counted(nodes: dict[str, RolloutNode], status: dict[str, Any]) -> int:
+    """Failures the nodes record in the batch epoch of ``status`` (``<step>@<epoch start>``)."""
+    index = (status.get("status") or {}).get("currentStepIndex") or 0
+    since = next((c.get("lastTransitionTime") or "" for c in status.get("condition") or ()
+                  if c.get("type") == "Progressing"), "")
+    prefix = f"{index}@{since}|"
+    total = 0
+    for node in nodes.values():
+        failures = node.annotations.get(ANN_FAILURES) or ""
+        if failures.startswith(prefix):
+            total += int(failures[len(prefix):])
+    return total
+
+
+toleration = s.one_of(s.none(), s.integers(min_value=0, max_value=3),
+                      s.integers(min_value=0, max_value=100).map(lambda p: f"{p}%"))
+
+
+@s.composite
+def tolerating_scenarios(draw: Any) -> dict[str, Any]:
+    """Rollouts whose steps tolerate failures, with failing nodes (never NotReady ones: those
+    are never started)."""
+    scenario = draw(scenarios())
+    for step in scenario["policy"]["upgradeSteps"]:
+        if (value := draw(toleration)) is not None:
+            step["toleration"] = value
+    names = [f"node-{i:04d}" for i in range(1, scenario["n"] + 1)]
+    scenario["faults"] = draw(s.dictionaries(
+        s.sampled_from(names), s.sampled_from(["imagepull", "crashloop", "never-ready"]),
+        max_size=4))
+    return scenario
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tolerating_scenarios())
+def test_toleration_invariants_hold_at_every_tick(scenario: dict[str, Any]) -> None:
+    policy = UpgradePolicy.from_spec(scenario["policy"])
+    sim, result, observer = run_observed(scenario, TolerationObserver(policy))
+    event(f"stop: {result.stop_reason}")
+    event(f"tolerated: {bool(observer.tolerated_seen)}")
+    assert observer.checked == result.planning_calls
+    faults = set(scenario["faults"])
+    # nodes start in name order, a step's nodes those between the earlier targets and its own
+    # (a tolerated node counts toward them as an upgraded one does): every step whose faulty
+    # nodes are within its toleration leaves them behind, any other step falls back
+    n = scenario["n"]
+    targets = policy.step_targets(n)
+    allowed = policy.step_tolerations(n)
+    within = True
+    for index, target in enumerate(targets):
+        first = max(targets[:index], default=0)
+        step_nodes = {f"node-{i:04d}" for i in range(first + 1, target + 1)}
+        within = within and len(step_nodes & faults) <= allowed[index]
+    left = {e["node"] for e in result.tolerated or ()}
+    if within:
+        assert result.stop_reason == "completed", result.stop_reason
+        assert result.completed
+        assert left == faults
+        # left behind cordoned, the others upgraded and schedulable again
+        assert all(node.unschedulable == (name in left) for name, node in sim.nodes.items())
+        condition = next((c for c in result.final.get("condition") or ()
+                          if c["type"] == "FailuresTolerated"), None)
+        assert (condition is not None) == bool(faults)
+        if condition is not None:
+            assert all(name in condition["message"] for name in faults)
+        assert result.final["status"]["currentFailureRetry"] == 0
+        assert observer.fallbacks == 0
+    else:
+        expected = ("rolled-back" if scenario["policy"]["fallback"] == "rollback"
+                    else "fallback-pause")
+        assert result.stop_reason == expected
+        assert not result.completed
+        assert observer.fallbacks >= 1

@@ -199,6 +199,43 @@ def test_text_format_shows_the_timeline_and_the_predicted_total() -> None:
     assert "0:01:00" in step1 and "0:01:30" in step1
 
 
+def test_toleration_shows_in_the_step_table_and_the_nodes_left_behind(tmp_path: Path) -> None:
+    """docs/rollout.md#failures-tolerated-in-a-step: step 2 of the seed (nodes 3-5) tolerates one
+    failure; node-0004 crash-loops and is left behind, the rollout completes (exit 0)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SEED_10.read_text(encoding="utf-8").replace(
+        "      - replicas: 5\n", "      - replicas: 5\n        toleration: 33%\n"),
+        encoding="utf-8")
+    faults = write_faults(tmp_path, ("node-0004", "crashloop"))
+    args = (policy, "--nodes", "10", "--from-version", "2.32.0.6", "--auto-confirm", "30",
+            "--faults", faults)
+    result = simulate(*args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[3].split()[:5] == ["step", "target", "batch", "parallel", "tolerate"]
+    # 33% of step 2's 3 nodes, rounded up: 1; the other steps tolerate none
+    assert [line.split()[4] for line in lines[4:8]] == ["0", "1", "0", "0"]
+    assert "NodeFailureTolerated node-0004: driver pod failed (CrashLoopBackOff), tolerated by " \
+           "step 2 (toleration 1)" in result.stdout
+    assert "step 2 done (4/10 nodes, 1 tolerated)" in result.stdout
+    assert "tolerated (left behind on the failed driver): node-0004 (step 2)" in lines
+    page = tmp_path / "rollout.html"
+    code, out = as_json(*args, "--html", page)
+    assert code == 0 and out["completed"] is True and out["stop_reason"] == "completed"
+    assert out["tolerated"] == [{"node": "node-0004", "step": 2}]
+    html = page.read_text(encoding="utf-8")
+    assert "<th>failures tolerated</th>" in html and "<td>1</td>" in html
+    assert '<p id="tolerated">left behind within their step\'s toleration: node-0004 ' \
+           "(step 2)</p>" in html
+    assert out["final"]["status"]["currentFailureRetry"] == 0
+    assert out["final"]["status"]["totalUpgradeReadyReplicas"] == 9
+    assert not any(e["type"] in ("NodeFailed", "FallbackPaused") for e in out["events"])
+    # without a toleration the output has neither the column nor the key
+    plain = simulate(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6")
+    assert "tolerate" not in plain.stdout
+    assert "tolerated" not in as_json(SEED_10, "--nodes", "10", "--from-version", "2.32.0.6")[1]
+
+
 def test_node_names_are_zero_padded_to_the_fleet_size() -> None:
     code, out = as_json(SEED_10, "--nodes", "12345", "--from-version", "2.32.0.6",
                         "--until", "0")
@@ -289,8 +326,9 @@ def policy_file(tmp_path: Path, steps: list[tuple[object, object]], **fields: ob
         "  upgradePolicy:",
         "    enableRollout: true",
         "    upgradeSteps:",
-        *(f"      - {{replicas: {json.dumps(r)}, pauseDuration: {'{}' if p is None else p}}}"
-          for r, p in steps),
+        # a gate: pauseDuration left out
+        *(f"      - {{replicas: {json.dumps(r)}"
+          + ("}" if p is None else f", pauseDuration: {p}}}") for r, p in steps),
         *(f"    {key}: {json.dumps(value)}" for key, value in body.items()),
     ]
     path = tmp_path / "policy.yaml"

@@ -54,7 +54,9 @@ def policy(**overrides: Any) -> dict[str, Any]:
 
 
 def steps(*pairs: tuple[int | str, int | None]) -> list[dict[str, Any]]:
-    return [{"replicas": r, "pauseDuration": {} if p is None else p} for r, p in pairs]
+    """Steps of (replicas, pauseDuration in ms); None: a gate (``pauseDuration`` left out)."""
+    return [{"replicas": r} if p is None else {"replicas": r, "pauseDuration": p}
+            for r, p in pairs]
 
 
 class World:

@@ -266,13 +266,18 @@
         took += (took ? " / " : "") + "predicted " + dur(s.predicted_seconds);
       }
       const upgraded = (s.counts.upgraded || 0) + (s.counts.verifying || 0);
-      const cells = [s.step, s.target, s.nodes, s.gate ? "gate (a person)" : s.pause, s.state,
-        when(s.started_at), took];
+      const tolerated = s.counts.tolerated || 0;
+      // failures the step tolerates, and how many of its nodes it left behind
+      const tolerates = s.toleration ? s.toleration + (tolerated ? " (" + tolerated +
+        " left behind)" : "") : "0";
+      const cells = [s.step, s.target, s.nodes, tolerates, s.gate ? "gate (a person)" : s.pause,
+        s.state, when(s.started_at), took];
       for (const c of cells) tr.appendChild(el("td", c));
       const td = el("td"), bar = el("div", null, "bar"), fill = el("span");
       fill.style.width = (s.nodes ? Math.min(100, 100 * upgraded / s.nodes) : 0) + "%";
       bar.appendChild(fill);
-      bar.title = upgraded + "/" + s.nodes + " upgraded";
+      bar.title = upgraded + "/" + s.nodes + " upgraded" +
+        (tolerated ? ", " + tolerated + " tolerated" : "");
       td.appendChild(bar);
       tr.appendChild(td);
       body.appendChild(tr);
