@@ -81,7 +81,7 @@ def test_toleration_one_on_the_first_step_and_one_faulty_node_completes(
     assert inner["currentStepIndex"] == 2 and inner["currentFailureRetry"] == 0
     assert inner["totalUpgradeReadyReplicas"] == 5 and inner["totalUpgradeReplicas"] == 6
     assert inner["lastPodSpecRevision"] == inner["upgradingPodSpecRevision"]
-    conditions = {c["type"]: c for c in final.get("condition") or []}
+    conditions = {c["type"]: c for c in final.get("conditions") or []}
     assert "BatchFailed" not in conditions and "RolledBack" not in conditions
     assert conditions["FailuresTolerated"]["reason"] == "FailuresTolerated"
     assert "node-0002 (step 1)" in conditions["FailuresTolerated"]["message"]

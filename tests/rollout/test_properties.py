@@ -450,13 +450,13 @@ class TolerationObserver(Observer):
 
 def _has(status: dict[str, Any], ctype: str) -> bool:
     return any(c.get("type") == ctype and c.get("status", "True") == "True"
-               for c in status.get("condition") or ())
+               for c in status.get("conditions") or ())
 
 
 def counted(nodes: dict[str, RolloutNode], status: dict[str, Any]) -> int:
     """Failures the nodes record in the batch epoch of ``status`` (``<step>@<epoch start>``)."""
     index = (status.get("status") or {}).get("currentStepIndex") or 0
-    since = next((c.get("lastTransitionTime") or "" for c in status.get("condition") or ()
+    since = next((c.get("lastTransitionTime") or "" for c in status.get("conditions") or ()
                   if c.get("type") == "Progressing"), "")
     prefix = f"{index}@{since}|"
     total = 0
@@ -513,7 +513,7 @@ def test_toleration_invariants_hold_at_every_tick(scenario: dict[str, Any]) -> N
         assert left == faults
         # left behind cordoned, the others upgraded and schedulable again
         assert all(node.unschedulable == (name in left) for name, node in sim.nodes.items())
-        condition = next((c for c in result.final.get("condition") or ()
+        condition = next((c for c in result.final.get("conditions") or ()
                           if c["type"] == "FailuresTolerated"), None)
         assert (condition is not None) == bool(faults)
         if condition is not None:
