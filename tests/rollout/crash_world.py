@@ -38,6 +38,7 @@ from reconciler.rollout.model import (
 from reconciler.rollout.node_class import MOVE_STATES
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH
+from reconciler.stored_status import read_upgrade_status, split_upgrade_status
 
 from .world import NEW_REV, World
 
@@ -46,7 +47,8 @@ TIMESTAMPS = frozenset({ANN_DELETED_AT, ANN_FAILED_AT, ANN_DRAIN_STARTED})
 #: the conditions a person answers by setting ``pause: false``: a gate and a fallback's pause
 CONFIRMABLE = ("ManualGate", "BatchFailed")
 
-Model = Literal["prefix", "per_node"]
+#: ``own_record``: killed between the pass's own record (an annotation) and its status write
+Model = Literal["prefix", "per_node", "own_record"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,6 +64,9 @@ class Kill:
     at: int
     prefix: int | None = None
     stopped: tuple[tuple[str, int], ...] = ()
+    #: the pass's own record (the ``rollout-state`` annotation, written before the status:
+    #: docs/rollout.md#where-the-state-lives) landed, the CRD's status fields did not
+    own_landed: bool = False
 
     def landed(self, actions: Sequence[Action]) -> list[Action]:
         if self.prefix is not None:
@@ -82,6 +87,8 @@ class Kill:
         return out
 
     def __str__(self) -> str:
+        if self.own_landed:
+            return f"pass {self.at}, killed between its own record and its status"
         if self.prefix is not None:
             return f"pass {self.at}, killed after {self.prefix} of its actions"
         stopped = ", ".join(f"{node} after {keep}" for node, keep in self.stopped)
@@ -93,6 +100,9 @@ def kills(passes: Sequence[Sequence[Action]], model: Model) -> Iterator[Kill]:
     prefix of every pass, the whole pass included (its status write alone lost); ``per_node``,
     in every pass every combination of the nodes' own prefixes that loses at least one action."""
     for at, actions in enumerate(passes):
+        if model == "own_record":
+            yield Kill(at, prefix=len(actions), own_landed=True)
+            continue
         if model == "prefix":
             for prefix in range(len(actions) + 1):
                 yield Kill(at, prefix=prefix)
@@ -225,6 +235,10 @@ class CrashWorld(World):
             self.status = result.status
             return result
         self.apply(kill.landed(result.actions))
+        if kill.own_landed:
+            crd, _ = split_upgrade_status(self.status)
+            _, own = split_upgrade_status(result.status)
+            self.status = read_upgrade_status(crd, own)
         # the restarted controller's index no longer knows when a gone pod's deletion was asked
         for name, node in self.nodes.items():
             if node.pod_deleted_at:

@@ -12,10 +12,12 @@ revision, or back on the old one after a rollback); no driver pod deleted more o
 and revision; no workload evicted twice; a person asked to confirm exactly the gates and
 fallbacks of the reference.
 
-Two kill models: ``prefix``, the executor's order (the actions in order, stopped after any of
+Three kill models: ``prefix``, the executor's order (the actions in order, stopped after any of
 them, the whole pass included); ``per_node``, the dispatcher's (the nodes side by side, any
 combination of them stopped after a prefix of their own actions, the cluster-wide actions behind
-a lost one not handed out). The statuses of several passes are never lost at once: a pass that
+a lost one not handed out); ``own_record``, every action landed and the pass's own record (the
+``rollout-state`` annotation, written first) too, but not the CRD's status fields
+(docs/rollout.md#where-the-state-lives). The statuses of several passes are never lost at once: a pass that
 starts a step waits for its status write before the next one acts.
 """
 from __future__ import annotations
@@ -147,7 +149,7 @@ SCENARIOS = [
 ]
 
 
-@pytest.mark.parametrize("model", ["prefix", "per_node"])
+@pytest.mark.parametrize("model", ["prefix", "per_node", "own_record"])
 @pytest.mark.parametrize("case", SCENARIOS, ids=lambda s: s.name)
 def test_a_killed_pass_resumes_to_the_same_end(case: Scenario, model: Model) -> None:
     result = sweep(case.world, model, OLD_REV if case.rolls_back else NEW_REV, case.left_behind)
