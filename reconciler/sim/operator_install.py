@@ -49,6 +49,7 @@ CHART_NAME = "metax-operator"
 CHART_VERSION = "0.15.2"
 VENDOR_DATA = Path(__file__).resolve().parents[1] / "data" / f"{CHART_NAME}-{CHART_VERSION}"
 RENDERED_OBJECT = VENDOR_DATA / "cluster-operator.yaml"
+VENDOR_CRD = VENDOR_DATA / "gpu.metax-tech.com_clusteroperators.yaml"
 
 #: the DaemonSet's second node-selector label on real installs, and a label real nodes carry
 RUNTIME_READY_LABEL = "metax-tech.com/runtime.ready"
@@ -189,12 +190,22 @@ def release_minor(git_version: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def vendor_crd() -> JSON:
+    """The vendor's own ``ClusterOperator`` CRD, unchanged (the project's data copy of the
+    chart's ``crds/``), for a test that must run on exactly what the vendor installs."""
+    crd: JSON = YAML(typ="safe", pure=True).load(VENDOR_CRD.read_text())
+    return crd
+
+
 def install_crd(api: KubeApi, *, schema: Mapping[str, Any] | None = None,
-                timeout: float = 30.0) -> None:
-    """Creates or updates the ``ClusterOperator`` CRD and waits until it is served. Its CEL
-    rules are left out on a server that predates them (1.20)."""
-    crd = cluster_operator_crd(schema, cel_rules=release_minor(server_version(api)) >= CEL_MINOR)
-    api.apply(f"{CRD_PATH}/{CRD_NAME}", crd, field_manager=INSTALLER)
+                crd: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
+    """Creates or updates the ``ClusterOperator`` CRD (ours, generated, unless ``crd`` is
+    given) and waits until it is served. Its CEL rules are left out on a server that predates
+    them (1.20)."""
+    if crd is None:
+        crd = cluster_operator_crd(schema,
+                                   cel_rules=release_minor(server_version(api)) >= CEL_MINOR)
+    api.apply(f"{CRD_PATH}/{CRD_NAME}", dict(crd), field_manager=INSTALLER)
     deadline = time.monotonic() + timeout
     while True:
         current = api.get(f"{CRD_PATH}/{CRD_NAME}")
