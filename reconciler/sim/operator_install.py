@@ -65,7 +65,7 @@ HELM_ANNOTATIONS = {
 
 def _without_nulls(value: Any) -> Any:
     """``value`` as the API server stores it: a null under a field that is not nullable is
-    dropped (the chart renders a few, e.g. ``openshift.deploy: null``)."""
+    dropped (the chart renders a few, e.g. the keys of ``vendor``)."""
     if isinstance(value, Mapping):
         return {str(k): _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
@@ -81,6 +81,13 @@ def _rendered() -> JSON:
         raise ValueError(f"{RENDERED_OBJECT}: expected one {KIND} document")
     rendered: JSON = _without_nulls(documents[0])
     return rendered
+
+
+#: what an install sets beside the chart's defaults: with those alone the chart renders
+#: ``openshift:`` empty (null), which the API server drops, and then refuses the object
+#: (``spec.openshift: Required value``); DaoCloud's packaging of the chart sets
+#: ``openshift.deploy: false``, and so does the simulator
+INSTALL_VALUES: JSON = {"openshift": {"deploy": False}}
 
 
 def rendered_object() -> JSON:
@@ -133,7 +140,7 @@ def cluster_operator(payload: Payload, *, spec: Mapping[str, Any] | None = None,
     of that spec that no Helm release made (metadata ``name`` only: no finalizer that would hold
     its deletion, no chart labels)."""
     rendered = rendered_object()
-    installed = rendered["spec"]
+    installed = merge_patch(INSTALL_VALUES, rendered["spec"])
     installed["driver"]["payload"].update(
         {"registry": payload.registry, "name": payload.name, "version": payload.version})
     body: JSON = {

@@ -14,6 +14,7 @@ from reconciler.sim.operator_install import (
     FINALIZER,
     HELM_ANNOTATIONS,
     HELM_LABELS,
+    INSTALL_VALUES,
     INSTALLED_UPGRADE_POLICY,
     RENDERED_OBJECT,
     VENDOR_DATA,
@@ -56,6 +57,8 @@ def test_the_installed_object_is_the_chart_rendering_with_the_simulators_payload
         "name": "driver-image", "registry": "cr.metax-tech.com/public-library",
         "version": "2.31.0.6", "pullPolicy": "IfNotPresent"}
     rendered["spec"]["driver"]["payload"] = co["spec"]["driver"]["payload"]
+    assert co["spec"]["openshift"] == {"deploy": False}, "what the chart's defaults leave null"
+    rendered["spec"]["openshift"] = co["spec"]["openshift"]
     assert co["spec"] == rendered["spec"], "everything else as the chart renders it"
     assert co["metadata"] == {
         "name": "cluster-operator", "finalizers": ["gpu.metax-tech.com/finalizers"],
@@ -72,10 +75,14 @@ def test_it_is_whole_by_the_vendors_crd_and_carries_nothing_the_crd_prunes() -> 
     co = cluster_operator(DEFAULT_PAYLOAD)
     assert _missing_required(schema["properties"]["spec"], co["spec"], "spec") == []
     assert "vfioManager" not in co["spec"]
-    # no nulls: the API server drops them (none of these fields is nullable)
-    text = RENDERED_OBJECT.read_text()
-    assert "deploy: null" in text
-    assert co["spec"]["openshift"] == {}
+    # no nulls: the API server drops them (none of these fields is nullable; a server-side
+    # apply refuses them), and openshift, which the chart's defaults leave null, is set
+    raw = YAML(typ="safe", pure=True).load(RENDERED_OBJECT.read_text())
+    assert raw["spec"]["vendor"]["domain"] is None
+    assert raw["spec"]["topoDiscovery"]["switchbox"]["clusterManagerAddress"] is None
+    assert (raw["spec"].get("openshift") or {}).get("deploy") is None
+    assert co["spec"]["openshift"] == INSTALL_VALUES["openshift"] == {"deploy": False}
+    assert "domain" not in co["spec"]["vendor"]
     assert "clusterManagerAddress" not in co["spec"]["topoDiscovery"]["switchbox"]
     # a spec of the driver alone is what the API server refuses
     assert _missing_required(schema["properties"]["spec"], {"driver": {}}, "spec") == [
@@ -110,7 +117,7 @@ def test_spec_is_a_merge_patch_onto_the_installed_spec() -> None:
     assert co["spec"]["driver"]["payload"]["version"] == DEFAULT_PAYLOAD.version
     assert co["spec"]["dataExporter"]["deploy"] is True
     assert co["spec"]["dataExporter"]["image"] == rendered_object()["spec"]["dataExporter"]["image"]
-    assert set(co["spec"]) == set(rendered_object()["spec"])
+    assert set(co["spec"]) == set(rendered_object()["spec"]) | {"openshift"}
     # neither side changed
     assert merge_patch({"a": {"b": 1}}, {"a": {"c": 2}}) == {"a": {"b": 1, "c": 2}}
     base = {"a": {"b": [1]}}
