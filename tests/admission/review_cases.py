@@ -6,10 +6,6 @@ import copy
 import uuid
 from typing import Any
 
-from reconciler.policy.payload import Payload
-from reconciler.sim.operator_install import FINALIZER, merge_patch
-from reconciler.sim.operator_install import cluster_operator as installed_object
-
 API_VERSION = "gpu.metax-tech.com/v1alpha1"
 OLD_VERSION, NEW_VERSION = "2.31.0.6", "2.33.0.9"
 REGISTRY = "registry.example.com/metax"
@@ -32,34 +28,25 @@ def policy(**overrides: Any) -> dict[str, Any]:
 
 def cluster_operator(name: str = "cluster-operator", *, version: str = NEW_VERSION,
                      upgrade_policy: dict[str, Any] | None = None,
-                     phase: str | None = None, stored: bool = False, whole: bool = False,
+                     phase: str | None = None, stored: bool = False,
                      **driver: Any) -> dict[str, Any]:
-    """A ClusterOperator; ``stored`` adds what the API server adds (uid, managedFields, ...).
-    ``whole``: every section the installed object has (the vendor's chart's, which its CRD
-    requires: what an API server admits); else ``spec.driver`` alone, all the rules read."""
-    driver_spec: dict[str, Any] = {
-        "payload": {"name": "driver-image", "registry": REGISTRY, "version": version,
-                    "pullPolicy": "IfNotPresent"},
-        "fwUpgradePolicy": "Never", "fwEnableVirt": False,
-        "upgradePolicy": upgrade_policy if upgrade_policy is not None else policy(),
-        **driver,
-    }
-    spec: dict[str, Any] = {"driver": driver_spec}
-    if whole:
-        installed = installed_object(Payload(REGISTRY, "driver-image", version), name=name,
-                                     release=False)["spec"]
-        installed["driver"]["upgradePolicy"] = {}  # the policy's own fields only
-        spec = merge_patch(installed, spec)
+    """A ClusterOperator; ``stored`` adds what the API server adds (uid, managedFields, ...)."""
     obj: dict[str, Any] = {
         "apiVersion": API_VERSION, "kind": "ClusterOperator",
         "metadata": {"name": name},
-        "spec": spec,
+        "spec": {"driver": {
+            "payload": {"name": "driver-image", "registry": REGISTRY, "version": version,
+                        "pullPolicy": "IfNotPresent"},
+            "fwUpgradePolicy": "Never", "fwEnableVirt": False,
+            "upgradePolicy": upgrade_policy if upgrade_policy is not None else policy(),
+            **driver,
+        }},
     }
     if stored:
         obj["metadata"].update({
             "uid": "6f1c2d4e-0000-4000-8000-000000000001", "resourceVersion": "1234",
             "generation": 3, "creationTimestamp": "2026-12-01T09:00:00Z",
-            "finalizers": [FINALIZER],
+            "finalizers": ["gpu.metax-tech.com"],
             "labels": {"app.kubernetes.io/managed-by": "Helm"},
             "annotations": {"meta.helm.sh/release-name": "metax-operator"},
             "managedFields": [{"manager": "helm", "operation": "Update",

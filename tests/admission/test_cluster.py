@@ -159,7 +159,7 @@ def _replace(path: str, value: Any) -> dict[str, Any]:
 def co(kube: KubeApi, daemon: Daemon) -> Iterator[str]:
     """A valid ClusterOperator (created through the webhook), deleted afterwards."""
     name = f"adm-{next(_NAMES)}"
-    kube.create(cluster_operator_path(), cluster_operator(name, version=OLD_VERSION, whole=True))
+    kube.create(cluster_operator_path(), cluster_operator(name, version=OLD_VERSION))
     try:
         yield name
     finally:
@@ -255,7 +255,7 @@ def test_pause_true_during_a_rollout_is_allowed(
 def test_the_rollbacks_payload_write_is_allowed_mid_rollout(
         control_plane: ControlPlane, kube: KubeApi, daemon: Daemon) -> None:
     name = "adm-rollback-payload"
-    kube.create(cluster_operator_path(), cluster_operator(name, whole=True))  # the new version
+    kube.create(cluster_operator_path(), cluster_operator(name))  # on the new version
     try:
         _set_phase(kube, name, "Disabling")
         result = _patch(control_plane, name, [_replace("/spec/driver/payload/version",
@@ -289,7 +289,7 @@ def test_a_create_with_a_bad_step_list_is_refused(
         control_plane: ControlPlane, kube: KubeApi, daemon: Daemon) -> None:
     # Each step goes back (no CRD rule can say so); the last one is 100%, so the CRD's own CEL
     # rule passes it on to the webhook on every release.
-    obj = cluster_operator("adm-bad-create", whole=True, upgrade_policy=policy(upgradeSteps=[
+    obj = cluster_operator("adm-bad-create", upgrade_policy=policy(upgradeSteps=[
         {"replicas": "50%", "pauseDuration": 0}, {"replicas": "20%", "pauseDuration": 0},
         {"replicas": 3, "pauseDuration": 0}, {"replicas": 2, "pauseDuration": 0},
         {"replicas": "100%", "pauseDuration": 0}]))
