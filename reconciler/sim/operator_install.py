@@ -20,11 +20,9 @@ import re
 import time
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-
+from reconciler import data
 from reconciler.kube.api import JSON, Conflict, KubeApi, NotFound, resource_path
 from reconciler.names import (
     API_VERSION,
@@ -47,9 +45,9 @@ DEFAULT_PAYLOAD = Payload(registry="cr.metax-tech.com/public-library", name="dri
 #: the vendor's chart and the object it renders with its default values (the project's copy)
 CHART_NAME = "metax-operator"
 CHART_VERSION = "0.15.2"
-VENDOR_DATA = Path(__file__).resolve().parents[1] / "data" / f"{CHART_NAME}-{CHART_VERSION}"
-RENDERED_OBJECT = VENDOR_DATA / "cluster-operator.yaml"
-VENDOR_CRD = VENDOR_DATA / "gpu.metax-tech.com_clusteroperators.yaml"
+VENDOR_DATA = data.VENDOR_DIR
+RENDERED_OBJECT = data.RENDERED_OBJECT_FILE
+VENDOR_CRD = data.VENDOR_CRD_FILE
 
 #: the DaemonSet's second node-selector label on real installs, and a label real nodes carry
 RUNTIME_READY_LABEL = "metax-tech.com/runtime.ready"
@@ -75,12 +73,11 @@ def _without_nulls(value: Any) -> Any:
 
 @cache
 def _rendered() -> JSON:
-    documents = [d for d in YAML(typ="safe", pure=True).load_all(RENDERED_OBJECT.read_text())
-                 if d]
-    if len(documents) != 1 or documents[0].get("kind") != KIND:
-        raise ValueError(f"{RENDERED_OBJECT}: expected one {KIND} document")
-    rendered: JSON = _without_nulls(documents[0])
-    return rendered
+    rendered = data.rendered_cluster_operator()
+    if rendered.get("kind") != KIND:
+        raise ValueError(f"{RENDERED_OBJECT}: expected a {KIND}")
+    without: JSON = _without_nulls(rendered)
+    return without
 
 
 #: what an install sets beside the chart's defaults: with those alone the chart renders
@@ -200,8 +197,7 @@ def release_minor(git_version: str) -> int:
 def vendor_crd() -> JSON:
     """The vendor's own ``ClusterOperator`` CRD, unchanged (the project's data copy of the
     chart's ``crds/``), for a test that must run on exactly what the vendor installs."""
-    crd: JSON = YAML(typ="safe", pure=True).load(VENDOR_CRD.read_text())
-    return crd
+    return data.vendor_crd()
 
 
 def install_crd(api: KubeApi, *, schema: Mapping[str, Any] | None = None,
