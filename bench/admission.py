@@ -4,9 +4,9 @@
 
 The server runs in a child process, as in the daemon (its own interpreter, so the clients here
 do not share its GIL); 50 clients (``--clients``) each keep one HTTPS connection, as the API
-server does, and send reviews back to back. The reviews are UPDATEs of the installed ClusterOperator (the whole
-object the vendor's chart 0.15.2 installs, docs/dev-cluster.md: every section, Helm metadata,
-managedFields), half of them a valid change while idle and half a locked
+server does, and send reviews back to back. The reviews are UPDATEs of the installed
+ClusterOperator (the whole object the vendor's chart 0.15.2 installs, docs/dev-cluster.md: every
+section, Helm metadata, managedFields), half of them a valid change while idle and half a locked
 change during a rollout (denied), so both answers are measured. Figures: latency percentiles per
 review, reviews/s, the server's CPU seconds.
 
