@@ -9,13 +9,13 @@ import datetime
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from reconciler.admission.certificates import Issued, issue_ca, issue_serving, write_cert_dir
 from reconciler.admission.config import CONFIG_NAME, webhook_configuration
 from reconciler.admission.server import AdmissionServer, CertificateSource
 from reconciler.kube.api import KubeApi, KubeError, resource_path
-from reconciler.names import API_VERSION, PLURAL
-from reconciler.sim.operator_install import DEFAULT_PAYLOAD, cluster_operator
+from reconciler.names import API_VERSION, KIND, PLURAL
 
 CONFIG_PATH = resource_path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations")
 FIELD_MANAGER = "gpu-reconciler-dev-cluster"
@@ -38,12 +38,14 @@ def unregister(api: KubeApi, *, name: str = CONFIG_NAME) -> None:
 
 def probe(api: KubeApi) -> str:
     """A server-side dry run of a ClusterOperator only the webhook refuses; the denial's text
-    (empty when the API server admitted it, i.e. the webhook is not called yet). The object is
-    the installed one (the vendor's CRD admits only a whole object) with steps that go back."""
-    body = cluster_operator(DEFAULT_PAYLOAD, name="admission-probe", release=False, spec={
-        "driver": {"upgradePolicy": {"enableRollout": True, "upgradeSteps": [
-            {"replicas": 2, "pauseDuration": 0}, {"replicas": 1, "pauseDuration": 0},
-            {"replicas": "100%", "pauseDuration": 0}]}}})
+    (empty when the API server admitted it, i.e. the webhook is not called yet)."""
+    body: dict[str, Any] = {
+        "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "admission-probe"},
+        "spec": {"driver": {"upgradePolicy": {
+            "enableRollout": True, "upgradeSteps": [
+                {"replicas": 2, "pauseDuration": 0}, {"replicas": 1, "pauseDuration": 0},
+                {"replicas": "100%", "pauseDuration": 0}]}}},
+    }
     try:
         api.request("POST", resource_path(API_VERSION, PLURAL), body=body,
                     query={"dryRun": "All"})

@@ -61,23 +61,14 @@ HELM_ANNOTATIONS = {
 }
 
 
-def _without_nulls(value: Any) -> Any:
-    """``value`` as the API server stores it: a null under a field that is not nullable is
-    dropped (the chart renders a few, e.g. the keys of ``vendor``)."""
-    if isinstance(value, Mapping):
-        return {str(k): _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
 @cache
 def _rendered() -> JSON:
-    rendered = data.rendered_cluster_operator()
-    if rendered.get("kind") != KIND:
+    """The rendered object as the API server stores it (``reconciler.data``: nulls dropped, as
+    none of those fields is nullable; no namespace, as the object is cluster-scoped)."""
+    stored: JSON = data.stored_cluster_operator()
+    if stored.get("kind") != KIND:
         raise ValueError(f"{RENDERED_OBJECT}: expected a {KIND}")
-    without: JSON = _without_nulls(rendered)
-    return without
+    return stored
 
 
 #: what an install sets beside the chart's defaults: with those alone the chart renders
