@@ -4,8 +4,8 @@
 
 The server runs in a child process, as in the daemon (its own interpreter, so the clients here
 do not share its GIL); 50 clients (``--clients``) each keep one HTTPS connection, as the API
-server does, and send reviews back to back. The reviews are UPDATEs of the installed 0.9.2
-ClusterOperator (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone: every
+server does, and send reviews back to back. The reviews are UPDATEs of the installed
+ClusterOperator (the whole object the vendor's chart 0.15.2 installs, docs/dev-cluster.md: every
 section, Helm metadata, managedFields), half of them a valid change while idle and half a locked
 change during a rollout (denied), so both answers are measured. Figures: latency percentiles per
 review, reviews/s, the server's CPU seconds.
@@ -152,7 +152,7 @@ def main() -> None:
 
     size = len(bodies[0]) / 1024
     print(f"{args.clients} concurrent clients x {args.reviews} reviews, {size:.0f} KiB each "
-          f"(UPDATE of the installed 0.9.2 object)")
+          f"(UPDATE of the installed object, chart 0.15.2)")
     print(f"  answers: {outcomes['allowed']} allowed, {outcomes['denied']} denied, "
           f"{outcomes['failed']} failed")
     print(f"  latency ms: p50 {pct(latencies, 50) * 1000:.1f}  p90 {pct(latencies, 90) * 1000:.1f}"

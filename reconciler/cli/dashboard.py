@@ -3,7 +3,7 @@
 It watches the ClusterOperator, the GPU nodes, pods, the driver DaemonSet and the object's Events
 (read-only), and with ``--repo`` reads the cluster's audit trail from Git. Exit status: 0 after
 SIGINT/SIGTERM, 2 on a usage error (bad kubeconfig, bad listen address, a repository that is not
-one).
+one) and when the port is taken (one line naming it and ``--listen``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,16 @@ def dashboard(cluster: str, repo: str | None, branch: str, state_dir: str | None
               kubeconfig: str, listen: str, cluster_operator: str,
               ready_timeout: float) -> None:
     """Serve a read-only live dashboard of the cluster's rollout."""
+    from reconciler.cli.errors import OneLineUsageError
     from reconciler.dashboard.audit import GitAudit
     from reconciler.dashboard.server import DashboardApp, describe_listen, serve
     from reconciler.dashboard.source import ClusterSource
     from reconciler.kube.api import KubeApi
-    from reconciler.ops.http_server import ListenAddressError, parse_listen_address
+    from reconciler.ops.http_server import (
+        ListenAddressError,
+        listen_failure,
+        parse_listen_address,
+    )
     from reconciler.ops.shutdown import Shutdown
 
     try:
@@ -74,7 +79,7 @@ def dashboard(cluster: str, repo: str | None, branch: str, state_dir: str | None
     except OSError as exc:
         source.stop()
         app.stop()
-        raise click.UsageError(f"cannot listen on {listen}: {exc}") from exc
+        raise OneLineUsageError(listen_failure(exc, flag="--listen", address=listen)) from exc
     click.echo(f"dashboard of {cluster} (ClusterOperator {cluster_operator}) at {server.url}/",
                err=False)
     try:

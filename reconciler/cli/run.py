@@ -18,11 +18,13 @@ from typing import Any
 import click
 
 from reconciler.cli.durations import parse_duration_seconds
+from reconciler.cli.errors import OneLineUsageError
 from reconciler.daemon.settings import (
     Admission,
     DaemonSettings,
     Election,
     Forge,
+    ListenFailed,
     RepoConfigArg,
     SettingRefused,
     Signatures,
@@ -217,6 +219,8 @@ def _as_usage_errors() -> Iterator[None]:
     """The daemon's refusals as the CLI's errors: exit 2 naming the flag, or exit 1."""
     try:
         yield
+    except ListenFailed as exc:
+        raise OneLineUsageError(str(exc)) from exc
     except SettingRefused as exc:
         raise click.BadParameter(str(exc), param_hint=exc.flag) from exc
     except UsageRefused as exc:

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from reconciler.daemon.settings import (
     DaemonSettings,
+    ListenFailed,
     SettingRefused,
     StartFailed,
     UsageRefused,
@@ -44,18 +45,49 @@ API_POOL_SIZE = 64
 
 
 class _Server(Protocol):
-    def start(self) -> None: ...
+    def start(self) -> object: ...
 
     def stop(self) -> None: ...
 
 
-def _listen(server: _Server, step: str, shutdown: Shutdown, *, flag: str) -> None:
-    """Starts a listener (a port taken: the daemon cannot start) and stops it at shutdown."""
+_S = TypeVar("_S", bound=_Server)
+
+
+def _listen(make: Callable[[], _S], step: str, shutdown: Shutdown, *, flag: str,
+            address: str, off: bool = False) -> _S:
+    """Binds and starts a listener and stops it at shutdown. The socket is bound when the
+    server is made: a port taken is one line naming the port and ``flag`` (exit 2), never a
+    traceback. ``off``: ``flag`` also takes ``off``."""
+    from reconciler.ops.http_server import listen_failure
+
     try:
+        server = make()
         server.start()
     except OSError as exc:
-        raise StartFailed(f"{flag}: {exc}") from exc
+        raise ListenFailed(listen_failure(exc, flag=flag, address=address, off=off)) from exc
     shutdown.on_shutdown(step, server.stop)
+    return server
+
+
+def _check_port(address: str, *, flag: str) -> None:
+    """A listener started later (``flag``'s ``address``) would find its port taken: one line
+    (exit 2) now, before any role starts. An address that does not parse is refused where the
+    listener starts."""
+    from reconciler.ops.http_server import (
+        ListenAddressError,
+        listen_failure,
+        parse_listen_address,
+        try_listen,
+    )
+
+    try:
+        host, port = parse_listen_address(address)
+    except ListenAddressError:
+        return
+    try:
+        try_listen(host, port)
+    except OSError as exc:
+        raise ListenFailed(listen_failure(exc, flag=flag, address=address)) from exc
 
 
 class Leadership:
@@ -96,12 +128,15 @@ def serve(s: DaemonSettings) -> int:
             ops_address = parse_listen_address(s.ops_listen)
         except ListenAddressError as exc:
             raise SettingRefused(str(exc), flag="--ops-listen") from exc
-        ops = OpsServer(*ops_address, checks=checks, metrics=metrics)
-        _listen(ops, "ops server", shutdown, flag=f"--ops-listen {s.ops_listen}")
+        ops = _listen(partial(OpsServer, *ops_address, checks=checks, metrics=metrics),
+                      "ops server", shutdown, flag="--ops-listen", address=s.ops_listen,
+                      off=True)
         log.info("ops endpoints on %s (/healthz /readyz /metrics)", ops.url)
 
+    #: why the daemon stopped itself (exit status 2), e.g. a port taken after the start
+    fatal: list[str] = []
     if s.admission.listen:
-        _start_admission(s, api, leader, shutdown)
+        _start_admission(s, api, leader, shutdown, fatal)
 
     controller: RolloutController | None = None
     firmware: FirmwareController | None = None
@@ -112,6 +147,9 @@ def serve(s: DaemonSettings) -> int:
             return {}
         return {"in_flight": last.in_flight, "unavailable": last.unavailable}
 
+    if s.webhook.listen and s.runs_sync:
+        # bound once the sync runs; a port taken is said before any role starts
+        _check_port(s.webhook.listen, flag="--webhook-listen")
     live = _live_settings(s, shutdown)
     sync = (_start_sync(s, api, metrics, leader, shutdown,
                         node_counts if s.runs_controller else None, live)
@@ -137,7 +175,7 @@ def serve(s: DaemonSettings) -> int:
     leader.revoke()
     failed = shutdown.run_steps()
     log.info("stopped%s", f" (failed steps: {', '.join(failed)})" if failed else "")
-    return 0
+    return 2 if fatal else 0
 
 
 def _start_controllers(s: DaemonSettings, api: KubeApi, metrics: Metrics, leader: Leadership,
@@ -453,15 +491,16 @@ def _start_webhook(s: DaemonSettings, sync: ClusterSync, metrics: Metrics,
         trigger=lambda event: sync.trigger(),
         metrics=metrics,
     )
-    server = WebhookServer(host, port, receiver)
-    _listen(server, "webhook server", shutdown, flag=f"--webhook-listen {w.listen}")
+    server = _listen(partial(WebhookServer, host, port, receiver), "webhook server", shutdown,
+                     flag="--webhook-listen", address=w.listen)
     log.info("webhook receiver on %s/webhook", server.url)
 
 
 def _start_admission(s: DaemonSettings, api: KubeApi, leader: Leadership,
-                     shutdown: Shutdown) -> None:
+                     shutdown: Shutdown, fatal: list[str]) -> None:
     """The admission webhook's own HTTPS listener (docs/admission.md). Every replica serves it,
-    leader or not: the API server calls whichever Service endpoint it picks."""
+    leader or not: the API server calls whichever Service endpoint it picks. ``fatal``: why the
+    daemon stopped itself (a port taken after the start)."""
     from reconciler.admission.server import AdmissionServer, CertificateError, CertificateSource
     from reconciler.ops.http_server import ListenAddressError, parse_listen_address
 
@@ -476,39 +515,39 @@ def _start_admission(s: DaemonSettings, api: KubeApi, leader: Leadership,
         raise SettingRefused(str(exc), flag="--admission-listen") from exc
 
     def serve(cert_dir: Path) -> None:
-        server = AdmissionServer(host, port, CertificateSource(cert_dir))
-        server.start()
-        shutdown.on_shutdown("admission webhook", server.stop)
+        server = _listen(partial(AdmissionServer, host, port, CertificateSource(cert_dir)),
+                         "admission webhook", shutdown, flag="--admission-listen",
+                         address=a.listen or "")
         log.info("admission webhook on %s (certificate from %s)", server.url, cert_dir)
 
     if a.self_signed:
-        _self_signed(s, api, leader, shutdown, serve)
+        _self_signed(s, api, leader, shutdown, serve, fatal)
         return
     assert a.cert_dir is not None
     try:
         serve(a.cert_dir)
     except CertificateError as exc:
         raise SettingRefused(str(exc), flag="--admission-cert-dir") from exc
-    except OSError as exc:
-        raise StartFailed(f"--admission-listen {a.listen}: {exc}") from exc
 
 
 def _self_signed(s: DaemonSettings, api: KubeApi, leader: Leadership, shutdown: Shutdown,
-                 serve: Callable[[Path], None]) -> None:
+                 serve: Callable[[Path], None], fatal: list[str]) -> None:
     """The Secret-held certificate: the listener starts once the Secret has a pair (at once
-    for a leader, once the leader issued it for the others)."""
+    for a leader, once the leader issued it for the others). Its port is tried at start, so a
+    port taken then stops the start; one taken later stops the daemon with exit status 2."""
     from reconciler.admission.self_signed import SelfSignedCertificates
     from reconciler.gitops.mirror import default_state_dir
-
     a = s.admission
     namespace = s.election.namespace
     cert_dir = (s.state_dir or default_state_dir()) / "admission-tls"
+    _check_port(a.listen or "", flag="--admission-listen")
 
     def ready() -> None:
         try:
             serve(cert_dir)
-        except OSError as exc:  # the port is taken: nothing to serve with, stop the daemon
-            log.error("--admission-listen %s: %s", a.listen, exc)
+        except ListenFailed as exc:  # taken since the start: nothing to serve with, stop
+            fatal.append(str(exc))
+            log.error("%s", exc)
             os.kill(os.getpid(), signal.SIGTERM)
 
     certificates = SelfSignedCertificates(

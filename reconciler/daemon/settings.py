@@ -4,8 +4,10 @@ adds (the settings in force, the forge section) is read by the assembly, at star
 commit.
 
 A refusal names what to fix: ``UsageRefused`` (the settings do not go together: exit 2),
-``SettingRefused`` (one flag's value: exit 2, naming the flag) and ``StartFailed`` (a part could
-not start: exit 1). The CLI turns them into its own errors; nothing here knows the CLI.
+``SettingRefused`` (one flag's value: exit 2, naming the flag), ``ListenFailed`` (a listener's
+port is taken: exit 2, one line naming the port and the flag that moves it) and ``StartFailed``
+(a part could not start: exit 1). The CLI turns them into its own errors; nothing here knows
+the CLI.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ class SettingRefused(DaemonError):
 
 
 class StartFailed(DaemonError):
-    """A part could not start (a port taken, a repository unusable)."""
+    """A part could not start (a repository unusable)."""
+
+
+class ListenFailed(DaemonError):
+    """A listener could not bind its address (a port taken by another process): the message is
+    one line naming the port and the flag that moves it."""
 
 
 @dataclass(frozen=True, slots=True)

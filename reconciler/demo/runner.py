@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -29,11 +28,11 @@ from ruamel.yaml import YAML
 
 from reconciler.demo.gitwork import DemoGitError, Person, Remote, Webhook, WorkingCopy
 from reconciler.demo.progress import NodeView, Snapshot, changes, render, snapshot_from
-from reconciler.gitops.edits import FieldEdit
+from reconciler.gitops.edits import EditOutcome, FieldEdit, edit_policy_text
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.kube.objects import cluster_operator_path
-from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
-from reconciler.policy.payload import Payload
+from reconciler.names import ARCH_SUFFIXES, CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
+from reconciler.policy.payload import Payload, normalize_version
 from reconciler.sim.children import die_with_parent
 
 CLUSTER = "lab-10"
@@ -53,6 +52,14 @@ class DemoError(RuntimeError):
 
 class Interrupted(Exception):
     pass
+
+
+VERSION_FIELD = ("spec", "driver", "payload", "version")
+
+
+def _same_version(written: str | None, version: str) -> bool:
+    """``2.33.0.9`` and ``2.33.0.9-amd64`` are the same driver."""
+    return written is not None and normalize_version(written) == normalize_version(version)
 
 
 def examples_repo() -> Path:
@@ -100,6 +107,12 @@ class Demo:
         self.note = (f"simulated driver install: {options.install_seconds:g} s per node "
                      "(a real one takes minutes)")
         self._dashboard: list[Any] = []  # what to stop: server, app, source
+        #: the arch suffix the example's policy file writes versions with ("" for none)
+        self.arch = ""
+
+    def written(self, version: str) -> str:
+        """``version`` as the policy file writes versions (the example's arch suffix)."""
+        return version + self.arch
 
     # -- output ------------------------------------------------------------------------------
 
@@ -276,6 +289,8 @@ class Demo:
             raise DemoError(f"{examples / POLICY_FILE} not found: the demo runs from a source "
                             "checkout (or give --examples DIR)")
         payload = YAML(typ="safe").load(policy_text)["spec"]["driver"]["payload"]
+        # the example writes versions with their arch suffix (2.33.0.9-amd64): the demo's too
+        self.arch = next((s for s in ARCH_SUFFIXES if str(payload["version"]).endswith(s)), "")
         n = self.options.nodes
         self.say(f"simulating {n} GPU nodes on driver {OLD} ({self.note})")
         self.fleet = Fleet(self.api, nodes=n, install_seconds=self.options.install_seconds,
@@ -303,7 +318,7 @@ class Demo:
 
         self._start_daemon(port, secret)
         applied = self.wait(lambda s: s.phase is not None and s.policy.enable_rollout
-                            and s.spec_version == OLD, 90,
+                            and _same_version(s.spec_version, OLD), 90,
                             "the reconciler to apply the repository's lab-10 policy")
         self.say(f"the reconciler applied {POLICY_FILE} (phase {applied.phase})")
         self._start_admission()
@@ -311,7 +326,7 @@ class Demo:
 
         # a pull request bumps the driver; the CI check validates it; Alice merges it
         alice.git("checkout", "--quiet", "-b", "upgrade-driver")
-        alice.edit_policy(POLICY_FILE, [FieldEdit(("spec", "driver", "payload", "version"), NEW)],
+        alice.edit_policy(POLICY_FILE, [FieldEdit(VERSION_FIELD, self.written(NEW))],
                           f"{CLUSTER}: upgrade the GPU driver to {NEW}")
         check = self._reconciler("validate", "--against", "origin/main", cwd=alice.path)
         verdict = (check.stdout + check.stderr).strip().splitlines()
@@ -373,9 +388,14 @@ class Demo:
             else:
                 shutil.copy2(entry, target)
         policy = alice.path / POLICY_FILE
-        # the repository before the upgrade: lab-10 on the old driver
-        text = re.sub(r"(\n\s*version:\s*)\S+[^\n]*", rf"\g<1>{OLD}", policy.read_text(), count=1)
-        policy.write_text(text)
+        # the repository before the upgrade: lab-10 on the old driver (the payload's version,
+        # written as the example writes versions; the file is a whole object with more)
+        edited = edit_policy_text(policy.read_text(), [FieldEdit(VERSION_FIELD,
+                                                                 self.written(OLD))])
+        if edited.outcome is not EditOutcome.CHANGED or edited.text is None:
+            raise DemoError(f"{POLICY_FILE}: cannot set the payload version: "
+                            f"{edited.outcome.value} {edited.detail or ''}")
+        policy.write_text(edited.text)
         alice.git("checkout", "--quiet", "-B", "main")
         alice.git("add", "--all")
         alice.git("commit", "--quiet", "-m",
@@ -517,7 +537,7 @@ class Demo:
     @staticmethod
     def _completed(snap: Snapshot) -> bool:
         return (snap.phase == "Idling" and snap.state == "Completed"
-                and snap.step == snap.steps and snap.spec_version == NEW
+                and snap.step == snap.steps and _same_version(snap.spec_version, NEW)
                 and snap.on(NEW) == len(snap.nodes) > 0)
 
     def _git_policy(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ standard library leaves open to an unauthenticated client is closed here (``Serv
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import io
 import ipaddress
@@ -57,6 +58,38 @@ def parse_listen_address(address: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return (host or "0.0.0.0", port)
+
+
+def listen_failure(exc: OSError, *, flag: str, address: str, off: bool = False) -> str:
+    """One line for a listener that could not bind ``address`` (``flag``'s value): the port and
+    the flag that moves it, instead of a traceback. ``off``: the flag also takes ``off``."""
+    try:
+        host, port = parse_listen_address(address)
+    except ListenAddressError:
+        host, port = address, 0
+    moves = f"give it another with {flag} HOST:PORT" + (f" or {flag} off" if off else "")
+    if exc.errno == errno.EADDRINUSE:
+        return (f"{flag} {address}: port {port} is already in use (another process listens on "
+                f"it, e.g. a second reconciler on this host); {moves}")
+    if exc.errno == errno.EACCES:
+        return (f"{flag} {address}: not allowed to listen on port {port} (below 1024 needs "
+                f"privileges); {moves}")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{flag} {address}: {host} is not an address of this host; {moves}"
+    return f"{flag} {address}: cannot listen on port {port}: {exc.strerror or exc}; {moves}"
+
+
+def try_listen(host: str, port: int) -> None:
+    """Binds ``host:port`` as the servers here do (``SO_REUSEADDR``) and lets it go again: an
+    ``OSError`` says a listener started there later would fail (a listener that starts only
+    once something else is ready checks its port at start with this)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,22 @@ def previous_payload(snapshot: RolloutSnapshot) -> dict[str, Any]:
     last = (snapshot.status.get("lastAppliedSpec") or {}).get("payload")
     if last and Payload.from_spec(last).image == snapshot.daemonset.current_image:
         return dict(last)
-    image = snapshot.daemonset.current_image
-    repo, _, version = image.rpartition(":")
-    registry, _, name = repo.rpartition("/")
+    registry, name, version = split_image(snapshot.daemonset.current_image,
+                                          str(snapshot.payload.get("name") or ""))
     result: dict[str, Any] = dict(snapshot.payload)
     result.update({"registry": registry, "name": name, "version": version})
     return result
+
+
+def split_image(image: str, name: str = "") -> tuple[str, str, str]:
+    """``<registry>/<name>:<version>`` back into its parts. A name with a folder (the vendor's
+    ``metax/driver-image``) stays whole when the image ends with ``name``, so the payload keeps
+    the spelling the spec has; else the name is the image's last path part."""
+    repo, _, version = image.rpartition(":")
+    if name and (repo == name or repo.endswith(f"/{name}")):
+        return repo[: len(repo) - len(name)].rstrip("/"), name, version
+    registry, _, last = repo.rpartition("/")
+    return registry, last, version
 
 
 def begin(p: Pass, phase: str, reason: str, why: str) -> None:

@@ -2,11 +2,12 @@
 CRD, the ``cluster-operator`` object, the ``metax-operator`` namespace and the ``metax-driver``
 DaemonSet (OnDelete) running the payload's image.
 
-The ``cluster-operator`` object is the one a Helm install of the vendor operator 0.9.2 carries
-(docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone): the vendor's finalizer,
-Helm's labels and annotations, and the full ``spec`` (every component section, ``upgradePolicy`` as
-installed), with the simulator's registry and starting version. ``release_finalizer`` is the vendor
-operator's part of a deletion.
+The ``cluster-operator`` object is the one a Helm install of the vendor's chart 0.15.2 carries
+(docs/dev-cluster.md#what-the-vendor-operators-install-looks-like): the object the chart renders
+with its default values (the project's copy, ``reconciler/data/metax-operator-0.15.2/
+cluster-operator.yaml``: every spec section the vendor's CRD requires), the chart's finalizer,
+labels and Helm's annotations, with the simulator's payload (registry, name, version).
+``release_finalizer`` is the vendor operator's part of a deletion.
 
 Objects that exist already are left alone: once installed, the DaemonSet template belongs to the
 rollout controller and the ``ClusterOperator`` spec to Git.
@@ -18,8 +19,10 @@ import copy
 import re
 import time
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
+from reconciler import data
 from reconciler.kube.api import JSON, Conflict, KubeApi, NotFound, resource_path
 from reconciler.names import (
     API_VERSION,
@@ -39,99 +42,109 @@ INSTALLER = "metax-operator-sim"
 DEFAULT_PAYLOAD = Payload(registry="cr.metax-tech.com/public-library", name="driver-image",
                           version="2.31.0.6")
 
-#: the vendor operator's finalizer on ``cluster-operator`` (it removes it once it has cleaned up)
-FINALIZER = "gpu.metax-tech.com"
+#: the vendor's chart and the object it renders with its default values (the project's copy)
+CHART_NAME = "metax-operator"
+CHART_VERSION = "0.15.2"
+VENDOR_DATA = data.VENDOR_DIR
+RENDERED_OBJECT = data.RENDERED_OBJECT_FILE
+VENDOR_CRD = data.VENDOR_CRD_FILE
+
 #: the DaemonSet's second node-selector label on real installs, and a label real nodes carry
 RUNTIME_READY_LABEL = "metax-tech.com/runtime.ready"
 DRIVER_MODE_LABEL = "metax-tech.com/gpu.driver.mode"
 
-# What Helm puts on the objects of the vendor's chart (release ``metax-operator``).
-CHART_NAME = "metax-operator"
-CHART_VERSION = "0.9.2"
+#: the Helm release the simulator plays (``helm install metax-operator ... -n metax-operator``)
 HELM_RELEASE = "metax-operator"
-HELM_LABELS = {
-    "app.kubernetes.io/managed-by": "Helm",
-    "app.kubernetes.io/instance": HELM_RELEASE,
-    "app.kubernetes.io/name": CHART_NAME,
-    "app.kubernetes.io/version": CHART_VERSION,
-    "helm.sh/chart": f"{CHART_NAME}-{CHART_VERSION}",
-}
 HELM_ANNOTATIONS = {
     "meta.helm.sh/release-name": HELM_RELEASE,
     "meta.helm.sh/release-namespace": OPERATOR_NAMESPACE,
 }
 
-#: ``spec.driver.upgradePolicy`` as the vendor's chart installs it
-#: (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone)
-INSTALLED_UPGRADE_POLICY: JSON = {
-    "enableRollout": False,
-    "fallback": "pause",
-    "maxFailureThreshold": 5,
-    "maxParallel": "100%",
-    "maxUnavailable": "0%",
-    "pause": False,
-    "upgradeSteps": [
-        {"replicas": 1, "pauseDuration": 30000},
-        {"replicas": "100%", "pauseDuration": 0},
-    ],
+
+@cache
+def _rendered() -> JSON:
+    """The rendered object as the API server stores it (``reconciler.data``: nulls dropped, as
+    none of those fields is nullable; no namespace, as the object is cluster-scoped)."""
+    stored: JSON = data.stored_cluster_operator()
+    if stored.get("kind") != KIND:
+        raise ValueError(f"{RENDERED_OBJECT}: expected a {KIND}")
+    return stored
+
+
+#: what an install sets beside the chart's defaults: with those alone the chart renders
+#: ``openshift:`` empty (null), which the API server drops, and then refuses the object
+#: (``spec.openshift: Required value``); DaoCloud's packaging of the chart sets
+#: ``openshift.deploy: false``, and so does the simulator
+INSTALL_VALUES: JSON = {"openshift": {"deploy": False}}
+
+
+def rendered_object() -> JSON:
+    """The ``ClusterOperator`` the vendor's chart 0.15.2 renders with its default values, as
+    the API server stores it (a copy: change it at will)."""
+    return copy.deepcopy(_rendered())
+
+
+#: the vendor operator's finalizer on ``cluster-operator`` (it removes it once it has cleaned up)
+FINALIZER: str = _rendered()["metadata"]["finalizers"][0]
+#: what the chart puts on the object (``helm.sh/chart``, ``app.kubernetes.io/*``, managed-by
+#: Helm), with the simulator's release as ``app.kubernetes.io/instance``
+HELM_LABELS: dict[str, str] = {
+    **{str(k): str(v) for k, v in _rendered()["metadata"]["labels"].items()},
+    "app.kubernetes.io/instance": HELM_RELEASE,
 }
 
-# The other components' images (name per section) and the chart's log settings.
-_COMPONENT_IMAGES = {
-    "dataExporter": "mx-exporter",
-    "devicePlugin": "gpu-device",
-    "labelgen": "gpu-label",
-    "maca": "maca-native",
-    "runtime": "container-runtime",
-    "vfioManager": "vfio-manager",
-}
-_LOG: JSON = {"dir": "/var/log/metax", "format": "text", "level": "info", "maxAge": 7,
-              "rotationTime": 24}
+#: ``spec.driver.upgradePolicy`` as the vendor's chart installs it
+#: (docs/dev-cluster.md#what-the-vendor-operators-install-looks-like)
+INSTALLED_UPGRADE_POLICY: JSON = copy.deepcopy(_rendered()["spec"]["driver"]["upgradePolicy"])
 
 CRD_PATH = resource_path("apiextensions.k8s.io/v1", "customresourcedefinitions")
 CO_PATH = resource_path(API_VERSION, PLURAL)
 DAEMONSET_PATH = resource_path("apps/v1", "daemonsets", namespace=OPERATOR_NAMESPACE)
 
 
-def _component(name: str, registry: str) -> JSON:
-    return {
-        "image": {"name": name, "pullPolicy": "IfNotPresent", "registry": registry,
-                  "version": CHART_VERSION},
-        "log": copy.deepcopy(_LOG),
-    }
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` as a JSON merge patch (RFC 7386): mappings merge key by
+    key, a null removes the key, anything else (lists too) replaces. Neither is changed."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result: dict[str, Any] = (
+        copy.deepcopy(dict(target)) if isinstance(target, Mapping) else {})
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
 
 
-def cluster_operator(payload: Payload, *, spec: Mapping[str, Any] | None = None) -> JSON:
-    """The ``cluster-operator`` object a fresh vendor install carries
-    (docs/dev-cluster.md#what-the-vendor-operators-install-looks-like), running ``payload``;
-    ``spec`` replaces the whole spec."""
-    driver: JSON = {
-        "deployPolicy": "PreferCloud",
-        "fwEffectPolicy": "NextReboot",
-        "fwEnableVirt": False,
-        "fwUpgradePolicy": "Never",
-        "image": {"name": "driver-manager", "pullPolicy": "IfNotPresent",
-                  "registry": payload.registry, "version": CHART_VERSION},
-        "log": copy.deepcopy(_LOG),
-        "payload": {"name": payload.name, "pullPolicy": "IfNotPresent",
-                    "registry": payload.registry, "version": payload.version},
-        "upgradePolicy": copy.deepcopy(INSTALLED_UPGRADE_POLICY),
-    }
-    sections = {section: _component(image, payload.registry)
-                for section, image in _COMPONENT_IMAGES.items()}
+def cluster_operator(payload: Payload, *, spec: Mapping[str, Any] | None = None,
+                     name: str = CLUSTER_OPERATOR_NAME, release: bool = True) -> JSON:
+    """The ``cluster-operator`` object a fresh install of the vendor's chart carries
+    (docs/dev-cluster.md#what-the-vendor-operators-install-looks-like), running ``payload``.
+
+    ``spec`` is a merge patch onto the installed spec (``{"driver": {"upgradePolicy": ...}}``
+    changes that section and keeps the others the vendor's CRD requires; a null removes a
+    field): a whole object, which is all the vendor's CRD admits. ``release=False``: an object
+    of that spec that no Helm release made (metadata ``name`` only: no finalizer that would hold
+    its deletion, no chart labels)."""
+    rendered = rendered_object()
+    installed = merge_patch(INSTALL_VALUES, rendered["spec"])
+    installed["driver"]["payload"].update(
+        {"registry": payload.registry, "name": payload.name, "version": payload.version})
     body: JSON = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
-            "name": CLUSTER_OPERATOR_NAME,
-            "finalizers": [FINALIZER],
+            # cluster-scoped: the namespace the chart renders is dropped by the API server
+            "name": name,
+            "finalizers": list(rendered["metadata"]["finalizers"]),
             "labels": dict(HELM_LABELS),
             "annotations": dict(HELM_ANNOTATIONS),
         },
-        "spec": {"driver": driver, **sections},
+        "spec": installed if spec is None else merge_patch(installed, spec),
     }
-    if spec is not None:
-        body["spec"] = dict(spec)
+    if not release:
+        body["metadata"] = {"name": name}
     return body
 
 
@@ -172,12 +185,21 @@ def release_minor(git_version: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def vendor_crd() -> JSON:
+    """The vendor's own ``ClusterOperator`` CRD, unchanged (the project's data copy of the
+    chart's ``crds/``), for a test that must run on exactly what the vendor installs."""
+    return data.vendor_crd()
+
+
 def install_crd(api: KubeApi, *, schema: Mapping[str, Any] | None = None,
-                timeout: float = 30.0) -> None:
-    """Creates or updates the ``ClusterOperator`` CRD and waits until it is served. Its CEL
-    rules are left out on a server that predates them (1.20)."""
-    crd = cluster_operator_crd(schema, cel_rules=release_minor(server_version(api)) >= CEL_MINOR)
-    api.apply(f"{CRD_PATH}/{CRD_NAME}", crd, field_manager=INSTALLER)
+                crd: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
+    """Creates or updates the ``ClusterOperator`` CRD (ours, generated, unless ``crd`` is
+    given) and waits until it is served. Its CEL rules are left out on a server that predates
+    them (1.20)."""
+    if crd is None:
+        crd = cluster_operator_crd(schema,
+                                   cel_rules=release_minor(server_version(api)) >= CEL_MINOR)
+    api.apply(f"{CRD_PATH}/{CRD_NAME}", dict(crd), field_manager=INSTALLER)
     deadline = time.monotonic() + timeout
     while True:
         current = api.get(f"{CRD_PATH}/{CRD_NAME}")

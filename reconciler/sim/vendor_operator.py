@@ -4,8 +4,9 @@ reconciler/sim/operator_install.py).
 - It installs its objects (unless the fleet is told not to): the ``ClusterOperator`` before the
   nodes register, the ``metax-driver`` DaemonSet after them, so the DaemonSet controller sees
   them all at once.
-- Deleting the ``cluster-operator`` object: it removes its finalizer (``gpu.metax-tech.com``)
-  once the object is being deleted, so the deletion completes.
+- Deleting the ``cluster-operator`` object: it removes its finalizer
+  (``gpu.metax-tech.com/finalizers``) once the object is being deleted, so the deletion
+  completes.
 - ``spec.driver.fwUpgradePolicy``: its driver-manager flashes firmware while it is
   ``PreferCloud`` (reconciler/sim/firmware_host.py).
 """

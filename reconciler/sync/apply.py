@@ -16,7 +16,7 @@ from reconciler.fleet.promotion import (
 from reconciler.gitops.edits import EditOutcome, FieldEdit, edit_policy_text
 from reconciler.gitops.repository import PolicyRepository
 from reconciler.gitops.status_policy import build_snapshot
-from reconciler.kube.api import JSON, KubeApi
+from reconciler.kube.api import JSON, KubeApi, KubeError
 from reconciler.names import ACTIVE_PHASES
 from reconciler.ops.metrics import Metrics
 from reconciler.policy.findings import Finding
@@ -38,6 +38,21 @@ MAX_FINDINGS = 20
 MAX_APPLIES_KEPT = 1000
 #: ``mode: branch`` / ``auto``: the upstream's snapshot is looked at again this often (seconds)
 UPSTREAM_RECHECK = 10.0
+
+
+class NotInstalled(KubeError):
+    """The ClusterOperator does not exist and the API server refused to create it from the
+    policy file: the vendor's CRD admits only a whole object, which the vendor's chart installs
+    (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone). Retried like any
+    refusal of the API server: the commit is applied once the object is installed."""
+
+    def __init__(self, refused: KubeError, name: str) -> None:
+        super().__init__(
+            refused.status, refused.reason,
+            f"ClusterOperator {name} is not installed, and the policy file is not a whole object "
+            f"the CRD admits ({refused.message}); install the vendor's operator first (its Helm "
+            f"chart creates {name}): the commit is applied once it exists",
+            method=refused.method, path=refused.path, causes=refused.causes)
 
 
 class CommitShell:
@@ -115,7 +130,12 @@ class CommitShell:
         """Server-side apply of ``plan.body``; then the log line, the Event and the
         write-backs the plan asks for."""
         sha = view.source
-        applied = self.drift.apply_commit(plan.body)
+        try:
+            applied = self.drift.apply_commit(plan.body)
+        except KubeError as exc:
+            if view.live is None and exc.status == 422:
+                raise NotInstalled(exc, self.name) from exc
+            raise
         elapsed = self.monotonic() - seen_at
         self.set_live(applied)
         self.baseline.applied(plan.proposed, view.head)

@@ -60,7 +60,8 @@ def test_up_with_admission_refuses_bad_patches_with_our_message(tmp_path: Path) 
         assert refused.returncode != 0
         assert f'admission webhook "{WEBHOOK_NAME}" denied the request' in refused.stderr
         assert "[steps-increasing]" in refused.stderr
-        # the installed 0.9.2 object (Helm metadata, finalizer) takes a good patch, no warnings
+        # the installed object (chart 0.15.2: Helm metadata, finalizer) takes a good patch, no
+        # warnings
         good = [{"op": "replace", "path": "/spec/driver/upgradePolicy/pause", "value": True}]
         allowed = _kubectl(kubeconfig, "patch", "ClusterOperator/cluster-operator",
                            "--type", "json", "--patch", json.dumps(good))

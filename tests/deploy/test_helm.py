@@ -101,8 +101,10 @@ def test_the_kustomize_manifests_are_the_chart_rendered() -> None:
     assert set(rendered) == listed - {"crd.yaml"}
     drifted = [name for name, text in rendered.items() if (DEPLOY / name).read_text() != text]
     assert drifted == [], f"stale, run scripts/render-manifests: {drifted}"
-    assert (DEPLOY / "crd.yaml").read_text() == (CHART / "crds" / "clusteroperator.yaml"
-                                                  ).read_text()
+    # the chart's CRD is deploy/crd.yaml itself (a link), and the manifests leave it out of
+    # the rendering (crd.install: false): one file, from deploy/generate-crd
+    assert (CHART / "files" / "crd.yaml").resolve() == (DEPLOY / "crd.yaml").resolve()
+    assert not (CHART / "crds").exists(), "helm 4 would apply crds/ over the vendor's CRD"
     check = subprocess.run([str(ROOT / "scripts" / "render-manifests"), "--check"],
                            capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stderr
@@ -129,7 +131,7 @@ def test_the_defaults_carry_helms_labels_and_need_no_other_projects_crds() -> No
     documents = _template()
     assert {d["kind"] for d in documents} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-        "Deployment", "ValidatingWebhookConfiguration"}
+        "Deployment", "ValidatingWebhookConfiguration", "CustomResourceDefinition"}
     unlabelled = [f"{d['kind']}/{d['metadata']['name']}" for d in documents
                   if not set(d["metadata"].get("labels") or {}) >= STANDARD_LABELS]
     assert unlabelled == []
@@ -138,8 +140,15 @@ def test_the_defaults_carry_helms_labels_and_need_no_other_projects_crds() -> No
     assert selector == {"app.kubernetes.io/name": "gpu-gitops-reconciler",
                         "app.kubernetes.io/instance": RELEASE}
     assert "--admission-self-signed" in _args(documents)
-    crds = _documents(helm("show", "crds", str(CHART)).stdout)
-    assert [c["metadata"]["name"] for c in crds] == ["clusteroperators.gpu.metax-tech.com"]
+    # the CRD is a template (made only where none exists: tests/deploy/test_helm_crd.py), kept
+    # on uninstall; nothing in crds/, which helm 4 would apply over the vendor's CRD
+    assert helm("show", "crds", str(CHART)).stdout.strip() == ""
+    (crd,) = _of(documents, "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "clusteroperators.gpu.metax-tech.com"
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert {k: v for k, v in crd.items() if k != "metadata"} == {
+        k: v for k, v in load_documents(DEPLOY / "crd.yaml")[0].items() if k != "metadata"}
+    assert not _of(_template("--set", "crd.install=false"), "CustomResourceDefinition")
 
 
 @pytest.mark.parametrize("options", [
@@ -222,7 +231,7 @@ def test_the_api_server_accepts_every_object_of_the_default_render(
 ) -> None:
     """The CRD applied first, for real; then a server-side dry run of every other object."""
     _kubectl(control_plane, "apply", "--server-side", "--force-conflicts",
-             "--field-manager=deploy-test", "-f", str(CHART / "crds"))
+             "--field-manager=deploy-test", "-f", str(DEPLOY / "crd.yaml"))
     _ensure_namespaces(kube, NAMESPACE, "metax-operator")
     text = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE).stdout
     accepted = _kubectl(control_plane, "apply", "--dry-run=server", "--server-side",

@@ -22,7 +22,8 @@ from reconciler.names import (
 from reconciler.notify.ledger import AnnotationLedger, parse_sent
 from reconciler.notify.notifier import Notifier
 from reconciler.policy.notify_config import NotifySink
-from reconciler.sim.operator_install import install_crd
+from reconciler.sim.operator_install import DEFAULT_PAYLOAD, INSTALLER, install_crd
+from reconciler.sim.operator_install import cluster_operator as install_cluster_operator
 from reconciler.sim.waiting import wait_for
 from tests.notify.receivers import receiver
 from tests.notify.test_sinks import GIT, WALL, gate
@@ -34,6 +35,11 @@ pytestmark = pytest.mark.cluster
 def cluster_operator(kube: KubeApi) -> Iterator[str]:
     install_crd(kube)
     name = f"notify-{uuid.uuid4().hex[:8]}"
+    # installed whole, as the vendor's chart does (its CRD admits nothing less); then the sync
+    # role's apply of a commit's body
+    kube.apply(cluster_operator_path(name),
+               install_cluster_operator(DEFAULT_PAYLOAD, name=name, release=False),
+               field_manager=INSTALLER)
     kube.apply(cluster_operator_path(name),
                {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name},
                 "spec": {"driver": {"upgradePolicy": {"pause": False}}}},

@@ -9,15 +9,17 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reconciler.kube.api import Conflict, Forbidden, KubeApi, resource_path
 from reconciler.kube.watch import ListWatch
 from reconciler.names import API_VERSION, PLURAL
+from reconciler.policy.payload import Payload
 from reconciler.sim.control_plane import GO_GC_PERCENT, Binaries, ControlPlane, ControlPlaneError
 from reconciler.sim.fleet import Fleet
-from reconciler.sim.operator_install import install_crd
+from reconciler.sim.operator_install import cluster_operator, install_crd
 from reconciler.sim.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -25,16 +27,14 @@ pytestmark = pytest.mark.cluster
 CO = resource_path(API_VERSION, PLURAL)
 
 
-def _co(name: str, version: str) -> dict[str, object]:
-    return {
-        "apiVersion": API_VERSION, "kind": "ClusterOperator", "metadata": {"name": name},
-        "spec": {"driver": {
-            "payload": {"name": "driver-image", "registry": "cr.example", "version": version},
-            "upgradePolicy": {"enableRollout": True, "maxParallel": "50%",
-                              "upgradeSteps": [{"replicas": 1, "pauseDuration": {}},
-                                               {"replicas": "100%", "pauseDuration": 0}]},
-        }},
-    }
+def _co(name: str, version: str) -> dict[str, Any]:
+    """A whole object (the vendor's CRD admits no other) of no Helm release."""
+    return cluster_operator(
+        Payload("cr.example", "driver-image", version), name=name, release=False,
+        spec={"driver": {"upgradePolicy": {
+            "enableRollout": True, "maxParallel": "50%",
+            "upgradeSteps": [{"replicas": 1, "pauseDuration": 5000},
+                             {"replicas": "100%", "pauseDuration": 0}]}}})
 
 
 @pytest.mark.compat
@@ -60,7 +60,8 @@ def test_smoke_apply_status_watch_events_leases_rbac(control_plane: ControlPlane
         # exactly this), by two field managers.
         applied = kube.apply(f"{CO}/{name}", _co(name, "2.31.0.6"), field_manager="smoke-a")
         assert applied["spec"]["driver"]["upgradePolicy"]["maxParallel"] == "50%"
-        assert applied["spec"]["driver"]["upgradePolicy"]["upgradeSteps"][0]["pauseDuration"] == {}
+        assert applied["spec"]["driver"]["upgradePolicy"]["upgradeSteps"][0] == {
+            "replicas": 1, "pauseDuration": 5000}
         applied = kube.apply(
             f"{CO}/{name}",
             {"apiVersion": API_VERSION, "kind": "ClusterOperator", "metadata": {"name": name},
@@ -72,9 +73,14 @@ def test_smoke_apply_status_watch_events_leases_rbac(control_plane: ControlPlane
         assert applied["spec"]["driver"]["upgradePolicy"]["pause"] is True
         assert applied["spec"]["driver"]["payload"]["version"] == "2.31.0.6"
 
-        # Status through the status subresource; a spec write cannot change status.
-        status = {"upgradeStatus": {"phase": "Progressing", "upgrading": True,
-                                    "status": {"currentStepIndex": 1}}}
+        # Status through the status subresource; a spec write cannot change status. (What the
+        # vendor's CRD requires of a status: its state, and the counters with the step.)
+        status = {"state": "ready", "upgradeStatus": {
+            "phase": "Progressing", "upgrading": True,
+            "status": {"currentStepIndex": 1, "currentStepState": "StepUpgrade",
+                       "currentUpgradeReplicas": 1, "CurrentUpgradeReadyReplicas": 0,
+                       "totalUpgradeReplicas": 2, "totalUpgradeReadyReplicas": 0,
+                       "currentFailureRetry": 0}}}
         patched = kube.patch(f"{CO}/{name}/status", {"status": status})
         assert patched["status"] == status
         kube.patch(f"{CO}/{name}", {"status": {"upgradeStatus": {"phase": "Idling"}}})

@@ -32,7 +32,14 @@ from reconciler.names import (
 from reconciler.policy.payload import Payload
 from reconciler.sim.faults import Fault, FaultKind
 from reconciler.sim.fleet import FLEET_LABEL, LEASE_NAMESPACE, WORKLOAD_NAMESPACE, Fleet, lease_path
-from reconciler.sim.operator_install import DEFAULT_PAYLOAD, release_finalizer
+from reconciler.sim.operator_install import (
+    DEFAULT_PAYLOAD,
+    FINALIZER,
+    cluster_operator,
+    merge_patch,
+    release_finalizer,
+    rendered_object,
+)
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
 
@@ -145,17 +152,31 @@ def test_operator_install_creates_the_vendor_objects(fleet: Fleet, kube: KubeApi
     assert co["spec"]["driver"]["fwUpgradePolicy"] == "Never"
 
 
-def test_the_cluster_operator_is_the_published_0_9_2_install(fleet: Fleet, kube: KubeApi) -> None:
-    """docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone: finalizer, Helm
-    labels and annotations, the full spec as the chart installs it (with the simulator's registry
-    and starting version)."""
+def test_the_cluster_operator_is_the_vendor_chart_0_15_2_install(fleet: Fleet,
+                                                                 kube: KubeApi) -> None:
+    """docs/dev-cluster.md#what-the-vendor-operators-install-looks-like: the chart's finalizer,
+    labels and Helm's annotations, and the whole spec the chart renders with its default values
+    (every section the vendor's CRD requires) with the simulator's payload; what the API server
+    stored is what was sent, plus the CRD's defaults."""
     co = kube.get(CO)
     meta = co["metadata"]
-    assert meta["finalizers"] == ["gpu.metax-tech.com"]
-    assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
-    assert meta["labels"]["helm.sh/chart"] == "metax-operator-0.9.2"
+    assert meta["finalizers"] == ["gpu.metax-tech.com/finalizers"] == [FINALIZER]
+    assert meta["labels"] == {
+        "app.kubernetes.io/component": "metax-operator",
+        "app.kubernetes.io/instance": "metax-operator",
+        "app.kubernetes.io/managed-by": "Helm",
+        "app.kubernetes.io/name": "metax-operator",
+        "app.kubernetes.io/version": "0.15.2",
+        "helm.sh/chart": "metax-operator-0.15.2",
+    }
     assert meta["annotations"] == {"meta.helm.sh/release-name": "metax-operator",
                                    "meta.helm.sh/release-namespace": "metax-operator"}
+    assert "namespace" not in meta, "cluster-scoped"
+    sent = cluster_operator(DEFAULT_PAYLOAD)["spec"]
+    assert merge_patch(co["spec"], sent) == co["spec"], "every field sent is stored as sent"
+    assert set(co["spec"]) >= {"dataExporter", "devicePlugin", "driver", "gpuScheduler",
+                               "labelgen", "maca", "openshift", "runtime", "topoDiscovery"}
+    assert "vfioManager" not in co["spec"], "not a section of the vendor's CRD"
     driver = co["spec"]["driver"]
     assert driver["upgradePolicy"] == {
         "enableRollout": False, "fallback": "pause", "maxFailureThreshold": 5,
@@ -163,20 +184,42 @@ def test_the_cluster_operator_is_the_published_0_9_2_install(fleet: Fleet, kube:
         "upgradeSteps": [{"replicas": 1, "pauseDuration": 30000},
                          {"replicas": "100%", "pauseDuration": 0}]}
     assert {k: driver[k] for k in ("deployPolicy", "fwEffectPolicy", "fwEnableVirt",
-                                   "fwUpgradePolicy")} == {
+                                   "fwUpgradePolicy", "deviceAsRootGroup")} == {
         "deployPolicy": "PreferCloud", "fwEffectPolicy": "NextReboot", "fwEnableVirt": False,
-        "fwUpgradePolicy": "Never"}
+        "fwUpgradePolicy": "Never", "deviceAsRootGroup": False}
     assert driver["payload"] == {"name": "driver-image", "pullPolicy": "IfNotPresent",
                                  "registry": DEFAULT_PAYLOAD.registry,
                                  "version": DEFAULT_PAYLOAD.version}
-    assert set(driver["log"]) == {"dir", "format", "level", "maxAge", "rotationTime"}
-    assert set(driver["image"]) == {"name", "pullPolicy", "registry", "version"}
-    sections = {"dataExporter", "devicePlugin", "labelgen", "maca", "runtime", "vfioManager"}
-    assert set(co["spec"]) == {"driver", *sections}
-    for section in sections:
-        assert set(co["spec"][section]["image"]) == {"name", "pullPolicy", "registry",
-                                                     "version"}, section
-        assert set(co["spec"][section]["log"]) == set(driver["log"]), section
+    assert driver["image"] == {"name": "metax/driver-manager", "pullPolicy": "IfNotPresent",
+                               "registry": "release.daocloud.io", "version": "0.15.2"}
+    assert driver["log"] == {"dir": "/var/log/metax", "format": "json", "level": "info",
+                             "maxAge": "26w", "rotationTime": "1w"}
+
+
+def test_the_vendor_chart_payload_names_its_image_and_the_fleet_reads_its_version(
+    fleet_factory: FleetFactory, kube: KubeApi
+) -> None:
+    """The chart's own payload (``metax/driver-image``, ``3.2.1.12-amd64``) names the image
+    ``<registry>/metax/driver-image:3.2.1.12-amd64``; the DaemonSet runs it, the nodes report
+    driver 3.2.1 on it, and the same version without its arch suffix names the same image."""
+    vendor = rendered_object()["spec"]["driver"]["payload"]
+    payload = Payload(vendor["registry"], vendor["name"], vendor["version"])
+    assert payload.image == "release.daocloud.io/metax/driver-image:3.2.1.12-amd64"
+    assert payload.same_image(Payload(payload.registry, payload.name, "3.2.1.12"))
+    fleet = fleet_factory(nodes=2, payload=payload)
+    wait_for(lambda: len(fleet.ready_driver_nodes("3.2.1.12")) == 2, timeout=60,
+             what="2 driver pods Ready on 3.2.1.12", observe=fleet.driver_pods)
+    daemonset = kube.get(DAEMONSET)
+    assert daemonset["spec"]["template"]["spec"]["containers"][0]["image"] == payload.image
+    assert kube.get(CO)["spec"]["driver"]["payload"] == {
+        "name": "metax/driver-image", "pullPolicy": "IfNotPresent",
+        "registry": "release.daocloud.io", "version": "3.2.1.12-amd64"}
+    labels = kube.get(f"{NODES}/node-0001")["metadata"]["labels"]
+    assert {k: labels[k] for k in ("metax-tech.com/gpu.driver.major",
+                                   "metax-tech.com/gpu.driver.minor",
+                                   "metax-tech.com/gpu.driver.patch")} == {
+        "metax-tech.com/gpu.driver.major": "3", "metax-tech.com/gpu.driver.minor": "2",
+        "metax-tech.com/gpu.driver.patch": "1"}
 
 
 def test_deleting_the_cluster_operator_completes_the_stand_in_removes_the_finalizer(
@@ -190,7 +233,7 @@ def test_deleting_the_cluster_operator_completes_the_stand_in_removes_the_finali
     # the finalizer held the object until the stand-in took it off
     held = [o for kind, o in events if kind == "MODIFIED"
             and o["metadata"].get("deletionTimestamp")
-            and o["metadata"].get("finalizers") == ["gpu.metax-tech.com"]]
+            and o["metadata"].get("finalizers") == [FINALIZER]]
     assert held, [(k, o["metadata"].get("finalizers")) for k, o in events]
     with pytest.raises(NotFound):
         kube.get(CO)
@@ -200,9 +243,9 @@ def test_the_stand_in_takes_off_only_the_vendor_finalizer_of_an_object_being_del
     fleet_factory: FleetFactory, kube: KubeApi
 ) -> None:
     fleet_factory(nodes=1)
-    kube.patch(CO, {"metadata": {"finalizers": ["example.com/backup", "gpu.metax-tech.com"]}})
+    kube.patch(CO, {"metadata": {"finalizers": ["example.com/backup", FINALIZER]}})
     assert release_finalizer(kube) is False, "not being deleted: nothing to release"
-    assert kube.get(CO)["metadata"]["finalizers"] == ["example.com/backup", "gpu.metax-tech.com"]
+    assert kube.get(CO)["metadata"]["finalizers"] == ["example.com/backup", FINALIZER]
     kube.delete(CO)
     try:
         held = wait_for(lambda: (o := kube.get(CO))["metadata"].get("finalizers")
@@ -219,7 +262,7 @@ def test_the_stand_in_takes_off_only_the_vendor_finalizer_of_an_object_being_del
 def test_stopping_a_fleet_with_cleanup_deletes_its_cluster_operator(kube: KubeApi) -> None:
     fleet = Fleet(kube, nodes=1, install_seconds=0.1).start()
     try:
-        assert kube.get(CO)["metadata"]["finalizers"] == ["gpu.metax-tech.com"]
+        assert kube.get(CO)["metadata"]["finalizers"] == [FINALIZER]
     finally:
         fleet.stop(cleanup=True, timeout=60)
     with pytest.raises(NotFound):

@@ -106,3 +106,17 @@ def test_drift_is_what_git_owns_and_the_cluster_lost() -> None:
     live["spec"]["driver"]["upgradePolicy"]["enableRollout"] = False
     live["spec"]["driver"]["upgradePolicy"]["pause"] = True
     assert drifted(body, live, ignore=[PAUSE]) == ["spec.driver.upgradePolicy.enableRollout"]
+
+
+def test_annotations_other_managers_write_are_not_drift_unless_the_file_names_them() -> None:
+    """The controller's own annotations on the ClusterOperator (the rollout state, the firmware
+    flow's, the notifier's ledger) are not in Git's body, so their changes are never drift."""
+    written = {"gpu.metax-tech.com/rollout-state": '{"phase": "Progressing"}',
+               "gpu.metax-tech.com/firmware-upgrade": '{"phase": "AwaitingReboot"}',
+               "gpu.metax-tech.com/notifications-sent": '{"team": ["gate-1"]}'}
+    body = apply_body(obj(), name="cluster-operator", source_commit="c" * 40)
+    live = obj()
+    live["metadata"]["annotations"].update({SOURCE_COMMIT_ANNOTATION: "c" * 40, **written})
+    assert drifted(body, live) == []
+    for key in written:
+        assert key not in body["metadata"]["annotations"], "the sync never applies them"
