@@ -1,2 +1,54 @@
-"""Project data shipped with the package: the vendor's ClusterOperator CRD and the object its chart
-renders (``metax-operator-0.15.2/``, provenance in its ``SOURCE.md``)."""
+"""Project data shipped with the package: the vendor's ClusterOperator CRD and the object its
+chart renders (``metax-operator-0.15.2/``, provenance in its ``SOURCE.md``).
+
+The CRD is the contract the project's own CRD and JSON Schema are generated from
+(docs/dev-cluster.md#the-clusteroperator-crd); the rendered object is what a real install of the
+vendor chart carries. Pure: reading files of this package is all it does.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+#: the vendor chart this data comes from
+VENDOR_CHART = "metax-operator-0.15.2"
+VENDOR_DIR = Path(__file__).resolve().parent / VENDOR_CHART
+#: the chart's ``crds/gpu.metax-tech.com_clusteroperators.yaml``, unchanged
+VENDOR_CRD_FILE = VENDOR_DIR / "gpu.metax-tech.com_clusteroperators.yaml"
+#: the ClusterOperator ``helm template`` renders from the chart's default values
+RENDERED_OBJECT_FILE = VENDOR_DIR / "cluster-operator.yaml"
+
+
+@cache
+def _load(path: Path) -> Any:
+    documents = [doc for doc in YAML(typ="safe").load_all(path.read_text(encoding="utf-8"))
+                 if doc is not None]
+    if len(documents) != 1:
+        raise ValueError(f"{path}: expected one YAML document, found {len(documents)}")
+    return documents[0]
+
+
+def vendor_crd() -> dict[str, Any]:
+    """The vendor's CRD as plain data (a fresh copy: callers may change it)."""
+    crd: dict[str, Any] = copy.deepcopy(_load(VENDOR_CRD_FILE))
+    return crd
+
+
+def vendor_openapi_schema() -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of the vendor CRD's one version (``v1alpha1``), a fresh copy."""
+    versions = vendor_crd()["spec"]["versions"]
+    if len(versions) != 1:
+        raise ValueError(f"{VENDOR_CRD_FILE}: expected one version, found {len(versions)}")
+    schema: dict[str, Any] = versions[0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def rendered_cluster_operator() -> dict[str, Any]:
+    """The ClusterOperator the vendor chart renders with its default values (a fresh copy)."""
+    obj: dict[str, Any] = copy.deepcopy(_load(RENDERED_OBJECT_FILE))
+    return obj
