@@ -23,6 +23,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
+from reconciler.policy.crd_schema import ACTED_ON, FORMAT_RANGES, INT64
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import digits_value
@@ -50,7 +51,15 @@ _PATTERN_PHRASES = {
     "(/[^?#\\s]*)?$": "an https:// URL without credentials, query or fragment (http:// only to "
                       "a loopback address)",
     "^[^/\\s]+(/[^/\\s]+)+$": "a repository path like 'owner/name'",
+    # the vendor CRD's own patterns (read as the API server reads them: searched, not anchored)
+    "[a-zA-Z0-9\\-]+": "a string holding at least one letter, digit or '-'",
+    "^[1-9][0-9]*[wWdDhH]$": "a duration like '26w', '7d' or '24h' (a whole number of weeks, "
+                             "days or hours)",
+    "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?"
+    "(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$": "a quantity like '1Gi', '500m' or '2'",
 }
+#: the units of the vendor CRD's log durations, as a hint offers them
+_LOG_UNITS = (("h", "hours"), ("d", "days"), ("w", "weeks"))
 _TYPE_NAMES = {
     "boolean": "boolean", "integer": "integer", "number": "number", "string": "string",
     "object": "mapping", "array": "list", "null": "null",
@@ -164,16 +173,83 @@ def validator(kind: str) -> Any:
     return _StrictValidator(inline_refs(schema, schema.get("$defs", {})))
 
 
-def schema_findings(doc: ParsedDocument, kind: str) -> list[Finding]:
-    """Every schema error of ``doc.obj`` against the schema ``kind``, located in the file."""
-    mapper = _ErrorMapper(doc, load_schema(kind))
+def schema_findings(doc: ParsedDocument, kind: str, *, whole_object: bool = False
+                    ) -> list[Finding]:
+    """Every schema error of ``doc.obj`` against the schema ``kind``, located in the file.
+
+    A ``ClusterOperator`` is checked as the API server checks it (docs/validation.md#the-layers):
+    a null value outside the fields the reconciler acts on is dropped first (the server prunes
+    it), ``status`` is not checked (never applied), a key the CRD does not have is a warning
+    (the server drops it) and a field the CRD requires that has no default is, for a policy file
+    (applied over the installed object), one info finding; for the ``whole_object`` (the
+    admission webhook's merged object) it is an error, as the API server would refuse it.
+    """
+    mapper = _ErrorMapper(doc, load_schema(kind), whole_object=whole_object)
+    crd = kind == "clusteroperator"
+    instance = server_view(doc.obj) if crd else doc.obj
     findings: list[Finding] = []
-    for error in validator(kind).iter_errors(doc.obj):
+    for error in validator(kind).iter_errors(instance):
         if rejected_number(error.instance):
             continue  # the parse layer already said why this value cannot be applied
+        if crd and error.absolute_path and error.absolute_path[0] == "status":
+            continue  # never applied: the server-populated-field warning says so
         findings.extend(mapper.map(error))
-    findings.extend(mapper.preserved_unknown_fields(load_schema(kind), doc.obj, ""))
-    return findings
+    if crd:
+        findings.extend(mapper.pruned_unknown_fields(load_schema(kind), instance, ""))
+        findings.extend(mapper.missing_crd_fields())
+    return _one_pattern_per_value(findings)
+
+
+def _one_pattern_per_value(findings: list[Finding]) -> list[Finding]:
+    """A value that fails the vendor's pattern and our stricter one gets one finding (ours,
+    which says more)."""
+    kept: list[Finding] = []
+    patterns: dict[str, int] = {}
+    for finding in findings:
+        if finding.rule != "schema-pattern":
+            kept.append(finding)
+            continue
+        if finding.pointer in patterns:
+            earlier = patterns[finding.pointer]
+            if "holding at least one letter" in kept[earlier].message:
+                kept[earlier] = finding
+            continue
+        patterns[finding.pointer] = len(kept)
+        kept.append(finding)
+    return kept
+
+
+def server_view(obj: Any) -> Any:
+    """``obj`` as the API server validates it: a null value of a ``spec`` field is dropped (the
+    CRD marks no field nullable, so the server prunes such nulls before defaulting and
+    validation), except in the fields the reconciler acts on (:data:`ACTED_ON`), where an empty
+    value is a mistake validation reports. Unchanged objects are returned as they are."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("spec"), dict):
+        return obj
+    spec = _drop_nulls(obj["spec"], "/spec")
+    return obj if spec is obj["spec"] else {**obj, "spec": spec}
+
+
+def _drop_nulls(value: Any, pointer: str) -> Any:
+    if pointer in ACTED_ON:
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        changed = False
+        for key, child in value.items():
+            child_pointer = join_pointer(pointer, key)
+            if child is None and child_pointer not in ACTED_ON:
+                changed = True
+                continue
+            new = _drop_nulls(child, child_pointer)
+            changed = changed or new is not child
+            out[key] = new
+        return out if changed else value
+    if isinstance(value, list):
+        items = [_drop_nulls(item, join_pointer(pointer, index))
+                 for index, item in enumerate(value)]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value
 
 
 def _pointer(path: Iterable[str | int]) -> str:
@@ -219,10 +295,20 @@ def field_label(path: Sequence[str | int]) -> str:
     return ".".join(parts[-2:]) if parts else "the document"
 
 
+def _crd_field(path: Sequence[str | int]) -> bool:
+    """A place under ``spec`` reached through mappings only: a policy file applied over the
+    installed object (server-side apply) keeps what the installed object has there."""
+    return bool(path) and path[0] == "spec" and all(isinstance(t, str) for t in path)
+
+
 class _ErrorMapper:
-    def __init__(self, doc: ParsedDocument, root_schema: Mapping[str, Any]) -> None:
+    def __init__(self, doc: ParsedDocument, root_schema: Mapping[str, Any], *,
+                 whole_object: bool = False) -> None:
         self.doc = doc
         self.defs: Mapping[str, Any] = root_schema.get("$defs", {})
+        self.whole_object = whole_object
+        #: fields the CRD requires that a policy file leaves out (dotted, under spec)
+        self.missing: list[str] = []
 
     # -- schema helpers -------------------------------------------------------------------
     def resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -244,15 +330,28 @@ class _ErrorMapper:
         kind = schema.get("type")
         if isinstance(kind, list):
             return " or ".join(_TYPE_NAMES.get(str(k), str(k)) for k in kind)
-        if kind == "integer" and "minimum" in schema:
-            return f"an integer >= {schema['minimum']}"
-        if kind == "string" and schema.get("pattern") in _PATTERN_PHRASES:
+        if kind == "integer" and ("minimum" in schema or "maximum" in schema):
+            return self.integer_range(schema)
+        if kind in ("string", None) and schema.get("pattern") in _PATTERN_PHRASES:
             return _PATTERN_PHRASES[schema["pattern"]]
         if kind == "object" and schema.get("maxProperties") == 0:
             return "{} (an empty mapping)"
         if isinstance(kind, str):
             return _TYPE_NAMES.get(kind, kind)
         return "a valid value"
+
+    @staticmethod
+    def integer_range(schema: Mapping[str, Any]) -> str:
+        """``an integer >= 1``; with a maximum below int64's (a ``format: int32`` field)
+        ``an integer from 1 to 2147483647 (int32)``."""
+        low, high = schema.get("minimum", INT64[0]), schema.get("maximum", INT64[1])
+        if high < INT64[1]:
+            size = next((f" ({name})" for name, bounds in FORMAT_RANGES.items()
+                         if bounds[1] == high), "")
+            return f"an integer from {low} to {high}{size}"
+        if low > INT64[0]:
+            return f"an integer >= {low}"
+        return "integer"
 
     # -- mapping ----------------------------------------------------------------------------
     def map(self, error: ValidationError) -> Iterator[Finding]:
@@ -275,13 +374,25 @@ class _ErrorMapper:
                 )
             return
         if kind == "required":
+            properties: Mapping[str, Any] = schema.get("properties", {})
             for name in error.validator_value:
-                if isinstance(value, dict) and name not in value:
-                    where = f"in {label}" if path else "at the top level"
-                    yield self.doc.finding(
-                        join_pointer(pointer, name), "required-field",
-                        f"missing required field '{name}' {where}", key=True,
-                    )
+                if not isinstance(value, dict) or name in value:
+                    continue
+                if "default" in self.resolve(properties.get(name, {})):
+                    continue  # the API server fills it in before it validates
+                crd = _crd_field(path)
+                if crd and not self.whole_object:
+                    dotted = ".".join(str(t) for t in (*path[1:], name))
+                    if dotted not in self.missing:  # jsonschema says it once per missing name
+                        self.missing.append(dotted)
+                    continue
+                where = f"in {label}" if path else "at the top level"
+                message = f"missing required field '{name}' {where}"
+                if crd:
+                    message += ("; the vendor's CRD requires it: the API server refuses a "
+                                "ClusterOperator without it")
+                yield self.doc.finding(join_pointer(pointer, name), "required-field", message,
+                                       key=True)
             return
         if kind == "oneOf":
             yield from self.map_one_of(error, path, pointer, label)
@@ -321,6 +432,19 @@ class _ErrorMapper:
         elif kind == "maxProperties" and schema.get("maxProperties") == 0:
             message = f"{label}: expected {expected}, got {got}; write {{}} with nothing inside"
         return self.doc.finding(pointer, rule, message)
+
+    def missing_crd_fields(self) -> Iterator[Finding]:
+        """One info finding for every field the CRD requires that a policy file leaves out."""
+        if not self.missing:
+            return
+        yield self.doc.finding(
+            "/spec", "crd-required-field",
+            "spec: leaves out fields the vendor's CRD requires ("
+            + ", ".join(sorted(self.missing, key=lambda name: (name.count("."), name)))
+            + "); the API server refuses to create a new ClusterOperator without them, but a "
+            "policy is applied over the installed object (server-side apply), which keeps its "
+            "own values for them", key=True, info=True,
+        )
 
     def map_one_of(
         self, error: ValidationError, path: list[str | int], pointer: str, label: str
@@ -377,6 +501,8 @@ class _ErrorMapper:
         name = path[-1] if path else ""
         if value is None:
             return "; the value is empty: give one or remove the key"
+        if isinstance(value, dict) and name == "pauseDuration":
+            return "; the CRD takes an integer; leave pauseDuration out for a manual gate"
         if isinstance(value, str):
             return self.string_hint(field, value, str(name))
         if isinstance(value, bool):
@@ -389,6 +515,10 @@ class _ErrorMapper:
                 return f"; write {int(value)} without a decimal point"
             if isinstance(value, int) and value > 0 and self.accepts(field, f"{value}s"):
                 return f"; a duration has a unit: '{value}s' for {value} seconds"
+            units = [(f"{value}{unit}", word) for unit, word in _LOG_UNITS]
+            if isinstance(value, int) and all(self.accepts(field, u) for u, _ in units):
+                shown = ", ".join(f"'{u}' ({w})" for u, w in units)
+                return f"; a duration is a string with a unit: {shown}"
         return ""
 
     def string_hint(self, field: Mapping[str, Any], value: str, name: str) -> str:
@@ -474,27 +604,36 @@ class _ErrorMapper:
             return message + "; known fields: " + ", ".join(allowed)
         return message
 
-    def preserved_unknown_fields(
+    def pruned_unknown_fields(
         self, schema: Mapping[str, Any], value: Any, pointer: str, path: tuple[str | int, ...] = ()
     ) -> Iterator[Finding]:
-        """Warn about keys a section keeps without knowing them: kept and applied, but probably
-        a typo (sections with x-kubernetes-preserve-unknown-fields and listed properties)."""
+        """Warn about keys the CRD does not have: the API server drops them, so they are not
+        applied (a key under a mapping with ``additionalProperties: false`` is an error the
+        schema reports; ``status`` is not looked at)."""
         schema = self.resolve(schema)
+        if path[:1] == ("status",):
+            return
         if isinstance(value, dict):
             properties: Mapping[str, Any] = schema.get("properties", {})
-            preserve = schema.get("x-kubernetes-preserve-unknown-fields") is True
+            extra = schema.get("additionalProperties")
+            silent = (extra is False or schema.get("type") != "object"
+                    or schema.get("x-kubernetes-preserve-unknown-fields") is True)
             for name, child in value.items():
                 child_pointer = join_pointer(pointer, name)
                 if name in properties:
-                    yield from self.preserved_unknown_fields(
+                    yield from self.pruned_unknown_fields(
                         properties[name], child, child_pointer, (*path, name))
-                elif preserve and properties:
+                elif isinstance(extra, Mapping):
+                    yield from self.pruned_unknown_fields(extra, child, child_pointer,
+                                                          (*path, name))
+                elif not silent:
                     message = self.unknown_field_message(name, list(path), list(properties))
                     yield self.doc.finding(
-                        child_pointer, "unknown-field-preserved",
-                        message + "; it is kept and applied as written", key=True, warning=True,
+                        child_pointer, "unknown-field-pruned",
+                        message + "; the vendor's CRD has no such field, so the API server "
+                        "drops it: it is not applied", key=True, warning=True,
                     )
         elif isinstance(value, list) and "items" in schema:
             for index, item in enumerate(value):
-                yield from self.preserved_unknown_fields(
+                yield from self.pruned_unknown_fields(
                     schema["items"], item, join_pointer(pointer, index), (*path, index))

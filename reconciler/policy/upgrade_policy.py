@@ -18,7 +18,8 @@ Fallback = Literal["rollback", "pause"]
 @dataclass(frozen=True, slots=True)
 class UpgradeStep:
     replicas: Quantity
-    #: milliseconds to wait after the step completes; None means a manual gate (``{}``)
+    #: milliseconds to wait after the step completes; None means a manual gate (pauseDuration
+    #: left out)
     pause_ms: int | None
 
     @property
@@ -50,7 +51,8 @@ class UpgradePolicy:
         steps = tuple(
             UpgradeStep(
                 replicas=parse_quantity(step["replicas"]),
-                pause_ms=step["pauseDuration"] if isinstance(step["pauseDuration"], int) else None,
+                pause_ms=step.get("pauseDuration") if isinstance(step.get("pauseDuration"), int)
+                else None,
             )
             for step in raw.get("upgradeSteps") or ()
         )
