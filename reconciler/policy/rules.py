@@ -193,11 +193,12 @@ def _not_acted_on(doc: ParsedDocument) -> Iterator[Finding]:
     places = [(pointer, label) for pointer, label in places if pointer not in ACTED_ON]
     if not places:
         return
+    them = "it" if len(places) == 1 else "them"
     yield doc.finding(
         places[0][0], "not-acted-on",
         ", ".join(label for _, label in places) + ": applied, not acted on by the reconciler "
-        "(the vendor's operator reads them; validation checks them against the vendor's CRD)",
-        key=True, info=True,
+        f"(the vendor's operator reads {them}; validation checks {them} against the vendor's "
+        "CRD)", key=True, info=True,
     )
 
 

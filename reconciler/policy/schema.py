@@ -634,6 +634,35 @@ class _ErrorMapper:
                         "drops it: it is not applied", key=True, warning=True,
                     )
         elif isinstance(value, list) and "items" in schema:
+            yield from self.list_duplicates(schema, value, pointer, path)
             for index, item in enumerate(value):
                 yield from self.pruned_unknown_fields(
                     schema["items"], item, join_pointer(pointer, index), (*path, index))
+
+    def list_duplicates(self, schema: Mapping[str, Any], value: list[Any], pointer: str,
+                        path: tuple[str | int, ...]) -> Iterator[Finding]:
+        """A list the CRD keys (``x-kubernetes-list-type: map``, by its list-map-keys) or makes
+        a set repeats an item: the API server refuses it (``Duplicate value``)."""
+        kind = schema.get("x-kubernetes-list-type")
+        if kind not in ("map", "set"):
+            return
+        keys: list[str] = list(schema.get("x-kubernetes-list-map-keys") or ())
+        seen: dict[str, int] = {}
+        for index, item in enumerate(value):
+            if kind == "map":
+                if not isinstance(item, dict):
+                    continue
+                identity = json.dumps([item.get(k) for k in keys])
+                shown = ", ".join(f"{k} {json.dumps(item.get(k))}" for k in keys)
+            else:
+                identity = shown = json.dumps(item, sort_keys=True)
+            if identity in seen:
+                label = field_label((*path, index))
+                by = f"keyed by {', '.join(keys)}" if kind == "map" else "a set"
+                yield self.doc.finding(
+                    join_pointer(pointer, index), "list-duplicate",
+                    f"{label}: repeats {shown} of item {seen[identity]}; the vendor's CRD makes "
+                    f"this list {by}, so the API server refuses a repeat: merge the two items",
+                )
+            else:
+                seen[identity] = index
