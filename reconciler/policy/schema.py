@@ -23,7 +23,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from reconciler.policy.crd_schema import ACTED_ON, FORMAT_RANGES, INT64
+from reconciler.policy.crd_schema import FORMAT_RANGES, INT64
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import digits_value
@@ -177,16 +177,16 @@ def schema_findings(doc: ParsedDocument, kind: str, *, whole_object: bool = Fals
                     ) -> list[Finding]:
     """Every schema error of ``doc.obj`` against the schema ``kind``, located in the file.
 
-    A ``ClusterOperator`` is checked as the API server checks it (docs/validation.md#the-layers):
-    a null value outside the fields the reconciler acts on is dropped first (the server prunes
-    it), ``status`` is not checked (never applied), a key the CRD does not have is a warning
-    (the server drops it) and a field the CRD requires that has no default is, for a policy file
-    (applied over the installed object), one info finding; for the ``whole_object`` (the
-    admission webhook's merged object) it is an error, as the API server would refuse it.
+    A ``ClusterOperator`` is checked as the API server checks a server-side apply of it
+    (docs/validation.md#the-layers): ``status`` is not checked (never applied), a key the CRD
+    does not have is a warning (the server drops it), a null is an error (server-side apply
+    refuses it) and a field the CRD requires that has no default is, for a policy file (applied
+    over the installed object), one info finding; for the ``whole_object`` (the admission
+    webhook's merged object) it is an error, as the API server would refuse it.
     """
     mapper = _ErrorMapper(doc, load_schema(kind), whole_object=whole_object)
     crd = kind == "clusteroperator"
-    instance = server_view(doc.obj) if crd else doc.obj
+    instance = doc.obj
     findings: list[Finding] = []
     for error in validator(kind).iter_errors(instance):
         if rejected_number(error.instance):
@@ -217,39 +217,6 @@ def _one_pattern_per_value(findings: list[Finding]) -> list[Finding]:
         patterns[finding.pointer] = len(kept)
         kept.append(finding)
     return kept
-
-
-def server_view(obj: Any) -> Any:
-    """``obj`` as the API server validates it: a null value of a ``spec`` field is dropped (the
-    CRD marks no field nullable, so the server prunes such nulls before defaulting and
-    validation), except in the fields the reconciler acts on (:data:`ACTED_ON`), where an empty
-    value is a mistake validation reports. Unchanged objects are returned as they are."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("spec"), dict):
-        return obj
-    spec = _drop_nulls(obj["spec"], "/spec")
-    return obj if spec is obj["spec"] else {**obj, "spec": spec}
-
-
-def _drop_nulls(value: Any, pointer: str) -> Any:
-    if pointer in ACTED_ON:
-        return value
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        changed = False
-        for key, child in value.items():
-            child_pointer = join_pointer(pointer, key)
-            if child is None and child_pointer not in ACTED_ON:
-                changed = True
-                continue
-            new = _drop_nulls(child, child_pointer)
-            changed = changed or new is not child
-            out[key] = new
-        return out if changed else value
-    if isinstance(value, list):
-        items = [_drop_nulls(item, join_pointer(pointer, index))
-                 for index, item in enumerate(value)]
-        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
-    return value
 
 
 def _pointer(path: Iterable[str | int]) -> str:
@@ -397,7 +364,14 @@ class _ErrorMapper:
         if kind == "oneOf":
             yield from self.map_one_of(error, path, pointer, label)
             return
-        yield self.simple(kind, schema, value, path, pointer, label, self.expected(schema))
+        if value is None and "default" in schema:
+            return  # the API server puts the field's default in place of a null
+        if kind == "enum" and value is None and "type" in schema:
+            return  # the type error says the value is empty
+        expected = self.expected(schema)
+        if kind == "pattern" and schema.get("pattern") in _PATTERN_PHRASES:
+            expected = _PATTERN_PHRASES[schema["pattern"]]
+        yield self.simple(kind, schema, value, path, pointer, label, expected)
 
     def simple(
         self, kind: str, schema: Mapping[str, Any], value: Any, path: list[str | int],
@@ -500,7 +474,8 @@ class _ErrorMapper:
         """How to write ``value`` so that ``field`` takes it, if there is such a way."""
         name = path[-1] if path else ""
         if value is None:
-            return "; the value is empty: give one or remove the key"
+            return ("; the value is empty: give one or remove the key (server-side apply, which "
+                    "the reconciler applies with, refuses a null)")
         if isinstance(value, dict) and name == "pauseDuration":
             return "; the CRD takes an integer; leave pauseDuration out for a manual gate"
         if isinstance(value, str):
