@@ -52,8 +52,7 @@ def test_the_rendered_vendor_object_is_refused_only_for_its_nulls() -> None:
 def test_the_vendor_object_as_stored_has_no_error_and_no_warning() -> None:
     result = validate_document(as_yaml(as_stored()), "cluster-operator.yaml")
     assert result.errors == []
-    assert [f.rule for f in result.warnings] == [
-        "cluster-scoped-namespace", "helm-ownership-metadata"]
+    assert [f.rule for f in result.warnings] == ["helm-ownership-metadata"]
     assert [f.rule for f in result.infos] == ["not-acted-on"]
 
 
@@ -78,7 +77,7 @@ def test_each_refused_value_alone_is_one_located_error(case: Refused) -> None:
     assert case.label in error.message and case.message in error.message, error.message
     # nothing else changes: no new warning, the same info
     assert {f.rule for f in result.findings if not f.is_error} == {
-        "cluster-scoped-namespace", "helm-ownership-metadata", "not-acted-on"}
+        "helm-ownership-metadata", "not-acted-on"}
 
 
 def test_a_policy_with_only_spec_driver_gets_one_info_for_what_the_crd_requires() -> None:

@@ -123,9 +123,10 @@ def without_nulls(obj: Any) -> Any:
 
 
 def as_stored() -> dict[str, Any]:
-    """The rendered object as Helm 3 renders (``openshift: {deploy: null}``) and a create
-    stores it: every field the CRD has, valid."""
+    """The rendered object as Helm 3 renders it (``openshift: {deploy: null}``) and a create
+    stores it (nulls pruned, no namespace): every field the CRD has, valid."""
     obj = rendered_cluster_operator()
+    del obj["metadata"]["namespace"]  # cleared by the server: the object is cluster-scoped
     obj["spec"]["openshift"] = {}
     stored: dict[str, Any] = without_nulls(obj)
     return stored
