@@ -178,11 +178,11 @@ def schema_findings(doc: ParsedDocument, kind: str, *, whole_object: bool = Fals
     """Every schema error of ``doc.obj`` against the schema ``kind``, located in the file.
 
     A ``ClusterOperator`` is checked as the API server checks a server-side apply of it
-    (docs/validation.md#the-layers): ``status`` is not checked (never applied), a key the CRD
-    does not have is a warning (the server drops it), a null is an error (server-side apply
-    refuses it) and a field the CRD requires that has no default is, for a policy file (applied
-    over the installed object), one info finding; for the ``whole_object`` (the admission
-    webhook's merged object) it is an error, as the API server would refuse it.
+    (docs/validation.md#the-layers): ``status`` is not checked (never applied), a key under
+    ``spec`` the CRD does not have is an error and a null is an error (server-side apply refuses
+    both), and a field the CRD requires that has no default is, for a policy file (applied over
+    the installed object), one info finding; for the ``whole_object`` (the admission webhook's
+    merged object) it is an error, as the API server would refuse it.
     """
     mapper = _ErrorMapper(doc, load_schema(kind), whole_object=whole_object)
     crd = kind == "clusteroperator"
@@ -582,9 +582,9 @@ class _ErrorMapper:
     def pruned_unknown_fields(
         self, schema: Mapping[str, Any], value: Any, pointer: str, path: tuple[str | int, ...] = ()
     ) -> Iterator[Finding]:
-        """Warn about keys the CRD does not have: the API server drops them, so they are not
-        applied (a key under a mapping with ``additionalProperties: false`` is an error the
-        schema reports; ``status`` is not looked at)."""
+        """Report each key the CRD does not have (:meth:`unknown_crd_field`; one under a mapping
+        with ``additionalProperties: false`` is an error the schema reports; ``status`` is not
+        looked at) and each repeated key of a keyed list."""
         schema = self.resolve(schema)
         if path[:1] == ("status",):
             return
@@ -602,17 +602,30 @@ class _ErrorMapper:
                     yield from self.pruned_unknown_fields(extra, child, child_pointer,
                                                           (*path, name))
                 elif not silent:
-                    message = self.unknown_field_message(name, list(path), list(properties))
-                    yield self.doc.finding(
-                        child_pointer, "unknown-field-pruned",
-                        message + "; the vendor's CRD has no such field, so the API server "
-                        "drops it: it is not applied", key=True, warning=True,
-                    )
+                    yield self.unknown_crd_field(name, child_pointer, path, properties)
         elif isinstance(value, list) and "items" in schema:
             yield from self.list_duplicates(schema, value, pointer, path)
             for index, item in enumerate(value):
                 yield from self.pruned_unknown_fields(
                     schema["items"], item, join_pointer(pointer, index), (*path, index))
+
+    def unknown_crd_field(self, name: str, pointer: str, path: tuple[str | int, ...],
+                          properties: Mapping[str, Any]) -> Finding:
+        """A key the vendor's CRD does not have. Under ``spec``: an error, as server-side apply
+        (the reconciler's) refuses the whole object ("field not declared in schema"; a create
+        would drop the key). In ``metadata``: a warning, as the reconciler applies only its
+        name, labels and annotations."""
+        message = self.unknown_field_message(name, list(path), list(properties))
+        if path[:1] == ("spec",):
+            return self.doc.finding(
+                pointer, "unknown-field",
+                message + "; the vendor's CRD has no such field: server-side apply, which the "
+                "reconciler applies with, refuses the object (\"field not declared in "
+                "schema\"; a create would drop it): remove it", key=True)
+        return self.doc.finding(
+            pointer, "unknown-field-pruned",
+            message + "; it is not applied (the reconciler applies only metadata.name, labels "
+            "and annotations; the API server drops it)", key=True, warning=True)
 
     def list_duplicates(self, schema: Mapping[str, Any], value: list[Any], pointer: str,
                         path: tuple[str | int, ...]) -> Iterator[Finding]:

@@ -188,6 +188,18 @@ CASES = [
     Case("fw-enable-virt-string", insert_line(SEED_10, 11, '    fwEnableVirt: "true"'),
          "schema-type", 11, 19),
     Case("unknown-top-level-key", SEED_10 + "extra: 1\n", "unknown-field", 27, 1, "/extra"),
+    # -- fields the vendor's CRD lacks: server-side apply refuses them ----------------------
+    Case("unknown-driver-field", replace_line(SEED_10, 6, "  driver:\n    nodeSelector: {}"),
+         "unknown-field", 7, 5, "/spec/driver/nodeSelector",
+         "refuses the object (\"field not declared in schema\""),
+    Case("unknown-spec-section", SEED_10 + "  topologyManager: {policy: none}\n",
+         "unknown-field", 27, 3, "/spec/topologyManager"),
+    Case("unknown-payload-field",
+         replace_line(SEED_10, 8, "      name: driver-image\n      tag: x"),
+         "unknown-field", 9, 7, "/spec/driver/payload/tag"),
+    Case("vfio-manager-section", SEED_10 + "  vfioManager: {image: {name: vfio-manager}}\n",
+         "unknown-field", 27, 3, "/spec/vfioManager",
+         "unknown field 'vfioManager' in spec; known fields: cluster, dataExporter"),
 ]
 
 

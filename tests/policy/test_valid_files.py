@@ -122,16 +122,9 @@ WARNINGS = [
     ("namespace-on-cluster-scoped",
      replace_line(SEED_10, 4, "  name: cluster-operator\n  namespace: metax-operator"),
      "cluster-scoped-namespace", 5, "/metadata/namespace"),
-    ("unknown-driver-field-dropped",
-     replace_line(SEED_10, 6, "  driver:\n    nodeSelector: {}"),
-     "unknown-field-pruned", 7, "/spec/driver/nodeSelector"),
-    ("unknown-spec-section-dropped", SEED_10 + "  topologyManager: {policy: none}\n",
-     "unknown-field-pruned", 27, "/spec/topologyManager"),
-    ("unknown-payload-field-dropped",
-     replace_line(SEED_10, 8, "      name: driver-image\n      tag: x"),
-     "unknown-field-pruned", 9, "/spec/driver/payload/tag"),
-    ("vfio-manager-section-dropped", SEED_10 + "  vfioManager: {image: {name: vfio-manager}}\n",
-     "unknown-field-pruned", 27, "/spec/vfioManager"),
+    ("unknown-metadata-field-not-applied",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  team: gpu"),
+     "unknown-field-pruned", 5, "/metadata/team"),
     ("helm-managed-by-label",
      replace_line(SEED_10, 4, "  name: cluster-operator\n  labels:\n"
                   "    app.kubernetes.io/managed-by: Helm"),
@@ -153,13 +146,13 @@ def test_warning_only(name: str, text: str, rule: str, line: int, pointer: str) 
     assert {f.rule for f in result.findings if not f.is_info} == {rule}
 
 
-def test_unknown_sections_are_a_warning_the_api_server_drops_them() -> None:
+def test_an_unknown_section_is_one_error_server_side_apply_refuses_it() -> None:
+    """The CRD keeps no unknown field, and server-side apply (the reconciler's) refuses one
+    ("field not declared in schema"): one error at its key, nothing about what is inside."""
     result = validate_document(VENDOR_DEFAULT + "  extraSection:\n    nested: [1, {a: b}]\n", "x")
-    assert result.ok
-    assert result.obj["spec"]["extraSection"] == {"nested": [1, {"a": "b"}]}  # as written
-    dropped = [f for f in result.warnings if f.pointer == "/spec/extraSection"]
-    assert len(dropped) == 1 and dropped[0].rule == "unknown-field-pruned"
-    assert "the API server drops it: it is not applied" in dropped[0].message
+    assert [(f.rule, f.pointer) for f in result.errors] == [("unknown-field", "/spec/extraSection")]
+    assert "server-side apply, which the reconciler applies with, refuses the object" in (
+        result.errors[0].message)
 
 
 def test_helm_ownership_metadata_is_warned_at_each_key_and_other_metadata_is_ours() -> None:

@@ -134,13 +134,13 @@ def test_a_null_is_an_error_unless_the_field_has_a_default() -> None:
     ("  vfioManager: {image: {name: vfio-manager}}\n", "/spec/vfioManager"),
     ("  devicePlugin: {config: {mode: native}}\n", "/spec/devicePlugin/config"),
 ])
-def test_a_field_the_crd_lacks_is_warned_once_the_api_server_drops_it(
+def test_a_field_the_crd_lacks_is_one_error_server_side_apply_refuses_it(
         section: str, pointer: str) -> None:
     result = validate_document(SEED_10 + section, "x.yaml")
-    assert result.ok
-    assert [(f.rule, f.pointer) for f in result.warnings] == [("unknown-field-pruned", pointer)]
-    assert "the vendor's CRD has no such field, so the API server drops it" in (
-        result.warnings[0].message)
+    assert [(f.rule, f.pointer) for f in result.errors] == [("unknown-field", pointer)]
+    assert result.warnings == []
+    assert ("the vendor's CRD has no such field: server-side apply, which the reconciler "
+            "applies with, refuses the object") in result.errors[0].message
 
 
 def test_unknown_keys_under_upgrade_policy_stay_errors() -> None:

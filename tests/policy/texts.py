@@ -105,7 +105,6 @@ spec:
   maca: {}
   runtime: {}
   labelgen: {}
-  vfioManager: {}
   dataExporter: {}
 """
 
