@@ -23,7 +23,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
-from reconciler.policy.crd_schema import FORMAT_RANGES, INT64
+from reconciler.policy.crd_schema import ACTED_ON, FORMAT_RANGES, INT64
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import digits_value
@@ -262,6 +262,12 @@ def field_label(path: Sequence[str | int]) -> str:
     return ".".join(parts[-2:]) if parts else "the document"
 
 
+def _acted_on(pointer: str) -> bool:
+    """A field the reconciler acts on (:data:`ACTED_ON`), where an empty value is refused even
+    when the API server would put the field's default in its place (our stricter rule)."""
+    return any(pointer == place or pointer.startswith(place + "/") for place in ACTED_ON)
+
+
 def _crd_field(path: Sequence[str | int]) -> bool:
     """A place under ``spec`` reached through mappings only: a policy file applied over the
     installed object (server-side apply) keeps what the installed object has there."""
@@ -364,7 +370,7 @@ class _ErrorMapper:
         if kind == "oneOf":
             yield from self.map_one_of(error, path, pointer, label)
             return
-        if value is None and "default" in schema:
+        if value is None and "default" in schema and not _acted_on(pointer):
             return  # the API server puts the field's default in place of a null
         if kind == "enum" and value is None and "type" in schema:
             return  # the type error says the value is empty
