@@ -208,7 +208,7 @@ def _payload_back(status: Mapping[str, Any], new_spec: Mapping[str, Any], pointe
     upgrade = _mapping(status, "upgradeStatus")
     if upgrade.get("phase") not in ACTIVE_PHASES:
         return False
-    previous = _mapping(_mapping(upgrade, "lastCoDriverSpec"), "payload")
+    previous = _mapping(_spec_text(upgrade.get("lastCoDriverSpec")), "payload")
     payload = _mapping(_mapping(new_spec, "driver"), "payload")
     if not previous.get("version") or not payload:
         return False
@@ -263,6 +263,17 @@ def _warnings(findings: Iterable[Finding], *, stored: bool = False) -> tuple[str
     if len(shown) > MAX_WARNINGS:
         shown = [*shown[:MAX_WARNINGS], f"... and {len(shown) - MAX_WARNINGS} more"]
     return tuple(shown)
+
+
+def _spec_text(value: Any) -> Mapping[str, Any]:
+    """``lastCoDriverSpec``: a string in the vendor's CRD (the driver spec as JSON); a mapping
+    as older statuses wrote it. Anything else names no payload."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, Mapping) else {}
 
 
 def _mapping(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:

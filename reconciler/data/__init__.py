@@ -52,3 +52,23 @@ def rendered_cluster_operator() -> dict[str, Any]:
     """The ClusterOperator the vendor chart renders with its default values (a fresh copy)."""
     obj: dict[str, Any] = copy.deepcopy(_load(RENDERED_OBJECT_FILE))
     return obj
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value
+
+
+def stored_cluster_operator() -> dict[str, Any]:
+    """The rendered object as a create (POST) stores it with the vendor's CRD: nulls pruned, no
+    namespace (the object is cluster-scoped), ``spec.openshift: {}`` (Helm 3 renders
+    ``{deploy: null}`` there; Helm 4's null section would be refused as missing, SOURCE.md).
+    Every section the CRD requires, every value valid: an object a real API server takes."""
+    obj = rendered_cluster_operator()
+    obj["metadata"].pop("namespace", None)
+    obj["spec"]["openshift"] = {}
+    stored: dict[str, Any] = _without_nulls(obj)
+    return stored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from typing import Any
 
@@ -61,11 +62,13 @@ def cluster_operator(name: str = "cluster-operator", *, version: str = NEW_VERSI
     if phase is not None:
         obj["status"] = {"upgradeStatus": {
             "phase": phase, "upgrading": phase in ("Progressing", "Terminating", "Disabling"),
-            "lastCoDriverSpec": {"payload": {"name": "driver-image", "registry": REGISTRY,
-                                             "version": OLD_VERSION,
-                                             "pullPolicy": "IfNotPresent"}},
-            "lastAppliedSpec": {"payload": {"name": "driver-image", "registry": REGISTRY,
-                                            "version": version, "pullPolicy": "IfNotPresent"}},
+            # strings in the vendor's CRD: the driver spec as JSON
+            "lastCoDriverSpec": json.dumps({"payload": {
+                "name": "driver-image", "registry": REGISTRY, "version": OLD_VERSION,
+                "pullPolicy": "IfNotPresent"}}),
+            "lastAppliedSpec": json.dumps({"payload": {
+                "name": "driver-image", "registry": REGISTRY, "version": version,
+                "pullPolicy": "IfNotPresent"}}),
         }}
     return obj
 

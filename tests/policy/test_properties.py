@@ -11,10 +11,9 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from reconciler.policy.document import INT64_MAX, INT64_MIN
-
-INT32_MAX = 2**31 - 1
 from reconciler.policy.validation import validate_document
 
+INT32_MAX = 2**31 - 1
 POLICY = "/spec/driver/upgradePolicy"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from reconciler.data import rendered_cluster_operator
+from reconciler.data import stored_cluster_operator
 from reconciler.policy.findings import split_pointer
 
 D = "/spec/driver"
@@ -113,23 +113,10 @@ def set_at(obj: Any, pointer: str, value: Any) -> Any:
     return obj
 
 
-def without_nulls(obj: Any) -> Any:
-    """``obj`` as a create (POST) stores it: nulls pruned (a field with a default gets it)."""
-    if isinstance(obj, dict):
-        return {k: without_nulls(v) for k, v in obj.items() if v is not None}
-    if isinstance(obj, list):
-        return [without_nulls(item) for item in obj]
-    return obj
-
-
 def as_stored() -> dict[str, Any]:
-    """The rendered object as Helm 3 renders it (``openshift: {deploy: null}``) and a create
-    stores it (nulls pruned, no namespace): every field the CRD has, valid."""
-    obj = rendered_cluster_operator()
-    del obj["metadata"]["namespace"]  # cleared by the server: the object is cluster-scoped
-    obj["spec"]["openshift"] = {}
-    stored: dict[str, Any] = without_nulls(obj)
-    return stored
+    """The rendered object as a create stores it (``reconciler.data.stored_cluster_operator``):
+    every field the CRD has, valid."""
+    return stored_cluster_operator()
 
 
 def as_yaml(obj: Any) -> str:
