@@ -457,7 +457,7 @@ def test_enable_rollout_false_mid_rollout_is_allowed_and_the_rollback_runs_to_it
         wait_for(lambda: inner()["phase"], timeout=60, what="the controller's first status",
                  observe=lambda: log_path.read_text()[-2000:])
         gated = policy(enableRollout=True, maxParallel=2,
-                       upgradeSteps=[{"replicas": 2, "pauseDuration": {}},
+                       upgradeSteps=[{"replicas": 2},  # no pauseDuration: a manual gate
                                      {"replicas": "100%", "pauseDuration": 0}])
         kube.patch(path, {"spec": {"driver": {"payload": {"version": new_version},
                                               "upgradePolicy": gated}}})
