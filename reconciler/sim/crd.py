@@ -93,11 +93,26 @@ def _add_cel_rules(spec: dict[str, Any]) -> None:
             node["x-kubernetes-validations"] = copy.deepcopy(rules)
 
 
+def _drop_empty_defaults(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("default") == "":
+            del node["default"]
+        for child in node.values():
+            _drop_empty_defaults(child)
+    elif isinstance(node, list):
+        for child in node:
+            _drop_empty_defaults(child)
+
+
 def cluster_operator_crd(vendor_schema: Mapping[str, Any] | None = None, *,
-                         cel_rules: bool = True) -> dict[str, Any]:
+                         cel_rules: bool = True,
+                         empty_defaults: bool | None = None) -> dict[str, Any]:
     """The ``ClusterOperator`` CRD: the vendor's, with our additions. ``vendor_schema``
     replaces the vendor's ``openAPIV3Schema`` (tests); ``cel_rules=False`` for a server older
-    than 1.25, whose server-side apply refuses the unknown ``x-kubernetes-validations``."""
+    than 1.25, whose server-side apply refuses the unknown ``x-kubernetes-validations``.
+    ``empty_defaults=False`` (by default: with ``cel_rules=False``) leaves out the vendor's six
+    ``default: ""``, which the 1.20.2 API server reads as null and refuses the whole CRD for
+    (docs/dev-cluster.md#what-differs-where-our-code-depends-on-the-server)."""
     crd = vendor_crd()
     crd.setdefault("metadata", {})["name"] = CRD_NAME
     crd["spec"]["names"]["shortNames"] = list(SHORT_NAMES)
@@ -107,4 +122,6 @@ def cluster_operator_crd(vendor_schema: Mapping[str, Any] | None = None, *,
     version["additionalPrinterColumns"] = copy.deepcopy(PRINTER_COLUMNS)
     if cel_rules:
         _add_cel_rules(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    if not (cel_rules if empty_defaults is None else empty_defaults):
+        _drop_empty_defaults(version["schema"]["openAPIV3Schema"])
     return crd

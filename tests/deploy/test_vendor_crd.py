@@ -81,11 +81,26 @@ def _without_additions(crd: dict[str, Any]) -> dict[str, Any]:
 
 def test_our_crd_is_the_vendors_plus_the_listed_additions() -> None:
     assert _without_additions(cluster_operator_crd()) == vendor_crd()
-    bare = cluster_operator_crd(cel_rules=False)
+    bare = cluster_operator_crd(cel_rules=False, empty_defaults=True)
     assert "x-kubernetes-validations" not in str(bare)
     bare["spec"]["names"].pop("shortNames")
     bare["spec"]["versions"][0].pop("additionalPrinterColumns")
     assert bare == vendor_crd()
+
+
+def test_for_an_old_server_only_the_empty_string_defaults_go_too() -> None:
+    """1.20.2 reads the vendor's ``default: ""`` as null and refuses the CRD
+    (docs/dev-cluster.md): before 1.25 they are left out with the CEL rules, nothing else."""
+    old = cluster_operator_crd(cel_rules=False)
+    new = cluster_operator_crd(cel_rules=False, empty_defaults=True)
+    old_schema = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    new_schema = new["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    dropped = [path for path, node in _places(new_schema) if node.get("default") == ""]
+    assert len(dropped) == 6 and "spec.topoDiscovery.switchbox.clusterManagerUser" in dropped
+    for path in dropped:
+        assert "default" not in _ours_at(old_schema, path), path
+    assert [p for p, n in _places(old_schema) if "default" in n] == [
+        p for p, n in _places(new_schema) if "default" in n and p not in dropped]
 
 
 def _places(node: Mapping[str, Any], path: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
