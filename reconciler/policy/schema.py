@@ -186,37 +186,17 @@ def schema_findings(doc: ParsedDocument, kind: str, *, whole_object: bool = Fals
     """
     mapper = _ErrorMapper(doc, load_schema(kind), whole_object=whole_object)
     crd = kind == "clusteroperator"
-    instance = doc.obj
     findings: list[Finding] = []
-    for error in validator(kind).iter_errors(instance):
+    for error in validator(kind).iter_errors(doc.obj):
         if rejected_number(error.instance):
             continue  # the parse layer already said why this value cannot be applied
         if crd and error.absolute_path and error.absolute_path[0] == "status":
             continue  # never applied: the server-populated-field warning says so
         findings.extend(mapper.map(error))
     if crd:
-        findings.extend(mapper.pruned_unknown_fields(load_schema(kind), instance, ""))
+        findings.extend(mapper.unknown_crd_fields(load_schema(kind), doc.obj, ""))
         findings.extend(mapper.missing_crd_fields())
-    return _one_pattern_per_value(findings)
-
-
-def _one_pattern_per_value(findings: list[Finding]) -> list[Finding]:
-    """A value that fails the vendor's pattern and our stricter one gets one finding (ours,
-    which says more)."""
-    kept: list[Finding] = []
-    patterns: dict[str, int] = {}
-    for finding in findings:
-        if finding.rule != "schema-pattern":
-            kept.append(finding)
-            continue
-        if finding.pointer in patterns:
-            earlier = patterns[finding.pointer]
-            if "holding at least one letter" in kept[earlier].message:
-                kept[earlier] = finding
-            continue
-        patterns[finding.pointer] = len(kept)
-        kept.append(finding)
-    return kept
+    return findings
 
 
 def _pointer(path: Iterable[str | int]) -> str:
@@ -374,6 +354,10 @@ class _ErrorMapper:
             return  # the API server puts the field's default in place of a null
         if kind == "enum" and value is None and "type" in schema:
             return  # the type error says the value is empty
+        if kind == "pattern" and isinstance(value, str) and any(
+                not ecma_pattern(str(part["pattern"])).search(value)
+                for part in schema.get("allOf", ()) if "pattern" in part):
+            return  # our stricter pattern (allOf) fails too and says more
         expected = self.expected(schema)
         if kind == "pattern" and schema.get("pattern") in _PATTERN_PHRASES:
             expected = _PATTERN_PHRASES[schema["pattern"]]
@@ -585,7 +569,7 @@ class _ErrorMapper:
             return message + "; known fields: " + ", ".join(allowed)
         return message
 
-    def pruned_unknown_fields(
+    def unknown_crd_fields(
         self, schema: Mapping[str, Any], value: Any, pointer: str, path: tuple[str | int, ...] = ()
     ) -> Iterator[Finding]:
         """Report each key the CRD does not have (:meth:`unknown_crd_field`; one under a mapping
@@ -598,21 +582,21 @@ class _ErrorMapper:
             properties: Mapping[str, Any] = schema.get("properties", {})
             extra = schema.get("additionalProperties")
             silent = (extra is False or schema.get("type") != "object"
-                    or schema.get("x-kubernetes-preserve-unknown-fields") is True)
+                      or schema.get("x-kubernetes-preserve-unknown-fields") is True)
             for name, child in value.items():
                 child_pointer = join_pointer(pointer, name)
                 if name in properties:
-                    yield from self.pruned_unknown_fields(
+                    yield from self.unknown_crd_fields(
                         properties[name], child, child_pointer, (*path, name))
                 elif isinstance(extra, Mapping):
-                    yield from self.pruned_unknown_fields(extra, child, child_pointer,
+                    yield from self.unknown_crd_fields(extra, child, child_pointer,
                                                           (*path, name))
                 elif not silent:
                     yield self.unknown_crd_field(name, child_pointer, path, properties)
         elif isinstance(value, list) and "items" in schema:
             yield from self.list_duplicates(schema, value, pointer, path)
             for index, item in enumerate(value):
-                yield from self.pruned_unknown_fields(
+                yield from self.unknown_crd_fields(
                     schema["items"], item, join_pointer(pointer, index), (*path, index))
 
     def unknown_crd_field(self, name: str, pointer: str, path: tuple[str | int, ...],
