@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import subprocess
@@ -12,7 +13,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FULL_INSTALL = ROOT / "examples-repo" / "clusters" / "prod-100" / "cluster-operator.yaml"
 GOAL_S = 3.0
 
 SEED_SIZE = """\
@@ -30,7 +30,7 @@ spec:
       enableRollout: true  # grey release on
       upgradeSteps:
         - replicas: {first}
-          pauseDuration: {{}}
+          # no pauseDuration: a person releases the next batch
         - replicas: {second}
           pauseDuration: 10000
         - replicas: {third}
@@ -45,9 +45,31 @@ spec:
 """
 
 
+def full_install() -> str:
+    """The vendor chart's object as a real install stores it (every spec section of the CRD,
+    reconciler/data/), with the seed's 100-node policy, as a policy file."""
+    from ruamel.yaml import YAML
+
+    from reconciler.data import stored_cluster_operator
+
+    obj = stored_cluster_operator()
+    obj["metadata"] = {"name": "cluster-operator"}
+    obj["spec"]["driver"]["payload"]["version"] = "2.32.0.6"
+    obj["spec"]["driver"]["upgradePolicy"] = {
+        "enableRollout": True, "pause": False, "maxParallel": "50%", "maxUnavailable": "10%",
+        "maxFailureThreshold": 5, "fallback": "pause",
+        "upgradeSteps": [{"replicas": "5%"}, {"replicas": 30, "pauseDuration": 300000},
+                         {"replicas": 60, "pauseDuration": 300000}, {"replicas": "100%"}]}
+    yaml = YAML()
+    yaml.default_flow_style = False
+    out = io.StringIO()
+    yaml.dump(obj, out)
+    return out.getvalue()
+
+
 def write_corpus(folder: Path, count: int) -> list[Path]:
     """``count`` files: even ones seed-sized, odd ones full-install-sized, all valid, distinct."""
-    full = FULL_INSTALL.read_text()
+    full = full_install()
     paths = []
     for i in range(count):
         if i % 2 == 0:

@@ -7,7 +7,10 @@ rules. Two things differ from a file, both decided here:
 
 - Findings that only make sense for a file are dropped by rule name (:data:`FILE_ONLY_RULES`):
   every stored object carries server-populated metadata, a status and, in a Helm install,
-  Helm's ownership metadata.
+  Helm's ownership metadata. Info findings (docs/validation.md#severities) are not sent.
+- The object is whole (the merged result of the write), so a field the vendor's CRD requires
+  is an error when missing, as the API server would refuse it; a policy file is applied over
+  the installed object, where the same finding is an info.
 - What the rollout and the firmware orchestrator write themselves is allowed by its content,
   never by the user name, field manager or header of the request (any client chooses those):
   ``pause: true`` always; the payload set back to the one the rollout started from while a
@@ -145,7 +148,7 @@ def decide(request: Mapping[str, Any]) -> Decision:
     errors = [f for f in findings if f.is_error]
     if errors:
         return Decision(False, 403, _lines(errors, MAX_LINES), _warnings(
-            [f for f in findings if not f.is_error]), errors=tuple(errors))
+            [f for f in findings if f.is_warning]), errors=tuple(errors))
     return Decision(True, warnings=_warnings(findings), why="valid")
 
 
@@ -160,8 +163,9 @@ def _validate(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[Fin
         firmware_phase=(_text(_mapping(status, "firmwareUpgrade").get("phase"))
                         if old is not None else None),
         max_bytes=MAX_REVIEW_BYTES,
+        whole_object=True,
     )
-    return [f for f in result.findings if f.rule not in FILE_ONLY_RULES]
+    return [f for f in result.findings if f.rule not in FILE_ONLY_RULES and not f.is_info]
 
 
 def _own_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
@@ -205,7 +209,7 @@ def _payload_back(status: Mapping[str, Any], new_spec: Mapping[str, Any], pointe
     upgrade = _mapping(status, "upgradeStatus")
     if upgrade.get("phase") not in ACTIVE_PHASES:
         return False
-    previous = _mapping(_mapping(upgrade, "lastCoDriverSpec"), "payload")
+    previous = _mapping(_spec_text(upgrade.get("lastCoDriverSpec")), "payload")
     payload = _mapping(_mapping(new_spec, "driver"), "payload")
     if not previous.get("version") or not payload:
         return False
@@ -267,6 +271,17 @@ def recorded_status(obj: Mapping[str, Any]) -> dict[str, Any]:
     CRD fields and our annotation) and ``firmwareUpgrade`` (an annotation: the CRD has no
     field for it); see ``reconciler.stored_status``."""
     return {"upgradeStatus": upgrade_status_of(obj), "firmwareUpgrade": firmware_status_of(obj)}
+
+
+def _spec_text(value: Any) -> Mapping[str, Any]:
+    """``lastCoDriverSpec``: a string in the vendor's CRD (the driver spec as JSON); a mapping
+    as older statuses wrote it. Anything else names no payload."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, Mapping) else {}
 
 
 def _mapping(obj: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:

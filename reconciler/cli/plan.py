@@ -154,7 +154,8 @@ def _changed(repo: Repository, state: GitState, raw_ref: Mapping[str, Any],
 def _validate(repo: Repository, against: str, changed: Sequence[Changed]
               ) -> tuple[list[Job], list[Finding]]:
     """``validate --against``'s jobs and sorted findings for reconciler.yaml and the changed
-    clusters' files (the others are as at the ref)."""
+    clusters' files (the others are as at the ref). Info findings are left to ``validate``:
+    they change nothing about what a merge does."""
     config_path = repo.root / CONFIG_FILE
     files = [config_path] if os.path.lexists(config_path) else []
     for side, _, _ in changed:
@@ -163,7 +164,7 @@ def _validate(repo: Repository, against: str, changed: Sequence[Changed]
     for kind in {job.kind for job in jobs}:
         load_schema(kind)
     results = run_jobs(jobs)
-    findings = [f for r in results for f in r.findings]
+    findings = [f for r in results for f in r.findings if not f.is_info]
     findings.extend(duplicate_objects(jobs, results))
     wanted = {side.name for side, _, _ in changed}
     findings.extend(f for f in repo.cluster_files()[1]

@@ -32,10 +32,11 @@ SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 #: The key of our fingerprint in ``partialFingerprints`` (versioned: a new recipe gets /v2).
 FINGERPRINT_KEY = "reconcilerFinding/v1"
 
-SARIF_LEVELS: dict[Severity, str] = {"error": "error", "warning": "warning"}
+SARIF_LEVELS: dict[Severity, str] = {"error": "error", "warning": "warning", "info": "note"}
 #: An error makes the sync refuse the commit, so nothing of it reaches the cluster; a warning
-#: is applied as written.
-GITLAB_SEVERITIES: dict[Severity, str] = {"error": "critical", "warning": "minor"}
+#: is applied as written; an info only tells (GitLab's lowest severity).
+GITLAB_SEVERITIES: dict[Severity, str] = {"error": "critical", "warning": "minor",
+                                          "info": "info"}
 
 
 # -- rules ---------------------------------------------------------------------------------------
@@ -82,7 +83,10 @@ schema-max-properties      catalogue A mapping with too many keys
 percent-format             catalogue Not a node count or a percentage like '50%'
 required-field             catalogue A required field is missing
 unknown-field              catalogue A field the ClusterOperator schema does not know
-unknown-field-preserved    catalogue An unknown field that is kept and applied as written
+unknown-field-pruned       catalogue A field the vendor's CRD does not have: the API server drops it
+crd-required-field         catalogue Fields the vendor's CRD requires, left to the installed object
+not-acted-on               catalogue Fields applied as written, not acted on by the reconciler
+list-duplicate             catalogue A list keyed by the CRD repeats an item
 percent-range              catalogue A percentage outside 1% to 100%
 steps-required             catalogue enableRollout is true but there are no upgradeSteps
 steps-increasing           catalogue Step targets do not strictly increase

@@ -1,7 +1,7 @@
 """``reconciler validate``: the admission webhook's checks, offline, for editors, pre-commit and CI.
 
-Exit status: 0 when every file is valid (warnings allowed), 1 when any error was found, 2 on a
-usage error (unknown option, missing path, unknown git ref).
+Exit status: 0 when every file is valid (warnings and infos allowed), 1 when any error was found,
+2 on a usage error (unknown option, missing path, unknown git ref).
 """
 
 from __future__ import annotations
@@ -509,10 +509,15 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+#: GitHub's workflow command per severity (it has no ``info``: ``notice`` is its word)
+GITHUB_COMMANDS = {"error": "error", "warning": "warning", "info": "notice"}
+
+
 def format_github(findings: Iterable[Finding]) -> str:
     """GitHub Actions workflow commands: each finding becomes an annotation on the PR's diff."""
     return "".join(
-        f"::{f.severity} file={_escape_property(f.file)},line={f.line},col={f.column},"
+        f"::{GITHUB_COMMANDS[f.severity]} file={_escape_property(f.file)},line={f.line},"
+        f"col={f.column},"
         f"title={_escape_property(f.rule)}::{_escape_data(f.message)}\n"
         for f in findings
     )
@@ -575,11 +580,13 @@ def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -
     else:
         sys.stdout.write(FORMATTERS[output_format](findings))
     errors = sum(f.is_error for f in findings)
-    warnings = len(findings) - errors
+    warnings = sum(f.is_warning for f in findings)
+    infos = sum(f.is_info for f in findings)
     if output_format == "text":
-        if findings:
-            click.echo(f"{errors} error(s), {warnings} warning(s) in {len(files)} file(s)",
-                       err=True)
+        noted = f", {infos} info(s)" if infos else ""
+        if errors or warnings:
+            click.echo(f"{errors} error(s), {warnings} warning(s){noted} in {len(files)} "
+                       "file(s)", err=True)
         else:
-            click.echo(f"{len(files)} file(s) valid", err=True)
+            click.echo(f"{len(files)} file(s) valid{noted}", err=True)
     sys.exit(1 if errors else 0)

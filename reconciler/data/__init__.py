@@ -54,21 +54,25 @@ def rendered_cluster_operator() -> dict[str, Any]:
     return obj
 
 
-def _without_nulls(value: Any) -> Any:
+def _without(value: Any, dropped: tuple[Any, ...]) -> Any:
     if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {k: _without(v, dropped) for k, v in value.items()
+                if not any(v is d or (isinstance(v, str) and v == d) for d in dropped)}
     if isinstance(value, list):
-        return [_without_nulls(item) for item in value]
+        return [_without(item, dropped) for item in value
+                if not any(item is d or (isinstance(item, str) and item == d) for d in dropped)]
     return value
 
 
-def stored_cluster_operator() -> dict[str, Any]:
+def stored_cluster_operator(*, empty_strings: bool = True) -> dict[str, Any]:
     """The rendered object as a create (POST) stores it with the vendor's CRD: nulls pruned, no
     namespace (the object is cluster-scoped), ``spec.openshift: {}`` (Helm 3 renders
     ``{deploy: null}`` there; Helm 4's null section would be refused as missing, SOURCE.md).
-    Every section the CRD requires, every value valid: an object a real API server takes."""
+    Every section the CRD requires, every value valid: an object a real API server takes.
+    ``empty_strings=False`` also leaves out every ``""`` (a key with one, a list item that is
+    one), for the 1.20.2 API server, which reads ``""`` in a custom resource as null."""
     obj = rendered_cluster_operator()
     obj["metadata"].pop("namespace", None)
     obj["spec"]["openshift"] = {}
-    stored: dict[str, Any] = _without_nulls(obj)
+    stored: dict[str, Any] = _without(obj, (None,) if empty_strings else (None, ""))
     return stored

@@ -129,12 +129,13 @@ class ParsedDocument:
         return self._resolve(pointer, key)[0]
 
     def finding(
-        self, pointer: str, rule: str, message: str, *, key: bool = False, warning: bool = False
+        self, pointer: str, rule: str, message: str, *, key: bool = False, warning: bool = False,
+        info: bool = False,
     ) -> Finding:
         loc, note = self._resolve(pointer, key)
         return Finding(
             self.file, loc.line, loc.column, pointer, rule,
-            "warning" if warning else "error", message + note,
+            "info" if info else "warning" if warning else "error", message + note,
         )
 
     def _resolve(self, pointer: str, key: bool) -> tuple[Location, str]:

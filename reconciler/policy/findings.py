@@ -6,7 +6,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Severity = Literal["error", "warning"]
+#: ``error``: refused (nothing of the file is applied); ``warning``: applied, but probably not
+#: what was meant; ``info``: applied as written, worth knowing (docs/validation.md#severities)
+Severity = Literal["error", "warning", "info"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,14 @@ class Finding:
     @property
     def is_error(self) -> bool:
         return self.severity == "error"
+
+    @property
+    def is_warning(self) -> bool:
+        return self.severity == "warning"
+
+    @property
+    def is_info(self) -> bool:
+        return self.severity == "info"
 
 
 @dataclass(slots=True)
@@ -51,7 +61,11 @@ class ValidationResult:
 
     @property
     def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if not f.is_error]
+        return [f for f in self.findings if f.is_warning]
+
+    @property
+    def infos(self) -> list[Finding]:
+        return [f for f in self.findings if f.is_info]
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:

@@ -10,9 +10,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.policy.crd_schema import ACTED_ON
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import PERCENT_RE, Quantity, parse_quantity
+from reconciler.policy.schema import load_schema
 
 POLICY_POINTER = "/spec/driver/upgradePolicy"
 
@@ -69,6 +71,7 @@ def _quantity(value: Any) -> Quantity | None:
 
 def semantic_rules(ctx: RuleContext) -> Iterator[Finding]:
     yield from _metadata_rules(ctx.doc)
+    yield from _not_acted_on(ctx.doc)
     policy = upgrade_policy_of(ctx.doc.obj)
     if policy is None:
         return
@@ -89,6 +92,8 @@ def _percent_ranges(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[
             if isinstance(step, dict):
                 checks.append((f"{POLICY_POINTER}/upgradeSteps/{index}/replicas",
                                step.get("replicas"), 1, f"upgradeSteps[{index}].replicas"))
+                checks.append((f"{POLICY_POINTER}/upgradeSteps/{index}/toleration",
+                               step.get("toleration"), 0, f"upgradeSteps[{index}].toleration"))
     for pointer, value, low, label in checks:
         quantity = _quantity(value)
         if quantity is None or not quantity.percent:
@@ -159,6 +164,42 @@ def _step_rules(doc: ParsedDocument, policy: Mapping[str, Any]) -> Iterator[Find
             f"upgradeSteps[{len(steps) - 1}].replicas: the last step must be '100%' so the "
             f"rollout upgrades every node, got {shown}{hint}",
         )
+
+
+def _crd_properties(*path: str) -> Mapping[str, Any]:
+    node = load_schema("clusteroperator")
+    for name in path:
+        node = node["properties"][name]
+    properties: Mapping[str, Any] = node.get("properties", {})
+    return properties
+
+
+def _not_acted_on(doc: ParsedDocument) -> Iterator[Finding]:
+    """One info finding naming every field of the vendor's CRD in the file that the reconciler
+    does not act on (a ``spec`` section other than ``driver``; a ``spec.driver`` field other
+    than the payload, the rollout policy and the firmware parameters): they are applied as
+    written, for the vendor's operator. Located at the first of them."""
+    spec = doc.obj.get("spec") if isinstance(doc.obj, dict) else None
+    if not isinstance(spec, dict):
+        return
+    places: list[tuple[str, str]] = []
+    for name, value in spec.items():
+        if name == "driver" and isinstance(value, dict):
+            known = _crd_properties("spec", "driver")
+            places.extend((join_pointer("/spec/driver", key), f"spec.driver.{key}")
+                          for key in value if key in known)
+        elif name != "driver" and name in _crd_properties("spec"):
+            places.append((join_pointer("/spec", name), f"spec.{name}"))
+    places = [(pointer, label) for pointer, label in places if pointer not in ACTED_ON]
+    if not places:
+        return
+    them = "it" if len(places) == 1 else "them"
+    yield doc.finding(
+        places[0][0], "not-acted-on",
+        ", ".join(label for _, label in places) + ": applied, not acted on by the reconciler "
+        f"(the vendor's operator reads {them}; validation checks {them} against the vendor's "
+        "CRD)", key=True, info=True,
+    )
 
 
 def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:

@@ -23,6 +23,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend
 
+from reconciler.policy.crd_schema import ACTED_ON, FORMAT_RANGES, INT64
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import digits_value
@@ -50,7 +51,15 @@ _PATTERN_PHRASES = {
     "(/[^?#\\s]*)?$": "an https:// URL without credentials, query or fragment (http:// only to "
                       "a loopback address)",
     "^[^/\\s]+(/[^/\\s]+)+$": "a repository path like 'owner/name'",
+    # the vendor CRD's own patterns (read as the API server reads them: searched, not anchored)
+    "[a-zA-Z0-9\\-]+": "a string holding at least one letter, digit or '-'",
+    "^[1-9][0-9]*[wWdDhH]$": "a duration like '26w', '7d' or '24h' (a whole number of weeks, "
+                             "days or hours)",
+    "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?"
+    "(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$": "a quantity like '1Gi', '500m' or '2'",
 }
+#: the units of the vendor CRD's log durations, as a hint offers them
+_LOG_UNITS = (("h", "hours"), ("d", "days"), ("w", "weeks"))
 _TYPE_NAMES = {
     "boolean": "boolean", "integer": "integer", "number": "number", "string": "string",
     "object": "mapping", "array": "list", "null": "null",
@@ -164,15 +173,29 @@ def validator(kind: str) -> Any:
     return _StrictValidator(inline_refs(schema, schema.get("$defs", {})))
 
 
-def schema_findings(doc: ParsedDocument, kind: str) -> list[Finding]:
-    """Every schema error of ``doc.obj`` against the schema ``kind``, located in the file."""
-    mapper = _ErrorMapper(doc, load_schema(kind))
+def schema_findings(doc: ParsedDocument, kind: str, *, whole_object: bool = False
+                    ) -> list[Finding]:
+    """Every schema error of ``doc.obj`` against the schema ``kind``, located in the file.
+
+    A ``ClusterOperator`` is checked as the API server checks a server-side apply of it
+    (docs/validation.md#the-layers): ``status`` is not checked (never applied), a key under
+    ``spec`` the CRD does not have is an error and a null is an error (server-side apply refuses
+    both), and a field the CRD requires that has no default is, for a policy file (applied over
+    the installed object), one info finding; for the ``whole_object`` (the admission webhook's
+    merged object) it is an error, as the API server would refuse it.
+    """
+    mapper = _ErrorMapper(doc, load_schema(kind), whole_object=whole_object)
+    crd = kind == "clusteroperator"
     findings: list[Finding] = []
     for error in validator(kind).iter_errors(doc.obj):
         if rejected_number(error.instance):
             continue  # the parse layer already said why this value cannot be applied
+        if crd and error.absolute_path and error.absolute_path[0] == "status":
+            continue  # never applied: the server-populated-field warning says so
         findings.extend(mapper.map(error))
-    findings.extend(mapper.preserved_unknown_fields(load_schema(kind), doc.obj, ""))
+    if crd:
+        findings.extend(mapper.unknown_crd_fields(load_schema(kind), doc.obj, ""))
+        findings.extend(mapper.missing_crd_fields())
     return findings
 
 
@@ -219,10 +242,26 @@ def field_label(path: Sequence[str | int]) -> str:
     return ".".join(parts[-2:]) if parts else "the document"
 
 
+def _acted_on(pointer: str) -> bool:
+    """A field the reconciler acts on (:data:`ACTED_ON`), where an empty value is refused even
+    when the API server would put the field's default in its place (our stricter rule)."""
+    return any(pointer == place or pointer.startswith(place + "/") for place in ACTED_ON)
+
+
+def _crd_field(path: Sequence[str | int]) -> bool:
+    """A place under ``spec`` reached through mappings only: a policy file applied over the
+    installed object (server-side apply) keeps what the installed object has there."""
+    return bool(path) and path[0] == "spec" and all(isinstance(t, str) for t in path)
+
+
 class _ErrorMapper:
-    def __init__(self, doc: ParsedDocument, root_schema: Mapping[str, Any]) -> None:
+    def __init__(self, doc: ParsedDocument, root_schema: Mapping[str, Any], *,
+                 whole_object: bool = False) -> None:
         self.doc = doc
         self.defs: Mapping[str, Any] = root_schema.get("$defs", {})
+        self.whole_object = whole_object
+        #: fields the CRD requires that a policy file leaves out (dotted, under spec)
+        self.missing: list[str] = []
 
     # -- schema helpers -------------------------------------------------------------------
     def resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -244,15 +283,28 @@ class _ErrorMapper:
         kind = schema.get("type")
         if isinstance(kind, list):
             return " or ".join(_TYPE_NAMES.get(str(k), str(k)) for k in kind)
-        if kind == "integer" and "minimum" in schema:
-            return f"an integer >= {schema['minimum']}"
-        if kind == "string" and schema.get("pattern") in _PATTERN_PHRASES:
+        if kind == "integer" and ("minimum" in schema or "maximum" in schema):
+            return self.integer_range(schema)
+        if kind in ("string", None) and schema.get("pattern") in _PATTERN_PHRASES:
             return _PATTERN_PHRASES[schema["pattern"]]
         if kind == "object" and schema.get("maxProperties") == 0:
             return "{} (an empty mapping)"
         if isinstance(kind, str):
             return _TYPE_NAMES.get(kind, kind)
         return "a valid value"
+
+    @staticmethod
+    def integer_range(schema: Mapping[str, Any]) -> str:
+        """``an integer >= 1``; with a maximum below int64's (a ``format: int32`` field)
+        ``an integer from 1 to 2147483647 (int32)``."""
+        low, high = schema.get("minimum", INT64[0]), schema.get("maximum", INT64[1])
+        if high < INT64[1]:
+            size = next((f" ({name})" for name, bounds in FORMAT_RANGES.items()
+                         if bounds[1] == high), "")
+            return f"an integer from {low} to {high}{size}"
+        if low > INT64[0]:
+            return f"an integer >= {low}"
+        return "integer"
 
     # -- mapping ----------------------------------------------------------------------------
     def map(self, error: ValidationError) -> Iterator[Finding]:
@@ -275,18 +327,41 @@ class _ErrorMapper:
                 )
             return
         if kind == "required":
+            properties: Mapping[str, Any] = schema.get("properties", {})
             for name in error.validator_value:
-                if isinstance(value, dict) and name not in value:
-                    where = f"in {label}" if path else "at the top level"
-                    yield self.doc.finding(
-                        join_pointer(pointer, name), "required-field",
-                        f"missing required field '{name}' {where}", key=True,
-                    )
+                if not isinstance(value, dict) or name in value:
+                    continue
+                if "default" in self.resolve(properties.get(name, {})):
+                    continue  # the API server fills it in before it validates
+                crd = _crd_field(path)
+                if crd and not self.whole_object:
+                    dotted = ".".join(str(t) for t in (*path[1:], name))
+                    if dotted not in self.missing:  # jsonschema says it once per missing name
+                        self.missing.append(dotted)
+                    continue
+                where = f"in {label}" if path else "at the top level"
+                message = f"missing required field '{name}' {where}"
+                if crd:
+                    message += ("; the vendor's CRD requires it: the API server refuses a "
+                                "ClusterOperator without it")
+                yield self.doc.finding(join_pointer(pointer, name), "required-field", message,
+                                       key=True)
             return
         if kind == "oneOf":
             yield from self.map_one_of(error, path, pointer, label)
             return
-        yield self.simple(kind, schema, value, path, pointer, label, self.expected(schema))
+        if value is None and "default" in schema and not _acted_on(pointer):
+            return  # the API server puts the field's default in place of a null
+        if kind == "enum" and value is None and "type" in schema:
+            return  # the type error says the value is empty
+        if kind == "pattern" and isinstance(value, str) and any(
+                not ecma_pattern(str(part["pattern"])).search(value)
+                for part in schema.get("allOf", ()) if "pattern" in part):
+            return  # our stricter pattern (allOf) fails too and says more
+        expected = self.expected(schema)
+        if kind == "pattern" and schema.get("pattern") in _PATTERN_PHRASES:
+            expected = _PATTERN_PHRASES[schema["pattern"]]
+        yield self.simple(kind, schema, value, path, pointer, label, expected)
 
     def simple(
         self, kind: str, schema: Mapping[str, Any], value: Any, path: list[str | int],
@@ -321,6 +396,19 @@ class _ErrorMapper:
         elif kind == "maxProperties" and schema.get("maxProperties") == 0:
             message = f"{label}: expected {expected}, got {got}; write {{}} with nothing inside"
         return self.doc.finding(pointer, rule, message)
+
+    def missing_crd_fields(self) -> Iterator[Finding]:
+        """One info finding for every field the CRD requires that a policy file leaves out."""
+        if not self.missing:
+            return
+        yield self.doc.finding(
+            "/spec", "crd-required-field",
+            "spec: leaves out fields the vendor's CRD requires ("
+            + ", ".join(sorted(self.missing, key=lambda name: (name.count("."), name)))
+            + "); the API server refuses to create a new ClusterOperator without them, but a "
+            "policy is applied over the installed object (server-side apply), which keeps its "
+            "own values for them", key=True, info=True,
+        )
 
     def map_one_of(
         self, error: ValidationError, path: list[str | int], pointer: str, label: str
@@ -376,7 +464,10 @@ class _ErrorMapper:
         """How to write ``value`` so that ``field`` takes it, if there is such a way."""
         name = path[-1] if path else ""
         if value is None:
-            return "; the value is empty: give one or remove the key"
+            return ("; the value is empty: give one or remove the key (server-side apply, which "
+                    "the reconciler applies with, refuses a null)")
+        if isinstance(value, dict) and name == "pauseDuration":
+            return "; the CRD takes an integer; leave pauseDuration out for a manual gate"
         if isinstance(value, str):
             return self.string_hint(field, value, str(name))
         if isinstance(value, bool):
@@ -389,6 +480,10 @@ class _ErrorMapper:
                 return f"; write {int(value)} without a decimal point"
             if isinstance(value, int) and value > 0 and self.accepts(field, f"{value}s"):
                 return f"; a duration has a unit: '{value}s' for {value} seconds"
+            units = [(f"{value}{unit}", word) for unit, word in _LOG_UNITS]
+            if isinstance(value, int) and all(self.accepts(field, u) for u, _ in units):
+                shown = ", ".join(f"'{u}' ({w})" for u, w in units)
+                return f"; a duration is a string with a unit: {shown}"
         return ""
 
     def string_hint(self, field: Mapping[str, Any], value: str, name: str) -> str:
@@ -474,27 +569,78 @@ class _ErrorMapper:
             return message + "; known fields: " + ", ".join(allowed)
         return message
 
-    def preserved_unknown_fields(
+    def unknown_crd_fields(
         self, schema: Mapping[str, Any], value: Any, pointer: str, path: tuple[str | int, ...] = ()
     ) -> Iterator[Finding]:
-        """Warn about keys a section keeps without knowing them: kept and applied, but probably
-        a typo (sections with x-kubernetes-preserve-unknown-fields and listed properties)."""
+        """Report each key the CRD does not have (:meth:`unknown_crd_field`; one under a mapping
+        with ``additionalProperties: false`` is an error the schema reports; ``status`` is not
+        looked at) and each repeated key of a keyed list."""
         schema = self.resolve(schema)
+        if path[:1] == ("status",):
+            return
         if isinstance(value, dict):
             properties: Mapping[str, Any] = schema.get("properties", {})
-            preserve = schema.get("x-kubernetes-preserve-unknown-fields") is True
+            extra = schema.get("additionalProperties")
+            silent = (extra is False or schema.get("type") != "object"
+                      or schema.get("x-kubernetes-preserve-unknown-fields") is True)
             for name, child in value.items():
                 child_pointer = join_pointer(pointer, name)
                 if name in properties:
-                    yield from self.preserved_unknown_fields(
+                    yield from self.unknown_crd_fields(
                         properties[name], child, child_pointer, (*path, name))
-                elif preserve and properties:
-                    message = self.unknown_field_message(name, list(path), list(properties))
-                    yield self.doc.finding(
-                        child_pointer, "unknown-field-preserved",
-                        message + "; it is kept and applied as written", key=True, warning=True,
-                    )
+                elif isinstance(extra, Mapping):
+                    yield from self.unknown_crd_fields(extra, child, child_pointer,
+                                                          (*path, name))
+                elif not silent:
+                    yield self.unknown_crd_field(name, child_pointer, path, properties)
         elif isinstance(value, list) and "items" in schema:
+            yield from self.list_duplicates(schema, value, pointer, path)
             for index, item in enumerate(value):
-                yield from self.preserved_unknown_fields(
+                yield from self.unknown_crd_fields(
                     schema["items"], item, join_pointer(pointer, index), (*path, index))
+
+    def unknown_crd_field(self, name: str, pointer: str, path: tuple[str | int, ...],
+                          properties: Mapping[str, Any]) -> Finding:
+        """A key the vendor's CRD does not have. Under ``spec``: an error, as server-side apply
+        (the reconciler's) refuses the whole object ("field not declared in schema"; a create
+        would drop the key). In ``metadata``: a warning, as the reconciler applies only its
+        name, labels and annotations."""
+        message = self.unknown_field_message(name, list(path), list(properties))
+        if path[:1] == ("spec",):
+            return self.doc.finding(
+                pointer, "unknown-field",
+                message + "; the vendor's CRD has no such field: server-side apply, which the "
+                "reconciler applies with, refuses the object (\"field not declared in "
+                "schema\"; a create would drop it): remove it", key=True)
+        return self.doc.finding(
+            pointer, "unknown-field-pruned",
+            message + "; it is not applied (the reconciler applies only metadata.name, labels "
+            "and annotations; the API server drops it)", key=True, warning=True)
+
+    def list_duplicates(self, schema: Mapping[str, Any], value: list[Any], pointer: str,
+                        path: tuple[str | int, ...]) -> Iterator[Finding]:
+        """A list the CRD keys (``x-kubernetes-list-type: map``, by its list-map-keys) or makes
+        a set repeats an item: the API server refuses it (``Duplicate value``)."""
+        kind = schema.get("x-kubernetes-list-type")
+        if kind not in ("map", "set"):
+            return
+        keys: list[str] = list(schema.get("x-kubernetes-list-map-keys") or ())
+        seen: dict[str, int] = {}
+        for index, item in enumerate(value):
+            if kind == "map":
+                if not isinstance(item, dict):
+                    continue
+                identity = json.dumps([item.get(k) for k in keys])
+                shown = ", ".join(f"{k} {json.dumps(item.get(k))}" for k in keys)
+            else:
+                identity = shown = json.dumps(item, sort_keys=True)
+            if identity in seen:
+                label = field_label((*path, index))
+                by = f"keyed by {', '.join(keys)}" if kind == "map" else "a set"
+                yield self.doc.finding(
+                    join_pointer(pointer, index), "list-duplicate",
+                    f"{label}: repeats {shown} of item {seen[identity]}; the vendor's CRD makes "
+                    f"this list {by}, so the API server refuses a repeat: merge the two items",
+                )
+            else:
+                seen[identity] = index

@@ -43,6 +43,7 @@ def validate_document(
     max_bytes: int = MAX_FILE_BYTES,
     known_clusters: Collection[str] | None = None,
     remote: str | None = None,
+    whole_object: bool = False,
 ) -> ValidationResult:
     """Validate one file's content. ``path`` only names the file in findings.
 
@@ -51,6 +52,9 @@ def validate_document(
     ``obj`` of the result is plain dict/list data, set whenever the file parsed.
     ``known_clusters`` (repo-config): the repository's cluster folders, for ``promotion.after``.
     ``remote`` (repo-config): the repository's remote URL, the host ``forge.url`` must be on.
+    ``whole_object``: the text is a whole stored object (the admission webhook's), not a policy
+    applied over one, so a field the vendor's CRD requires is an error when missing, as the API
+    server would refuse it (for a policy file it is one info finding).
     """
     doc = parse_document(text, path, max_bytes=max_bytes)
     if kind == "repo-config" and [f.rule for f in doc.findings] == ["empty-document"]:
@@ -59,7 +63,7 @@ def validate_document(
     if doc.root is None or doc.obj is None:
         result.findings = sort_findings(result.findings)
         return result
-    result.findings.extend(schema_findings(doc, kind))
+    result.findings.extend(schema_findings(doc, kind, whole_object=whole_object))
     if kind == "repo-config":
         result.findings.extend(health_rules(doc))
         result.findings.extend(fleet_rules(doc, known_clusters))

@@ -14,8 +14,9 @@ from typing import Any
 from reconciler.admission.certificates import Issued, issue_ca, issue_serving, write_cert_dir
 from reconciler.admission.config import CONFIG_NAME, webhook_configuration
 from reconciler.admission.server import AdmissionServer, CertificateSource
+from reconciler.data import stored_cluster_operator
 from reconciler.kube.api import KubeApi, KubeError, resource_path
-from reconciler.names import API_VERSION, KIND, PLURAL
+from reconciler.names import API_VERSION, PLURAL
 
 CONFIG_PATH = resource_path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations")
 FIELD_MANAGER = "gpu-reconciler-dev-cluster"
@@ -39,13 +40,12 @@ def unregister(api: KubeApi, *, name: str = CONFIG_NAME) -> None:
 def probe(api: KubeApi) -> str:
     """A server-side dry run of a ClusterOperator only the webhook refuses; the denial's text
     (empty when the API server admitted it, i.e. the webhook is not called yet)."""
-    body: dict[str, Any] = {
-        "apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "admission-probe"},
-        "spec": {"driver": {"upgradePolicy": {
-            "enableRollout": True, "upgradeSteps": [
-                {"replicas": 2, "pauseDuration": 0}, {"replicas": 1, "pauseDuration": 0},
-                {"replicas": "100%", "pauseDuration": 0}]}}},
-    }
+    body: dict[str, Any] = stored_cluster_operator()  # whole: the CRD's schema takes it
+    body["metadata"] = {"name": "admission-probe"}
+    body["spec"]["driver"]["upgradePolicy"] = {
+        "enableRollout": True, "upgradeSteps": [
+            {"replicas": 2, "pauseDuration": 0}, {"replicas": 1, "pauseDuration": 0},
+            {"replicas": "100%", "pauseDuration": 0}]}
     try:
         api.request("POST", resource_path(API_VERSION, PLURAL), body=body,
                     query={"dryRun": "All"})

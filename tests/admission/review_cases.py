@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from typing import Any
+
+from tests.policy.vendor_cases import as_stored
 
 API_VERSION = "gpu.metax-tech.com/v1alpha1"
 OLD_VERSION, NEW_VERSION = "2.31.0.6", "2.33.0.9"
@@ -30,17 +33,20 @@ def cluster_operator(name: str = "cluster-operator", *, version: str = NEW_VERSI
                      upgrade_policy: dict[str, Any] | None = None,
                      phase: str | None = None, stored: bool = False,
                      **driver: Any) -> dict[str, Any]:
-    """A ClusterOperator; ``stored`` adds what the API server adds (uid, managedFields, ...)."""
+    """A whole ClusterOperator, as the webhook sees one: the vendor chart's object (every
+    section the vendor's CRD requires) with this driver payload and policy; ``stored`` adds
+    what the API server adds (uid, managedFields, ...)."""
+    spec = as_stored()["spec"]
+    spec["driver"].update({
+        "payload": {"name": "driver-image", "registry": REGISTRY, "version": version,
+                    "pullPolicy": "IfNotPresent"},
+        "fwUpgradePolicy": "Never", "fwEnableVirt": False,
+        "upgradePolicy": upgrade_policy if upgrade_policy is not None else policy(),
+        **driver,
+    })
     obj: dict[str, Any] = {
         "apiVersion": API_VERSION, "kind": "ClusterOperator",
-        "metadata": {"name": name},
-        "spec": {"driver": {
-            "payload": {"name": "driver-image", "registry": REGISTRY, "version": version,
-                        "pullPolicy": "IfNotPresent"},
-            "fwUpgradePolicy": "Never", "fwEnableVirt": False,
-            "upgradePolicy": upgrade_policy if upgrade_policy is not None else policy(),
-            **driver,
-        }},
+        "metadata": {"name": name}, "spec": spec,
     }
     if stored:
         obj["metadata"].update({
@@ -56,11 +62,13 @@ def cluster_operator(name: str = "cluster-operator", *, version: str = NEW_VERSI
     if phase is not None:
         obj["status"] = {"upgradeStatus": {
             "phase": phase, "upgrading": phase in ("Progressing", "Terminating", "Disabling"),
-            "lastCoDriverSpec": {"payload": {"name": "driver-image", "registry": REGISTRY,
-                                             "version": OLD_VERSION,
-                                             "pullPolicy": "IfNotPresent"}},
-            "lastAppliedSpec": {"payload": {"name": "driver-image", "registry": REGISTRY,
-                                            "version": version, "pullPolicy": "IfNotPresent"}},
+            # strings in the vendor's CRD: the driver spec as JSON
+            "lastCoDriverSpec": json.dumps({"payload": {
+                "name": "driver-image", "registry": REGISTRY, "version": OLD_VERSION,
+                "pullPolicy": "IfNotPresent"}}),
+            "lastAppliedSpec": json.dumps({"payload": {
+                "name": "driver-image", "registry": REGISTRY, "version": version,
+                "pullPolicy": "IfNotPresent"}}),
         }}
     return obj
 

@@ -175,9 +175,10 @@ def _set_phase(kube: KubeApi, name: str, phase: str) -> None:
     """What the rollout controller writes, through the status subresource."""
     kube.patch(cluster_operator_path(name, subresource="status"), {"status": {"upgradeStatus": {
         "phase": phase, "upgrading": phase != "Idling",
-        "lastCoDriverSpec": {"payload": {"name": "driver-image", "registry": REGISTRY,
-                                         "version": OLD_VERSION,
-                                         "pullPolicy": "IfNotPresent"}}}}})
+        # a string in the vendor's CRD: the driver spec as JSON
+        "lastCoDriverSpec": json.dumps({"payload": {
+            "name": "driver-image", "registry": REGISTRY, "version": OLD_VERSION,
+            "pullPolicy": "IfNotPresent"}})}}})
 
 
 @pytest.mark.compat
@@ -278,8 +279,7 @@ def test_a_new_valid_spec_while_idle_is_allowed(
         _replace("/spec/driver/payload/version", "2.33.0.9-amd64"),
         _replace("/spec/driver/upgradePolicy/maxParallel", 2),
         _replace("/spec/driver/upgradePolicy/upgradeSteps",
-                 [{"replicas": 2, "pauseDuration": {}}, {"replicas": "100%",
-                                                         "pauseDuration": 0}])])
+                 [{"replicas": 2}, {"replicas": "100%", "pauseDuration": 0}])])
     assert result.returncode == 0, result.stderr
     assert _spec(kube, co)["driver"]["payload"]["version"] == "2.33.0.9-amd64"
 
@@ -457,7 +457,7 @@ def test_enable_rollout_false_mid_rollout_is_allowed_and_the_rollback_runs_to_it
         wait_for(lambda: inner()["phase"], timeout=60, what="the controller's first status",
                  observe=lambda: log_path.read_text()[-2000:])
         gated = policy(enableRollout=True, maxParallel=2,
-                       upgradeSteps=[{"replicas": 2, "pauseDuration": {}},
+                       upgradeSteps=[{"replicas": 2},  # no pauseDuration: a manual gate
                                      {"replicas": "100%", "pauseDuration": 0}])
         kube.patch(path, {"spec": {"driver": {"payload": {"version": new_version},
                                               "upgradePolicy": gated}}})

@@ -14,6 +14,7 @@ from tests.admission.review_cases import (
     cluster_operator,
     policy,
 )
+from tests.policy.vendor_cases import CASES, Refused, as_stored, set_at
 
 UP = ("spec", "driver", "upgradePolicy")
 PAYLOAD = ("spec", "driver", "payload")
@@ -84,12 +85,12 @@ def test_server_populated_and_helm_metadata_are_never_reported() -> None:
 
 def test_warning_level_findings_become_admission_warnings() -> None:
     obj = cluster_operator()
-    obj["spec"]["driver"]["surprise"] = {"kept": True}
+    obj["metadata"]["surprise"] = "x"
     response = answer(admission_review("CREATE", obj))
     assert response["allowed"] is True
     assert len(response["warnings"]) == 1
-    assert response["warnings"][0].startswith("/spec/driver/surprise: ")
-    assert response["warnings"][0].endswith("[unknown-field-preserved]")
+    assert response["warnings"][0].startswith("/metadata/surprise: ")
+    assert response["warnings"][0].endswith("[unknown-field-pruned]")
 
 
 @pytest.mark.parametrize("phase", ["Progressing", "Terminating", "Disabling"])
@@ -127,8 +128,7 @@ def test_pause_true_is_always_allowed(phase: str) -> None:
 
 def test_pause_true_is_allowed_even_when_the_stored_object_is_invalid() -> None:
     # stored before the webhook was registered: the controller must still reach its gate
-    bad = policy(upgradeSteps=[{"replicas": 1, "pauseDuration": {}},
-                               {"replicas": 3, "pauseDuration": 0}])
+    bad = policy(upgradeSteps=[{"replicas": 1}, {"replicas": 3, "pauseDuration": 0}])
     old = cluster_operator(stored=True, phase="Progressing", upgrade_policy=bad)
     response = answer(admission_review("UPDATE", changed(old, *UP, "pause", True), old))
     assert response["allowed"] is True
@@ -349,3 +349,34 @@ def test_a_message_finding_is_one_line_even_if_the_value_has_newlines() -> None:
     lines = response["status"]["message"].splitlines()
     assert len(lines) == 1 and lines[0].endswith("[schema-enum]")
 
+
+
+# -- the vendor's CRD (docs/validation.md#our-schema-and-the-vendors-crd) ----------------------
+
+def test_the_vendor_object_as_stored_is_allowed_and_no_info_is_sent() -> None:
+    """Every spec section the vendor's CRD has: no warning, and the info that most of them are
+    not acted on is validate's, not an admission warning."""
+    response = answer(admission_review("CREATE", as_stored()))
+    assert response["allowed"] is True and "warnings" not in response
+
+
+@pytest.mark.parametrize("path", [("spec", "maca"), ("spec", "openshift"),
+                                  ("spec", "driver", "deviceAsRootGroup")])
+def test_the_whole_object_must_carry_what_the_crd_requires(path: tuple[str, ...]) -> None:
+    """The webhook sees the merged object, as the API server validates it: a section the CRD
+    requires is refused when missing (a policy file leaving it out is only an info)."""
+    obj = changed(cluster_operator(), *path, ...)
+    response = answer(admission_review("CREATE", obj))
+    assert response["allowed"] is False
+    (line,) = response["status"]["message"].splitlines()
+    assert line.startswith("/" + "/".join(path) + ": missing required field")
+    assert line.endswith("the API server refuses a ClusterOperator without it [required-field]")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_each_value_the_api_server_refuses_is_denied_with_one_line(case: Refused) -> None:
+    obj = set_at(as_stored(), case.pointer, case.value)
+    response = answer(admission_review("CREATE", obj))
+    assert response["allowed"] is False
+    (line,) = response["status"]["message"].splitlines()
+    assert line.startswith(f"{case.at or case.pointer}: ") and line.endswith(f"[{case.rule}]")

@@ -141,6 +141,10 @@ def test_the_build_stage_run_step_makes_a_working_install(tmp_path: Path) -> Non
     assert "file(s) valid" in validate.stdout + validate.stderr
     schema_file = prefix / "share" / "gpu-gitops-reconciler" / "schemas"
     assert (schema_file / "clusteroperator.schema.json").is_file()
+    # the vendor's CRD and rendered object are package data (reconciler/data/)
+    data = prefix.glob("lib/python*/site-packages/reconciler/data/metax-operator-0.15.2/*")
+    assert {p.name for p in data} == {"gpu.metax-tech.com_clusteroperators.yaml",
+                                      "cluster-operator.yaml", "SOURCE.md"}
     version = subprocess.run([str(prefix / "bin" / "reconciler"), "--version"],
                              capture_output=True, text=True, check=True)
     assert "reconciler" in version.stdout

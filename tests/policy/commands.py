@@ -48,3 +48,9 @@ def validate_bounded(
     """``reconciler validate ARGS`` as a child with an address-space limit and a hang bound
     (``subprocess.TimeoutExpired`` fails the test); for hostile input."""
     return reconciler(cwd, "validate", *args, timeout=timeout)
+
+
+def reported(stdout: str) -> list[str]:
+    """The lines of ``validate``'s text output that are errors or warnings: infos left out (a
+    policy with only spec.driver gets one, docs/validation.md#severities)."""
+    return [line for line in stdout.splitlines() if ": info: " not in line]

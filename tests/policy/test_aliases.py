@@ -35,9 +35,14 @@ spec:
 """
 
 
+#: where the anchors live: a section the vendor's CRD does not have, one error at its key
+TEMPLATES = "/spec/templates"
+
+
 def errors(text: str) -> list[tuple[str, int, int, str, str]]:
+    """The errors, but the one about the anchors' own section."""
     return [(f.rule, f.line, f.column, f.pointer, f.message)
-            for f in validate_document(text, "f.yaml").errors]
+            for f in validate_document(text, "f.yaml").errors if f.pointer != TEMPLATES]
 
 
 def test_an_error_inside_an_aliased_collection_is_reported_at_the_alias() -> None:
@@ -55,8 +60,11 @@ def test_an_aliased_scalar_of_the_wrong_type_is_reported_at_the_alias_naming_the
 
 
 def test_the_anchor_itself_is_judged_where_it_is_written() -> None:
-    # the same values are fine where the anchors are (an annotation string, a preserved section)
-    assert [e for e in errors(ALIASED) if e[1] < 15] == []
+    # the same values are fine where the anchors are (an annotation string); their section is
+    # one the CRD lacks: one error at its key, nothing about what is inside
+    found = validate_document(ALIASED, "f.yaml").errors
+    assert [(f.rule, f.line, f.pointer) for f in found if f.line < 15] == [
+        ("unknown-field", 8, TEMPLATES)]
 
 
 def test_an_unknown_key_brought_in_by_an_alias_is_reported_at_the_alias() -> None:
@@ -66,7 +74,7 @@ def test_an_unknown_key_brought_in_by_an_alias_is_reported_at_the_alias() -> Non
     assert errors(text) == [(
         "unknown-field", 20, 20, f"{P}/strategy",
         "unknown field 'strategy' in driver.upgradePolicy; known fields: enableRollout, "
-        "upgradeSteps, pause, maxParallel, maxUnavailable, maxFailureThreshold, fallback "
+        "fallback, maxFailureThreshold, maxParallel, maxUnavailable, pause, upgradeSteps "
         "(put here by alias *policy: written at line 14, column 44, inside &policy at line 14)",
     )]
 

@@ -37,7 +37,8 @@ def test_default_max_parallel_upgrades_the_whole_batch_and_tolerates_no_unavaila
 
 
 def test_schema_defaults_are_the_policy_defaults() -> None:
-    properties = load_schema("clusteroperator")["$defs"]["UpgradePolicy"]["properties"]
+    spec = load_schema("clusteroperator")["properties"]["spec"]
+    properties = spec["properties"]["driver"]["properties"]["upgradePolicy"]["properties"]
     defaults = {name: spec["default"] for name, spec in properties.items() if "default" in spec}
     assert defaults == {key: value for key, value in INSTALLED.items() if key != "upgradeSteps"}
     assert "default" not in properties["upgradeSteps"]  # required with enableRollout: true

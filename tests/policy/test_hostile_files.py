@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.policy.commands import git, reconciler
+from tests.policy.commands import git, reconciler, reported
 from tests.policy.texts import EXAMPLES, SEED_10
 
 pytestmark = pytest.mark.slow  # CLI runs as child processes: minutes on a loaded machine
@@ -78,7 +78,7 @@ def test_validate_reports_a_policy_link_by_name_never_reading_its_target(
     policy.symlink_to(text)
     result = reconciler(repo, "validate", *([] if mode == "repository" else [LAB]))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines() == [
+    assert reported(result.stdout) == [
         f"{LAB}:1:1: error: a symbolic link (to '{text}'), {LINK_REASON}, not the file it "
         "points to; commit the file itself [symlink]"]
     assert "Traceback" not in result.stderr
@@ -90,7 +90,7 @@ def test_validate_reports_a_fifo_without_waiting_for_a_writer(repo: Path, mode: 
     args = {"repository": [], "path": ["clusters/lab-10/pipe.yaml"], "folder": ["clusters"]}
     result = reconciler(repo, "validate", *args[mode])
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines() == [
+    assert reported(result.stdout) == [
         "clusters/lab-10/pipe.yaml:1:1: error: a FIFO (named pipe), not a regular file; only "
         "regular files are read [not-regular-file]"]
 
@@ -107,8 +107,9 @@ def test_validate_refuses_an_oversized_file_before_reading_it(repo: Path) -> Non
 def test_validate_refuses_a_device_named_on_the_command_line(repo: Path) -> None:
     result = reconciler(repo, "validate", "/dev/zero")
     assert result.returncode == 1, result.stderr
-    assert result.stdout.startswith("/dev/zero:1:1: error: a character device, not a regular "
-                                    "file")
+    text = "\n".join(reported(result.stdout))
+    assert text.startswith("/dev/zero:1:1: error: a character device, not a regular "
+                           "file")
 
 
 def test_a_link_inside_a_named_folder_is_an_error_and_not_followed(
@@ -121,7 +122,7 @@ def test_a_link_inside_a_named_folder_is_an_error_and_not_followed(
     (repo / "clusters/lab-10/pipe-link.yaml").symlink_to("/dev/zero")
     result = reconciler(repo, "validate", "clusters")
     assert result.returncode == 1, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
+    lines = reported(result.stdout)
     assert [line.rsplit(" [", 1)[1] for line in lines] == ["symlink]", "symlink]"]
     assert {line.split(":", 1)[0] for line in lines} == {
         "clusters/lab-10/more", "clusters/lab-10/pipe-link.yaml"}
@@ -133,7 +134,8 @@ def test_a_named_file_below_a_linked_folder_names_the_link(repo: Path, tmp_path:
     (repo / "clusters/lab-link").symlink_to(tmp_path / "lab-copy")
     result = reconciler(repo, "validate", "clusters/lab-link/cluster-operator.yaml")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.startswith(
+    text = "\n".join(reported(result.stdout))
+    assert text.startswith(
         f"clusters/lab-link:1:1: error: a symbolic link (to '{tmp_path / 'lab-copy'}'), "
         f"{LINK_REASON}")
 
@@ -144,7 +146,7 @@ def test_repository_mode_never_skips_a_cluster_silently(repo: Path, tmp_path: Pa
     (repo / "clusters/empty-policy/README.md").write_text("policy goes here\n")
     result = reconciler(repo, "validate")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines() == [
+    assert reported(result.stdout) == [
         "clusters/empty-policy:1:1: error: cluster folder 'empty-policy' holds no policy file "
         "(*.yaml, *.yml): the reconciler would apply nothing there; add its ClusterOperator or "
         "remove the folder [no-policy]",
@@ -159,8 +161,9 @@ def test_a_linked_config_is_reported_and_its_target_not_used(repo: Path, tmp_pat
     config.symlink_to("/dev/zero")
     result = reconciler(repo, "validate")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.startswith("reconciler.yaml:1:1: error: a symbolic link (to "
-                                    "'/dev/zero')")
+    text = "\n".join(reported(result.stdout))
+    assert text.startswith("reconciler.yaml:1:1: error: a symbolic link (to "
+                           "'/dev/zero')")
 
 
 def test_against_a_linked_status_snapshot_is_a_located_error(repo: Path) -> None:
@@ -169,8 +172,9 @@ def test_against_a_linked_status_snapshot_is_a_located_error(repo: Path) -> None
     (repo / "status/new-one.yaml").symlink_to("/dev/zero")
     result = reconciler(repo, "validate", "--against", "main", "clusters/new-one")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.startswith("status/new-one.yaml:1:1: error: a symbolic link (to "
-                                    "'/dev/zero')")
+    text = "\n".join(reported(result.stdout))
+    assert text.startswith("status/new-one.yaml:1:1: error: a symbolic link (to "
+                           "'/dev/zero')")
 
 
 # -- simulate, dev-cluster, run, firmware ----------------------------------------------------
@@ -275,10 +279,11 @@ def test_links_and_fifos_among_many_files_are_reported_by_the_worker_pool(tmp_pa
     _fifo(folder / "c020.yaml")
     result = reconciler(tmp_path, "validate", "many", env={"RECONCILER_JOBS": "2"})
     assert result.returncode == 1, result.stderr
-    assert [line.split(" [")[-1] for line in result.stdout.splitlines()] == [
+    assert [line.split(" [")[-1] for line in reported(result.stdout)] == [
         "symlink]", "not-regular-file]"]
-    assert result.stdout.startswith("many/c010.yaml:1:1: error: a symbolic link (to "
-                                    "'/dev/zero')")
+    text = "\n".join(reported(result.stdout))
+    assert text.startswith("many/c010.yaml:1:1: error: a symbolic link (to "
+                           "'/dev/zero')")
 
 
 def test_status_from_git_refuses_a_linked_snapshot_by_name(repo: Path, tmp_path: Path) -> None:

@@ -55,6 +55,16 @@ def results(log: dict[str, Any]) -> list[dict[str, Any]]:
     return list(run["results"])
 
 
+def significant(log: dict[str, Any]) -> list[dict[str, Any]]:
+    """The results that are errors or warnings (a policy with only spec.driver also gets an
+    info, docs/validation.md#severities)."""
+    return [r for r in results(log) if r["level"] != "note"]
+
+
+def issues(report: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for i in report if i["severity"] != "info"]
+
+
 def sarif_rows(log: dict[str, Any]) -> list[tuple[str, int, int, str, str, str]]:
     """(path, line, column, rule, severity, message) of each result."""
     rows = []
@@ -64,7 +74,8 @@ def sarif_rows(log: dict[str, Any]) -> list[tuple[str, int, int, str, str, str]]
         assert physical["artifactLocation"]["uriBaseId"] == "%SRCROOT%"
         rows.append((unquote(physical["artifactLocation"]["uri"], errors="surrogateescape"),
                      physical["region"]["startLine"], physical["region"]["startColumn"],
-                     r["ruleId"], {"error": "error", "warning": "warning"}[r["level"]],
+                     r["ruleId"],
+                     {"error": "error", "warning": "warning", "note": "info"}[r["level"]],
                      r["message"]["text"]))
     return rows
 
@@ -76,7 +87,8 @@ def json_rows(findings: list[dict[str, Any]]) -> list[tuple[str, int, int, str, 
 
 def gitlab_rows(report: list[dict[str, Any]]) -> list[tuple[str, int, str, str, str]]:
     return [(i["location"]["path"], i["location"]["lines"]["begin"], i["check_name"],
-             {"critical": "error", "minor": "warning"}[i["severity"]], i["description"])
+             {"critical": "error", "minor": "warning", "info": "info"}[i["severity"]],
+             i["description"])
             for i in report]
 
 
@@ -187,9 +199,9 @@ def test_fingerprints_are_stable_and_unique(invalid: dict[str, Any]) -> None:
 def test_a_fingerprint_survives_lines_added_above(repo: Path) -> None:
     path = repo / LAB
     path.write_text(path.read_text().replace("maxParallel: 100%", "maxParallel: 101%"))
-    before = results(json.loads(reconciler(repo, "validate", "--format", "sarif").stdout))
+    before = significant(json.loads(reconciler(repo, "validate", "--format", "sarif").stdout))
     path.write_text("# a comment\n# and another\n" + path.read_text())
-    after = results(json.loads(reconciler(repo, "validate", "--format", "sarif").stdout))
+    after = significant(json.loads(reconciler(repo, "validate", "--format", "sarif").stdout))
     assert [r["partialFingerprints"] for r in after] == [r["partialFingerprints"]
                                                          for r in before]
     lines = [(r["locations"][0]["physicalLocation"]["region"]["startLine"]) for r in after]
@@ -226,10 +238,10 @@ def test_exit_codes_and_empty_reports(repo: Path) -> None:
         assert valid.returncode == 0, valid.stderr
         report = json.loads(valid.stdout)
         if empty is None:
-            assert results(report) == [] and report["runs"][0]["tool"]["driver"]["rules"] == []
+            assert significant(report) == []
             assert sarif_errors(report) == []
         else:
-            assert report == empty
+            assert issues(report) == empty
         for args in (["missing.yaml"], ["--against", "no-such-ref"]):
             usage = reconciler(repo, "validate", "--format", output_format, *args)
             assert usage.returncode == 2, usage.stderr
@@ -243,10 +255,36 @@ def test_warnings_alone_exit_zero_with_their_level(repo: Path) -> None:
     sarif = reconciler(repo, "validate", "--format", "sarif")
     gitlab = reconciler(repo, "validate", "--format", "gitlab")
     assert (sarif.returncode, gitlab.returncode) == (0, 0)
-    ((result,), (issue,)) = results(json.loads(sarif.stdout)), json.loads(gitlab.stdout)
+    ((result,), (issue,)) = significant(json.loads(sarif.stdout)), issues(
+        json.loads(gitlab.stdout))
     assert (result["ruleId"], result["level"]) == ("server-populated-field", "warning")
     assert (issue["check_name"], issue["severity"]) == ("server-populated-field", "minor")
     assert issue["location"] == {"path": LAB, "lines": {"begin": 8}}
+
+
+def test_infos_exit_zero_with_their_level_in_every_format(repo: Path) -> None:
+    """An info finding (docs/validation.md#severities) never fails a check: 'note' in SARIF,
+    'info' in GitLab, '::notice' on GitHub, 'info' in text and json."""
+    path = repo / LAB
+    path.write_text(path.read_text().replace(
+        "    fwUpgradePolicy: Never", "    fwUpgradePolicy: Never\n    deployPolicy: PreferCloud"))
+    outputs = {f: reconciler(repo, "validate", "--format", f, LAB)
+               for f in ("text", "json", "github", "sarif", "gitlab")}
+    assert {f: r.returncode for f, r in outputs.items()} == dict.fromkeys(outputs, 0)
+    findings = json.loads(outputs["json"].stdout)
+    assert {(f["rule"], f["severity"]) for f in findings} == {
+        ("crd-required-field", "info"), ("not-acted-on", "info")}
+    levels = {(r["ruleId"], r["level"]) for r in results(json.loads(outputs["sarif"].stdout))}
+    assert levels == {("crd-required-field", "note"), ("not-acted-on", "note")}
+    assert sarif_errors(json.loads(outputs["sarif"].stdout)) == []
+    report = json.loads(outputs["gitlab"].stdout)
+    assert {(i["check_name"], i["severity"]) for i in report} == {
+        ("crd-required-field", "info"), ("not-acted-on", "info")}
+    assert gitlab_errors(report) == []
+    assert outputs["github"].stdout.count("::notice file=") == 2
+    text = outputs["text"]
+    assert f"{LAB}:15:5: info: spec.driver.deployPolicy: applied, not acted on" in text.stdout
+    assert text.stderr == "1 file(s) valid, 2 info(s)\n"
 
 
 def test_paths_are_relative_to_the_repository_root(repo: Path) -> None:
@@ -258,9 +296,9 @@ def test_paths_are_relative_to_the_repository_root(repo: Path) -> None:
     gitlab = reconciler(folder, "validate", "--format", "gitlab", ".")
     assert (sarif.returncode, gitlab.returncode) == (1, 1)
     uris = [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
-            for r in results(json.loads(sarif.stdout))]
+            for r in significant(json.loads(sarif.stdout))]
     assert uris == [LAB, "clusters/lab-10/with%20space%231.yaml"]
-    assert [i["location"]["path"] for i in json.loads(gitlab.stdout)] == [
+    assert [i["location"]["path"] for i in issues(json.loads(gitlab.stdout))] == [
         LAB, "clusters/lab-10/with space#1.yaml"]
 
 
@@ -275,10 +313,10 @@ def test_hostile_names_and_values_reach_no_log_raw(repo: Path) -> None:
         report = json.loads(result.stdout)
         if output_format == "sarif":
             assert sarif_errors(report) == []
-            paths = {row[0] for row in sarif_rows(report)}
+            paths = {row[0] for row in sarif_rows(report) if row[4] != "info"}
         else:
             assert gitlab_errors(report) == []
-            paths = {row[0] for row in gitlab_rows(report)}
+            paths = {row[0] for row in gitlab_rows(report) if row[3] != "info"}
         assert paths == {f"clusters/lab-10/{name}"}
 
 

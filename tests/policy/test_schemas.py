@@ -19,12 +19,14 @@ from reconciler.policy.validation import (
 )
 from tests.policy.texts import EXAMPLES, REPO
 
-# Keywords a structural CRD schema can express (after inlining $ref and mapping oneOf).
+# The keywords of the vendor's CRD as JSON Schema (reconciler/policy/crd_schema.py: anyOf as
+# oneOf, int32/int64 as minimum/maximum) and of our stricter rules (allOf: a second pattern).
 CRD_KEYWORDS = {
     "$schema", "$id", "$ref", "$defs", "title", "description", "type", "properties",
     "additionalProperties", "required", "items", "enum", "minimum", "maximum", "minLength",
-    "maxLength", "pattern", "minItems", "maxItems", "maxProperties", "oneOf", "default",
-    "x-kubernetes-preserve-unknown-fields",
+    "maxLength", "pattern", "minItems", "oneOf", "allOf", "default", "format",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string",
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
 }
 
 
@@ -50,16 +52,19 @@ def keywords(node: Any, under_properties: bool = False) -> set[str]:
     return found
 
 
-def test_cluster_operator_schema_stays_crd_convertible() -> None:
+def test_cluster_operator_schema_uses_the_crds_keywords_and_ours() -> None:
     assert keywords(load_schema("clusteroperator")) <= CRD_KEYWORDS
 
 
-def test_upgrade_policy_is_strict_and_other_sections_are_kept() -> None:
-    defs = load_schema("clusteroperator")["$defs"]
-    assert defs["UpgradePolicy"]["additionalProperties"] is False
-    assert defs["UpgradeStep"]["additionalProperties"] is False
-    assert defs["OpaqueSection"]["x-kubernetes-preserve-unknown-fields"] is True
-    assert defs["DriverSpec"]["x-kubernetes-preserve-unknown-fields"] is True
+def test_upgrade_policy_is_strict_and_other_sections_follow_the_vendors_crd() -> None:
+    spec = load_schema("clusteroperator")["properties"]["spec"]
+    policy = spec["properties"]["driver"]["properties"]["upgradePolicy"]
+    assert policy["additionalProperties"] is False
+    assert policy["properties"]["upgradeSteps"]["items"]["additionalProperties"] is False
+    # as the CRD says: no section keeps unknown fields (the API server drops them)
+    for name, section in spec["properties"].items():
+        assert "x-kubernetes-preserve-unknown-fields" not in section, name
+        assert "additionalProperties" not in section, name
 
 
 def test_examples_point_editors_at_the_schemas() -> None:

@@ -73,7 +73,8 @@ def test_removed_field_is_reported_at_its_parent() -> None:
 
 
 def test_added_section_is_rejected_during_a_rollout() -> None:
-    assert check(SEED_10 + "  maca: {payload: {version: '2.0'}}\n", "Progressing") == [
+    assert check(SEED_10 + "  maca: {payload: {images: ['maca-native:2.0']}}\n",
+                 "Progressing") == [
         ("transition-locked-field", 27, "/spec/maca")]
 
 

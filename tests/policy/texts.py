@@ -10,7 +10,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples-repo"
 
 # The seed's 10-node scenario (section 3.1.3 step 7, scenario 1) as a whole object.
-# Line numbers matter: the invalid-file tests edit single lines of it.
+# Line numbers matter: the invalid-file tests edit single lines of it. The manual's
+# `pauseDuration: {}` (a manual gate) is written the CRD's way: left out (a comment keeps the
+# line).
 SEED_10 = """\
 apiVersion: gpu.metax-tech.com/v1alpha1
 kind: ClusterOperator
@@ -26,7 +28,7 @@ spec:
       enableRollout: true
       upgradeSteps:
         - replicas: 2
-          pauseDuration: {}
+          # no pauseDuration: a person releases the next batch (manual gate)
         - replicas: 5
           pauseDuration: 10000
         - replicas: 8
@@ -57,13 +59,13 @@ spec:
       upgradeSteps:
         # 第1批次：升级5%(5)个节点，完成后暂停（需人工触发下一批）
         - replicas: 5%
-          pauseDuration: {}  # 空配置=人工确认
+          # pauseDuration 省略 = 人工确认 (the manual's {}: left out, a person confirms)
         - replicas: 30
           pauseDuration: 300000
         - replicas: 60
           pauseDuration: 300000
         - replicas: 100%
-          pauseDuration: {}
+          # no pauseDuration: a person confirms the end of the rollout
       pause: false  # 初始状态：不暂停
       maxParallel: 50%
       maxUnavailable: 10%
@@ -97,13 +99,12 @@ spec:
       dir: /var/log/metax
       format: text
       level: info
-      maxAge: 7
-      rotationTime: 24
+      maxAge: 7d
+      rotationTime: 24h
   devicePlugin: {}
   maca: {}
   runtime: {}
   labelgen: {}
-  vfioManager: {}
   dataExporter: {}
 """
 

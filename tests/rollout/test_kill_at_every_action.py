@@ -17,8 +17,8 @@ them, the whole pass included); ``per_node``, the dispatcher's (the nodes side b
 combination of them stopped after a prefix of their own actions, the cluster-wide actions behind
 a lost one not handed out); ``own_record``, every action landed and the pass's own record (the
 ``rollout-state`` annotation, written first) too, but not the CRD's status fields
-(docs/rollout.md#where-the-state-lives). The statuses of several passes are never lost at once: a pass that
-starts a step waits for its status write before the next one acts.
+(docs/rollout.md#where-the-state-lives). The statuses of several passes are never lost at once: a
+pass that starts a step waits for its status write before the next one acts.
 """
 from __future__ import annotations
 

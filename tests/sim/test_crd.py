@@ -1,172 +1,78 @@
-"""The ClusterOperator CRD generated from schemas/clusteroperator.schema.json: the conversion
-rules (pure) and what the real API server then accepts, rejects and preserves."""
+"""The ClusterOperator CRD: the vendor's, with our additions
+(docs/dev-cluster.md#the-clusteroperator-crd), and what a real API server then accepts, refuses,
+prunes and defaults: the same values validation accepts and refuses
+(tests/policy/vendor_cases.py)."""
 
 from __future__ import annotations
 
+import copy
+import re
 from typing import Any
 
 import pytest
 
+from reconciler.data import (
+    rendered_cluster_operator,
+    stored_cluster_operator,
+    vendor_openapi_schema,
+)
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.names import API_VERSION, PLURAL
-from reconciler.sim.crd import (
-    CEL_MINOR,
-    SchemaConversionError,
-    cluster_operator_crd,
-    load_schema,
-    structural_schema,
-)
+from reconciler.policy.validation import validate_document
+from reconciler.sim.crd import CEL_MINOR, CEL_RULES, PRINTER_COLUMNS, cluster_operator_crd
 from reconciler.sim.operator_install import install_crd, release_minor, server_version
+from tests.policy.test_vendor_crd import SSA_REFUSED_NULLS
+from tests.policy.vendor_cases import CASES, Refused, as_stored, as_yaml, set_at
 
 CO = resource_path(API_VERSION, PLURAL)
-
-
-def _schemas(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
-    """Every schema node: the root, property values, items, additionalProperties."""
-    found = [(path, node)]
-    for key, child in (node.get("properties") or {}).items():
-        found.extend(_schemas(child, f"{path}/{key}"))
-    for key in ("items", "additionalProperties"):
-        if isinstance(node.get(key), dict):
-            found.extend(_schemas(node[key], f"{path}/{key}"))
-    return found
-
-
-def test_generated_schema_is_structural() -> None:
-    schema = structural_schema(load_schema())
-    nodes = _schemas(schema)
-    assert len(nodes) > 30
-    for path, node in nodes:
-        forbidden = {"$ref", "oneOf", "anyOf", "allOf", "const", "$defs"}
-        assert not forbidden & set(node), path
-        assert ("type" in node or node.get("x-kubernetes-int-or-string")
-                or node.get("x-kubernetes-preserve-unknown-fields")), path
-
-
-# docs/policy.md#how-the-numbers-resolve's defaults, the values a real install carries
-# (docs/policy.md#the-fields); upgradeSteps has none.
-SPEC_DEFAULTS = {"enableRollout": False, "pause": False, "maxParallel": "100%",
-                 "maxUnavailable": "0%", "maxFailureThreshold": 5, "fallback": "pause"}
-
-
-def test_upgrade_policy_defaults_are_spec_3s_and_nothing_else_has_one() -> None:
-    schema = structural_schema(load_schema())
-    policy = schema["properties"]["spec"]["properties"]["driver"]["properties"]["upgradePolicy"]
-    defaults = {k: v["default"] for k, v in policy["properties"].items() if "default" in v}
-    assert defaults == SPEC_DEFAULTS
-    others = [path for path, node in _schemas(schema) if "default" in node
-              and not path.startswith("/spec/driver/upgradePolicy/")]
-    assert others == []
-
-
-def test_cel_rules_sit_where_spec_3_puts_them_and_can_be_left_out() -> None:
-    def rules(schema: dict[str, Any]) -> dict[str, list[str]]:
-        return {path: [r["rule"] for r in node["x-kubernetes-validations"]]
-                for path, node in _schemas(schema) if "x-kubernetes-validations" in node}
-    placed = rules(structural_schema(load_schema()))
-    base = "/spec/driver/upgradePolicy"
-    assert sorted(placed) == [base, f"{base}/maxParallel", f"{base}/maxUnavailable",
-                              f"{base}/upgradeSteps"]
-    assert "has(self.upgradeSteps)" in placed[base][0]
-    assert rules(structural_schema(load_schema(), cel_rules=False)) == {}
-    # A schema without those places (another JSON Schema) gets none.
-    assert rules(structural_schema({"type": "object", "properties": {"spec": {
-        "type": "object", "properties": {"driver": {"type": "object"}}}}})) == {}
-
-
-def test_int_or_percent_and_pause_duration_conversions() -> None:
-    spec = structural_schema(load_schema())["properties"]["spec"]
-    policy = spec["properties"]["driver"]["properties"]["upgradePolicy"]["properties"]
-    assert policy["maxParallel"]["x-kubernetes-int-or-string"] is True
-    assert policy["maxParallel"]["minimum"] == 1
-    assert policy["maxParallel"]["pattern"] == "^[0-9]+%$"
-    assert policy["maxUnavailable"]["minimum"] == 0
-    step = policy["upgradeSteps"]["items"]["properties"]
-    assert step["pauseDuration"]["x-kubernetes-preserve-unknown-fields"] is True
-    assert "type" not in step["pauseDuration"]
-    assert spec["x-kubernetes-preserve-unknown-fields"] is True  # other sections are kept
-
-
-def test_ref_siblings_nullable_const_and_exclusive_minimum() -> None:
-    schema = {
-        "$defs": {"Count": {"type": "integer", "minimum": 0}},
-        "type": "object",
-        "properties": {"spec": {"type": "object", "properties": {
-            "count": {"$ref": "#/$defs/Count", "description": "how many"},
-            "name": {"type": ["string", "null"]},
-            "mode": {"const": "fixed", "type": "string"},
-            "ratio": {"type": "number", "exclusiveMinimum": 0},
-            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-        }, "additionalProperties": False}},
-    }
-    spec = structural_schema(schema)["properties"]["spec"]
-    props = spec["properties"]
-    assert props["count"] == {"type": "integer", "minimum": 0, "description": "how many"}
-    assert props["name"] == {"type": "string", "nullable": True}
-    assert props["mode"] == {"type": "string", "enum": ["fixed"]}
-    assert props["ratio"] == {"type": "number", "minimum": 0, "exclusiveMinimum": True}
-    assert props["labels"] == {"type": "object", "additionalProperties": {"type": "string"}}
-    assert "additionalProperties" not in spec
-
-
-def test_bad_references_are_reported() -> None:
-    with pytest.raises(SchemaConversionError, match="names no definition"):
-        structural_schema({"type": "object", "properties": {"spec": {"$ref": "#/$defs/Nope"}}})
-    recursive = {"$defs": {"A": {"type": "object", "properties": {"a": {"$ref": "#/$defs/A"}}}},
-                 "properties": {"spec": {"$ref": "#/$defs/A"}}}
-    with pytest.raises(SchemaConversionError, match="recursive"):
-        structural_schema(recursive)
+P = "/spec/driver/upgradePolicy"
 
 
 def test_crd_shape() -> None:
     crd = cluster_operator_crd()
     assert crd["metadata"]["name"] == "clusteroperators.gpu.metax-tech.com"
     assert crd["spec"]["scope"] == "Cluster"
-    version = crd["spec"]["versions"][0]
+    assert crd["spec"]["names"]["shortNames"] == ["co"]
+    (version,) = crd["spec"]["versions"]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
-    assert status == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    assert version["additionalPrinterColumns"] == PRINTER_COLUMNS
+    schema = version["schema"]["openAPIV3Schema"]
+    # the vendor's status, exactly (SPEC 16): conditions, CurrentUpgradeReadyReplicas, strings
+    assert schema["properties"]["status"] == vendor_openapi_schema()["properties"]["status"]
+    upgrade = schema["properties"]["status"]["properties"]["upgradeStatus"]["properties"]
+    assert "conditions" in upgrade and upgrade["lastCoDriverSpec"]["type"] == "string"
+    assert "CurrentUpgradeReadyReplicas" in upgrade["status"]["required"]
 
 
-def _co(name: str, policy: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": "ClusterOperator", "metadata": {"name": name},
-            "spec": {"driver": {"payload": {"name": "driver-image", "version": "2.31.0.6"},
-                                "upgradePolicy": policy}, **spec}}
+def _rules(crd: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
+    found: dict[str, list[dict[str, str]]] = {}
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if "x-kubernetes-validations" in node:
+            found[path] = node["x-kubernetes-validations"]
+        for name, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}/{name}")
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], f"{path}[]")
+
+    walk(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"], "")
+    return found
 
 
-@pytest.mark.cluster
-@pytest.mark.compat
-def test_api_server_enforces_and_preserves(kube: KubeApi) -> None:
-    install_crd(kube)
-    good = _co("crd-good", {"enableRollout": True, "maxParallel": "25%", "maxUnavailable": 0,
-                            "upgradeSteps": [{"replicas": 1, "pauseDuration": {}},
-                                             {"replicas": "100%", "pauseDuration": 60000}],
-                            "surprise": 1},
-               devicePlugin={"image": {"name": "device-plugin"}, "anything": [1, 2]})
-    stored = kube.create(CO, good)
-    policy = stored["spec"]["driver"]["upgradePolicy"]
-    assert policy["upgradeSteps"][0]["pauseDuration"] == {}
-    assert policy["upgradeSteps"][1]["pauseDuration"] == 60000
-    assert "surprise" not in policy  # pruned; `reconciler validate` reports it as an error
-    assert stored["spec"]["devicePlugin"] == {"image": {"name": "device-plugin"},
-                                              "anything": [1, 2]}
-    kube.delete(f"{CO}/crd-good")
-
-    for name, policy in (
-        ("crd-zero-parallel", {"maxParallel": 0}),
-        ("crd-spaced-percent", {"maxParallel": "50 %"}),
-        ("crd-string-bool", {"enableRollout": "false"}),
-        ("crd-bad-fallback", {"fallback": "retry"}),
-    ):
-        with pytest.raises(KubeError) as refused:
-            kube.create(CO, _co(name, policy))
-        assert refused.value.status == 422, name
+def test_cel_rules_sit_where_they_say_and_only_when_asked() -> None:
+    placed = _rules(cluster_operator_crd())
+    assert set(placed) == {"/spec/" + "/".join(place) for place in CEL_RULES}
+    assert _rules(cluster_operator_crd(cel_rules=False)) == {}
+    # none on each step: the vendor's list has no maxItems, the server refuses their cost
+    assert not any("[]" in path for path in placed)
 
 
-def _refused(kube: KubeApi, name: str, policy: dict[str, Any]) -> str | None:
-    """The API server's message when it refuses the object, else None (the object is removed)."""
+def _create(kube: KubeApi, name: str, obj: dict[str, Any]) -> str | None:
+    """The API server's message when it refuses to create ``obj``, else None (removed again)."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"] = {"name": name}  # no finalizer: no operator here takes it off
     try:
-        kube.create(CO, _co(name, policy))
+        kube.create(CO, obj)
     except KubeError as exc:
         assert exc.status == 422, exc
         return str(exc)
@@ -174,22 +80,98 @@ def _refused(kube: KubeApi, name: str, policy: dict[str, Any]) -> str | None:
     return None
 
 
+def _name(case: Refused) -> str:
+    return "crd-" + re.sub("[^a-z0-9-]", "-", case.name.lower())[:50]
+
+
+@pytest.mark.cluster
+def test_the_api_server_refuses_what_validation_refuses_and_takes_the_vendor_object(
+        kube: KubeApi) -> None:
+    """Each value validation refuses as the API server would is refused by a real one, with the
+    words of docs/dev-cluster.md#the-clusteroperator-crd; our stricter rules (server None) are
+    the admission webhook's; the vendor's object itself is taken."""
+    install_crd(kube)
+    assert _create(kube, "crd-vendor-object", as_stored()) is None
+    current = release_minor(server_version(kube)) >= CEL_MINOR
+    for case in CASES:
+        refused = _create(kube, _name(case), set_at(as_stored(), case.pointer, case.value))
+        if case.server is None:
+            assert refused is None, (case.name, refused)
+        else:
+            assert refused is not None, case.name
+            if current:
+                assert case.server in refused, (case.name, refused)
+
+
+@pytest.mark.cluster
+def test_server_side_apply_refuses_the_charts_nulls_where_validation_does(kube: KubeApi) -> None:
+    """The reconciler applies with server-side apply, which refuses a null that a create would
+    prune (reconciler/data/metax-operator-0.15.2/SOURCE.md): exactly the fields validation
+    reports; the switchbox nulls, which have defaults, are filled in."""
+    install_crd(kube)
+    rendered = rendered_cluster_operator()
+    rendered["metadata"] = {"name": "crd-rendered-ssa"}
+    with pytest.raises(KubeError) as refused:
+        kube.apply(f"{CO}/crd-rendered-ssa", rendered, field_manager="crd-test")
+    fields = set(re.findall(r"(spec\.[A-Za-z.]+): Invalid value: \"null\"", str(refused.value)))
+    assert fields == {p.removeprefix("/").replace("/", ".") for p in SSA_REFUSED_NULLS}
+    ours = validate_document(as_yaml(rendered), "x.yaml")
+    assert sorted(f.pointer for f in ours.errors) == sorted(SSA_REFUSED_NULLS)
+    stored = kube.create(CO, set_at(as_stored(), "/metadata", {"name": "crd-stored"}))
+    assert stored["spec"]["vendor"] == {} and stored["spec"]["openshift"] == {}
+    assert stored["spec"]["topoDiscovery"]["switchbox"]["clusterManagerUser"] == ""
+    kube.delete(f"{CO}/crd-stored")
+
+
+@pytest.mark.cluster
+def test_a_policy_with_only_spec_driver_applied_over_the_installed_object_keeps_the_rest(
+        kube: KubeApi) -> None:
+    """Why a policy file that leaves out the required sections is only an info
+    (docs/validation.md#severities): server-side apply over the installed object keeps them.
+    Why a field the CRD lacks is an error: server-side apply refuses the object (a create or a
+    PUT would drop the field)."""
+    install_crd(kube)
+    kube.create(CO, set_at(as_stored(), "/metadata", {"name": "crd-installed"}))
+    policy = {"apiVersion": API_VERSION, "kind": "ClusterOperator",
+              "metadata": {"name": "crd-installed"},
+              "spec": {"driver": {"payload": {"version": "3.2.1.13"},
+                                  "upgradePolicy": {"pause": True}}}}
+    applied = kube.apply(f"{CO}/crd-installed", policy, field_manager="crd-policy", force=True)
+    assert applied["spec"]["driver"]["payload"]["version"] == "3.2.1.13"
+    assert applied["spec"]["driver"]["upgradePolicy"]["pause"] is True
+    assert applied["spec"]["maca"] == as_stored()["spec"]["maca"]
+    info = [f.rule for f in validate_document(as_yaml(policy), "p.yaml").findings]
+    assert info == ["crd-required-field"]
+    unknown = set_at(policy, "/spec/vfioManager", {"image": {"name": "vfio-manager"}})
+    with pytest.raises(KubeError, match="field not declared in schema"):
+        kube.apply(f"{CO}/crd-installed", unknown, field_manager="crd-policy", force=True)
+    assert [(f.rule, f.pointer) for f in validate_document(as_yaml(unknown), "p.yaml").errors
+            ] == [("unknown-field", "/spec/vfioManager")]
+    kube.delete(f"{CO}/crd-installed")
+
+
+def _whole(kube: KubeApi, name: str) -> dict[str, Any]:
+    """The vendor's object as stored, named ``name``; without its empty strings before 1.25
+    (1.20.2 reads ``""`` as null, docs/dev-cluster.md)."""
+    current = release_minor(server_version(kube)) >= CEL_MINOR
+    return set_at(stored_cluster_operator(empty_strings=current), "/metadata", {"name": name})
+
+
 @pytest.mark.cluster
 @pytest.mark.compat
-def test_api_server_fills_in_spec_3s_defaults_and_keeps_what_is_written(kube: KubeApi) -> None:
+def test_api_server_fills_in_the_vendors_defaults_and_keeps_what_is_written(
+        kube: KubeApi) -> None:
     install_crd(kube)
-    stored = kube.create(CO, _co("crd-defaults", {}))
-    assert stored["spec"]["driver"]["upgradePolicy"] == SPEC_DEFAULTS
+    defaults = {"enableRollout": False, "pause": False, "maxParallel": "100%",
+                "maxUnavailable": "0%", "maxFailureThreshold": 5, "fallback": "pause"}
+    stored = kube.create(CO, set_at(_whole(kube, "crd-defaults"), P, {}))
+    assert stored["spec"]["driver"]["upgradePolicy"] == defaults
     written = {"enableRollout": True, "pause": True, "maxParallel": 3, "maxUnavailable": "10%",
                "maxFailureThreshold": 2, "fallback": "rollback",
-               "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}]}
-    kept = kube.create(CO, _co("crd-written", written))
-    assert kept["spec"]["driver"]["upgradePolicy"] == written
-    # A section the policy leaves out gets no defaults: there is no upgradePolicy to fill.
-    bare = _co("crd-no-policy", {})
-    del bare["spec"]["driver"]["upgradePolicy"]
-    assert "upgradePolicy" not in kube.create(CO, bare)["spec"]["driver"]
-    for name in ("crd-defaults", "crd-written", "crd-no-policy"):
+               "upgradeSteps": [{"replicas": 2, "toleration": "50%"}, {"replicas": "100%"}]}
+    kept = kube.create(CO, set_at(_whole(kube, "crd-written"), P, written))
+    assert kept["spec"]["driver"]["upgradePolicy"] == written  # pauseDuration stays left out
+    for name in ("crd-defaults", "crd-written"):
         kube.delete(f"{CO}/{name}")
 
 
@@ -198,24 +180,26 @@ def test_api_server_fills_in_spec_3s_defaults_and_keeps_what_is_written(kube: Ku
 def test_api_server_refuses_what_the_cel_rules_express_from_1_25_on(kube: KubeApi) -> None:
     install_crd(kube)
     enforced = release_minor(server_version(kube)) >= CEL_MINOR
-    steps = [{"replicas": 1, "pauseDuration": 0}]
     refusals = {
         "crd-cel-no-steps": ({"enableRollout": True},
                              "spec.driver.upgradePolicy.upgradeSteps: Required value: "
                              "enableRollout is true but upgradeSteps is missing"),
-        "crd-cel-last-count": ({"upgradeSteps": steps},
+        "crd-cel-no-step": ({"upgradeSteps": []}, "expected at least 1 step"),
+        "crd-cel-last-count": ({"upgradeSteps": [{"replicas": 1}]},
                                "the last step must be '100%'"),
-        "crd-cel-last-half": ({"upgradeSteps": [{"replicas": "50%", "pauseDuration": 0}]},
+        "crd-cel-last-half": ({"upgradeSteps": [{"replicas": "50%"}]},
                               "the last step must be '100%'"),
-        "crd-cel-parallel-0": ({"maxParallel": "0%"},
-                               "expected a percentage from 1% to 100%"),
+        "crd-cel-parallel-zero": ({"maxParallel": 0}, "expected an integer >= 1"),
+        "crd-cel-parallel-0": ({"maxParallel": "0%"}, "expected a percentage from 1% to 100%"),
         "crd-cel-parallel-101": ({"maxParallel": "101%"},
                                  "expected a percentage from 1% to 100%"),
         "crd-cel-unavailable-200": ({"maxUnavailable": "200%"},
                                     "expected a percentage from 0% to 100%"),
+        "crd-cel-unavailable-neg": ({"maxUnavailable": -1}, "expected an integer >= 0"),
+        "crd-cel-threshold-0": ({"maxFailureThreshold": 0}, "expected an integer >= 1"),
     }
     for name, (policy, message) in refusals.items():
-        refused = _refused(kube, name, policy)
+        refused = _create(kube, name, set_at(_whole(kube, name), P, policy))
         if enforced:
             assert refused is not None and message in refused, (name, refused)
         else:  # 1.20: the rules are left out; the admission webhook answers them
@@ -223,7 +207,8 @@ def test_api_server_refuses_what_the_cel_rules_express_from_1_25_on(kube: KubeAp
     # What the reconciler's validation accepts, the rules accept too (leading zeros included).
     for name, policy in (
         ("crd-cel-ok", {"enableRollout": True, "maxParallel": "0100%", "maxUnavailable": "000%",
-                        "upgradeSteps": [*steps, {"replicas": "0100%", "pauseDuration": {}}]}),
+                        "upgradeSteps": [{"replicas": 1, "pauseDuration": 0},
+                                         {"replicas": "0100%"}]}),
         ("crd-cel-off", {"enableRollout": False, "maxParallel": 1, "maxUnavailable": "100%"}),
     ):
-        assert _refused(kube, name, policy) is None, name
+        assert _create(kube, name, set_at(_whole(kube, name), P, policy)) is None, name
