@@ -86,6 +86,7 @@ unknown-field              catalogue A field the ClusterOperator schema does not
 unknown-field-pruned       catalogue A field the vendor's CRD does not have: the API server drops it
 crd-required-field         catalogue Fields the vendor's CRD requires, left to the installed object
 not-acted-on               catalogue Fields applied as written, not acted on by the reconciler
+null-left-out              catalogue Empty values, left out when the sync applies the policy
 list-duplicate             catalogue A list keyed by the CRD repeats an item
 percent-range              catalogue A percentage outside 1% to 100%
 steps-required             catalogue enableRollout is true but there are no upgradeSteps

@@ -223,15 +223,16 @@ def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:
                     yield doc.finding(
                         join_pointer(f"/metadata/{section}", key), "helm-ownership-metadata",
                         f"metadata.{section}: '{key}' is Helm's ownership metadata, written by "
-                        "the vendor chart's release, not by a policy; it is never applied "
-                        "(a helm upgrade refuses an object whose managed-by is not Helm): "
-                        "remove it", key=True, warning=True,
+                        "the vendor chart's release, not by a policy: never applied (a helm "
+                        "upgrade refuses an object whose managed-by is not Helm), the object "
+                        "keeps the release's", key=True, info=True,
                     )
         if "namespace" in metadata:
             yield doc.finding(
                 "/metadata/namespace", "cluster-scoped-namespace",
-                "metadata.namespace: ClusterOperator is cluster-scoped, so a namespace is ignored; "
-                "remove it", key=True, warning=True,
+                "metadata.namespace: ClusterOperator is cluster-scoped: the API server ignores "
+                "a namespace (Helm's rendering writes one), and so does the reconciler",
+                key=True, info=True,
             )
     if "status" in obj:
         yield doc.finding(

@@ -196,6 +196,7 @@ def schema_findings(doc: ParsedDocument, kind: str, *, whole_object: bool = Fals
     if crd:
         findings.extend(mapper.unknown_crd_fields(load_schema(kind), doc.obj, ""))
         findings.extend(mapper.missing_crd_fields())
+        findings.extend(mapper.null_fields())
     return findings
 
 
@@ -262,6 +263,8 @@ class _ErrorMapper:
         self.whole_object = whole_object
         #: fields the CRD requires that a policy file leaves out (dotted, under spec)
         self.missing: list[str] = []
+        #: empty values (null) of fields the reconciler does not act on (dotted, under spec)
+        self.nulls: list[str] = []
 
     # -- schema helpers -------------------------------------------------------------------
     def resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -352,6 +355,14 @@ class _ErrorMapper:
             return
         if value is None and "default" in schema and not _acted_on(pointer):
             return  # the API server puts the field's default in place of a null
+        if (value is None and not self.whole_object and _crd_field(path)
+                and not _acted_on(pointer)):
+            # the sync applies a null as a key left out (as a create stores it): Helm renders
+            # an unset value so
+            dotted = ".".join(str(p) for p in path)
+            if dotted not in self.nulls:
+                self.nulls.append(dotted)
+            return
         if kind == "enum" and value is None and "type" in schema:
             return  # the type error says the value is empty
         if kind == "pattern" and isinstance(value, str) and any(
@@ -396,6 +407,18 @@ class _ErrorMapper:
         elif kind == "maxProperties" and schema.get("maxProperties") == 0:
             message = f"{label}: expected {expected}, got {got}; write {{}} with nothing inside"
         return self.doc.finding(pointer, rule, message)
+
+    def null_fields(self) -> Iterator[Finding]:
+        """One info finding for the empty values (null) the sync leaves out when it applies."""
+        if not self.nulls:
+            return
+        first = "/" + "/".join(self.nulls[0].split("."))
+        yield self.doc.finding(
+            first, "null-left-out",
+            ", ".join(self.nulls) + ": empty values (null), left out when applied (as the API "
+            "server's create stores them; server-side apply would refuse a null), so the "
+            "installed object keeps its own", info=True,
+        )
 
     def missing_crd_fields(self) -> Iterator[Finding]:
         """One info finding for every field the CRD requires that a policy file leaves out."""

@@ -55,6 +55,15 @@ def firmware_requested(
     return last_applied is None or resolve(last_applied, FW_POLICY_FIELD) != PREFER_CLOUD
 
 
+def without_nulls(value: Any) -> Any:
+    """``value`` (a deep copy) without the null values of its mappings and lists."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(item) for item in value if item is not None]
+    return copy.deepcopy(value)
+
+
 def apply_body(
     proposed: Mapping[str, Any],
     *,
@@ -80,7 +89,9 @@ def apply_body(
     annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()
                    if not is_helm_ownership_key("annotations", str(k))}
     annotations[SOURCE_COMMIT_ANNOTATION] = source_commit
-    spec = copy.deepcopy(dict(_mapping(proposed.get("spec"))))
+    # an empty value is a key left out, as a create stores it (server-side apply refuses a
+    # null; Helm renders unset values so): docs/validation.md, null-left-out
+    spec = without_nulls(dict(_mapping(proposed.get("spec"))))
     body: dict[str, Any] = {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata,
                             "spec": spec}
     kept_set = {tuple(f) for f in kept}

@@ -266,8 +266,26 @@ def test_infos_exit_zero_with_their_level_in_every_format(repo: Path) -> None:
     """An info finding (docs/validation.md#severities) never fails a check: 'note' in SARIF,
     'info' in GitLab, '::notice' on GitHub, 'info' in text and json."""
     path = repo / LAB
-    path.write_text(path.read_text().replace(
-        "    fwUpgradePolicy: Never", "    fwUpgradePolicy: Never\n    deployPolicy: PreferCloud"))
+    # a policy that carries only what it changes (the whole object the examples hold would
+    # also say what is not acted on, and more)
+    path.write_text("""apiVersion: gpu.metax-tech.com/v1alpha1
+kind: ClusterOperator
+metadata:
+  name: cluster-operator
+spec:
+  driver:
+    payload:
+      name: driver-image
+      registry: registry.example.com/metax
+      version: 2.33.0.9-amd64
+    fwUpgradePolicy: Never
+    upgradePolicy:
+      enableRollout: true
+      upgradeSteps:
+        - {replicas: 2}
+        - {replicas: 100%, pauseDuration: 0}
+    deployPolicy: PreferCloud
+""")
     outputs = {f: reconciler(repo, "validate", "--format", f, LAB)
                for f in ("text", "json", "github", "sarif", "gitlab")}
     assert {f: r.returncode for f, r in outputs.items()} == dict.fromkeys(outputs, 0)
@@ -283,7 +301,7 @@ def test_infos_exit_zero_with_their_level_in_every_format(repo: Path) -> None:
     assert gitlab_errors(report) == []
     assert outputs["github"].stdout.count("::notice file=") == 2
     text = outputs["text"]
-    assert f"{LAB}:15:5: info: spec.driver.deployPolicy: applied, not acted on" in text.stdout
+    assert f"{LAB}:17:5: info: spec.driver.deployPolicy: applied, not acted on" in text.stdout
     assert text.stderr == "1 file(s) valid, 2 info(s)\n"
 
 

@@ -119,20 +119,9 @@ WARNINGS = [
      "server-populated-field", 5, "/metadata/creationTimestamp"),
     ("status-in-policy-file", SEED_10 + "status:\n  upgradeStatus: {phase: Idling}\n",
      "server-populated-field", 27, "/status"),
-    ("namespace-on-cluster-scoped",
-     replace_line(SEED_10, 4, "  name: cluster-operator\n  namespace: metax-operator"),
-     "cluster-scoped-namespace", 5, "/metadata/namespace"),
     ("unknown-metadata-field-not-applied",
      replace_line(SEED_10, 4, "  name: cluster-operator\n  team: gpu"),
      "unknown-field-pruned", 5, "/metadata/team"),
-    ("helm-managed-by-label",
-     replace_line(SEED_10, 4, "  name: cluster-operator\n  labels:\n"
-                  "    app.kubernetes.io/managed-by: Helm"),
-     "helm-ownership-metadata", 6, "/metadata/labels/app.kubernetes.io~1managed-by"),
-    ("helm-release-annotation",
-     replace_line(SEED_10, 4, "  name: cluster-operator\n  annotations:\n"
-                  "    meta.helm.sh/release-name: metax-operator"),
-     "helm-ownership-metadata", 6, "/metadata/annotations/meta.helm.sh~1release-name"),
 ]
 
 
@@ -146,6 +135,33 @@ def test_warning_only(name: str, text: str, rule: str, line: int, pointer: str) 
     assert {f.rule for f in result.findings if not f.is_info} == {rule}
 
 
+#: metadata the chart's rendering carries, never applied: an info each (the rendered object
+#: validates with no warning)
+INFOS = [
+    ("namespace-on-cluster-scoped",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  namespace: metax-operator"),
+     "cluster-scoped-namespace", 5, "/metadata/namespace"),
+    ("helm-managed-by-label",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  labels:\n"
+                  "    app.kubernetes.io/managed-by: Helm"),
+     "helm-ownership-metadata", 6, "/metadata/labels/app.kubernetes.io~1managed-by"),
+    ("helm-release-annotation",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  annotations:\n"
+                  "    meta.helm.sh/release-name: metax-operator"),
+     "helm-ownership-metadata", 6, "/metadata/annotations/meta.helm.sh~1release-name"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "rule", "line", "pointer"), INFOS,
+                         ids=[w[0] for w in INFOS])
+def test_info_only(name: str, text: str, rule: str, line: int, pointer: str) -> None:
+    result = validate_document(text, "w.yaml")
+    assert result.ok, result.errors
+    assert result.warnings == []
+    seen = [(f.rule, f.line, f.pointer, f.severity) for f in result.findings]
+    assert (rule, line, pointer, "info") in seen
+
+
 def test_an_unknown_section_is_one_error_server_side_apply_refuses_it() -> None:
     """The CRD keeps no unknown field, and server-side apply (the reconciler's) refuses one
     ("field not declared in schema"): one error at its key, nothing about what is inside."""
@@ -155,7 +171,7 @@ def test_an_unknown_section_is_one_error_server_side_apply_refuses_it() -> None:
         result.errors[0].message)
 
 
-def test_helm_ownership_metadata_is_warned_at_each_key_and_other_metadata_is_ours() -> None:
+def test_helm_ownership_metadata_is_said_at_each_key_and_other_metadata_is_ours() -> None:
     text = replace_line(SEED_10, 4, """  name: cluster-operator
   labels:
     app.kubernetes.io/managed-by: gpu-gitops-reconciler
@@ -168,7 +184,8 @@ def test_helm_ownership_metadata_is_warned_at_each_key_and_other_metadata_is_our
     gpu.metax-tech.com/owner: gpu-platform-team""")
     result = validate_document(text, "w.yaml")
     assert result.ok, result.errors
-    assert [(f.rule, f.severity, f.line, f.column) for f in result.warnings] == [
-        ("helm-ownership-metadata", "warning", line, 5) for line in (6, 11, 12)]
-    assert "'app.kubernetes.io/managed-by' is Helm's ownership metadata" in (
-        result.findings[0].message)
+    helm = [f for f in result.findings if f.rule == "helm-ownership-metadata"]
+    assert [(f.severity, f.line, f.column) for f in helm] == [
+        ("info", line, 5) for line in (6, 11, 12)]
+    assert result.warnings == []
+    assert "'app.kubernetes.io/managed-by' is Helm's ownership metadata" in helm[0].message

@@ -43,6 +43,20 @@ def test_server_metadata_and_status_are_never_applied_and_kept_fields_are_left_o
     assert body["spec"]["devicePlugin"] == {"enable": True}, "unknown sections are kept"
 
 
+def test_empty_values_are_left_out_of_what_is_applied() -> None:
+    """Helm renders an unset value as null; server-side apply refuses a null, a create prunes
+    it: the sync applies it as a key left out (docs/validation.md, null-left-out)."""
+    proposed = obj()
+    proposed["spec"]["openshift"] = None
+    proposed["spec"]["vendor"] = {"vendorID": None, "domain": "metax-tech.com"}
+    proposed["spec"]["maca"] = {"payload": {"images": [None, "metax/maca:1"]}}
+    body = apply_body(proposed, name="cluster-operator", source_commit="c" * 40)
+    assert "openshift" not in body["spec"]
+    assert body["spec"]["vendor"] == {"domain": "metax-tech.com"}
+    assert body["spec"]["maca"] == {"payload": {"images": ["metax/maca:1"]}}
+    assert proposed["spec"]["openshift"] is None, "the proposed object is left as it was"
+
+
 def test_helm_ownership_metadata_and_finalizers_are_never_applied_other_metadata_is() -> None:
     proposed = obj()
     proposed["metadata"].update({
