@@ -99,8 +99,7 @@ def capture(nodes: int) -> tuple[tuple[RolloutSnapshot, float], tuple[RolloutSna
     if not seen:
         raise RuntimeError(f"{nodes} nodes: no pass in the middle of the last step")
     wave, now, result = seen[0]
-    for action in result.actions:
-        sim._apply(action)  # the simulator's own kubelet and DaemonSet stand-ins
+    sim._apply_all(result.actions)  # the simulator's own kubelet and DaemonSet stand-ins
     after = dataclasses.replace(sim._snapshot(), nodes=dict(sim.nodes), status=result.status)
     return (wave, now), (after, now + 0.001)
 

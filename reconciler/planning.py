@@ -4,8 +4,9 @@ action every planner shares, a Kubernetes Event on the ClusterOperator.
 The rollout planner (docs/rollout.md#the-state-machine) and the firmware planner (docs/firmware.md)
 each take a snapshot and "now" and return a ``Plan``; a controller carries out its actions in order,
 writes its status when ``changed``, and plans again at ``requeue_at`` if nothing happens before. The
-node actions (``NodeAction``) are one vocabulary for both. Pure data: imports nothing else from
-``reconciler``.
+node actions (``NodeAction``) are one vocabulary for both, read once per side: as API requests in
+``reconciler.kube.node_requests``, as a node's view once landed in ``reconciler.rollout.node_view``.
+Pure data: imports nothing else from ``reconciler``.
 """
 
 from __future__ import annotations

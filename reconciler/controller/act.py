@@ -1,5 +1,7 @@
 """Carries out the planner's actions against the API server: the one executor, every action type
-handled (``assert_never``: a new one is a type error until it is).
+handled (``assert_never``: a new one is a type error until it is). The node actions go out as
+``reconciler.kube.node_requests`` sends them (the firmware orchestrator sends its own the same
+way); the cluster-wide ones and the drain's back-off, metric and Event are here.
 
 Each action is idempotent: a node already cordoned, a pod already gone or an annotation already
 set is success. The objects the server returns are handed back so the caller can update its cache
@@ -15,11 +17,12 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, assert_never, get_args
 
 from reconciler.clock import Clock, wall
-from reconciler.kube.api import JSON, KubeApi, KubeError, NotFound, resource_path
+from reconciler.kube.api import JSON, KubeApi, KubeError, resource_path
 from reconciler.kube.events import cluster_operator_event, record_event
+from reconciler.kube.node_requests import DrainResult, NodeRequests
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.owned_apply import apply_keeping_owned
 from reconciler.names import (
@@ -59,9 +62,10 @@ _BUDGET_CAUSE = re.compile(r"disruption budget (\S+) needs")
 #: an eviction handed out and not asked within this long counts as never sent (the pool
 #: shut down, leadership lost before it ran): a later pass may hand it out again
 EVICTION_PENDING_SECONDS = 30.0
-#: ``gpu_reconciler_drain_evictions_total``'s results: evicted (201), refused (a budget's 429),
-#: gone (the pod was gone already), error (any other answer), deleted (``onTimeout: delete``)
-EVICTION_RESULTS = ("evicted", "refused", "gone", "error", "deleted")
+#: ``gpu_reconciler_drain_evictions_total``'s results (``reconciler.kube.node_requests``'s
+#: ``DrainResult``): evicted (201), refused (a budget's 429), gone (the pod was gone already),
+#: error (any other answer), deleted (``onTimeout: delete``)
+EVICTION_RESULTS: tuple[DrainResult, ...] = get_args(DrainResult)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,35 +109,21 @@ class ActionExecutor:
         self._evict_lock = threading.Lock()
 
     def execute(self, action: Action, cluster_operator: Mapping[str, Any]) -> None:
-        name = type(action).__name__
-        self.counts[name] = self.counts.get(name, 0) + 1
         match action:
+            case (Cordon() | Uncordon() | AnnotateNode() | DeleteDriverPod() | EvictPod()
+                  | DeletePod()):
+                self.execute_node_actions([action], cluster_operator)
             case SetDaemonSetImage(image=image):
+                self._count(action)
                 self._set_image(image)
-            case Cordon(node=node):
-                self._schedulable(node, unschedulable=True)
-            case Uncordon(node=node):
-                self._schedulable(node, unschedulable=False)
-            case AnnotateNode(node=node, annotations=annotations):
-                obj = self.api.patch(
-                    resource_path("v1", "nodes", node),
-                    {"metadata": {"annotations": dict(annotations)}},
-                )
-                self.on_object("node", obj)
-            case DeleteDriverPod(pod=pod):
-                path = resource_path("v1", "pods", pod, namespace=self.target.namespace)
-                deleted = self.api.delete(path)
-                if deleted is not None and deleted.get("kind") == "Pod":
-                    self.on_object("pod", deleted)
-            case EvictPod(node=node, namespace=namespace, pod=pod):
-                self._evict(node, namespace, pod, cluster_operator)
-            case DeletePod(namespace=namespace, pod=pod):
-                self._delete_pod(namespace, pod)
             case SetPolicyPause(pause=pause):
+                self._count(action)
                 self._apply_spec({"upgradePolicy": {"pause": pause}})
             case RestorePayload(payload=payload):
+                self._count(action)
                 self._apply_spec({"payload": dict(payload)})
             case RecordEvent():
+                self._count(action)
                 self._record_event(action, cluster_operator)
             case _:
                 assert_never(action)
@@ -141,83 +131,51 @@ class ActionExecutor:
     def execute_node_actions(
         self, actions: Sequence[NodeAction], cluster_operator: Mapping[str, Any]
     ) -> None:
-        """One node's actions in order; consecutive annotation and (un)cordon changes go out as
-        one merge patch, so recording a node's state and cordoning it is one atomic write that
-        still comes before the pod deletion."""
-        patch: JSON = {}
-        node = ""
+        """One node's actions in order, as ``reconciler.kube.node_requests`` sends them:
+        consecutive annotation and (un)cordon changes go out as one merge patch, so recording a
+        node's state and cordoning it is one atomic write that still comes before the pod
+        deletion."""
+        NodeRequests(self.api, namespace=self.target.namespace, on_object=self.on_object,
+                     on_action=self._count,
+                     drain=_Drain(self, cluster_operator)).send(actions)
 
-        def flush() -> None:
-            nonlocal patch
-            if not patch:
-                return
-            try:
-                obj = self.api.patch(resource_path("v1", "nodes", node), patch)
-            except NotFound:
-                patch = {}
-                return  # the node left the cluster; the planner drops it
-            patch = {}
-            self.on_object("node", obj)
+    def _count(self, action: Action) -> None:
+        name = type(action).__name__
+        self.counts[name] = self.counts.get(name, 0) + 1
 
-        for action in actions:
-            match action:
-                case AnnotateNode(node=name, annotations=annotations):
-                    node = name
-                    patch.setdefault("metadata", {}).setdefault("annotations", {}).update(
-                        annotations)
-                    self.counts["AnnotateNode"] = self.counts.get("AnnotateNode", 0) + 1
-                case Cordon(node=name) | Uncordon(node=name):
-                    node = name
-                    patch.setdefault("spec", {})["unschedulable"] = isinstance(action, Cordon)
-                    kind = type(action).__name__
-                    self.counts[kind] = self.counts.get(kind, 0) + 1
-                case DeleteDriverPod() | EvictPod() | DeletePod():
-                    flush()
-                    self.execute(action, cluster_operator)
-                case _:
-                    assert_never(action)
-        flush()
-
-    def _evict(self, node: str, namespace: str, pod: str,
-               cluster_operator: Mapping[str, Any]) -> None:
-        """Asks the Eviction API (policy/v1). A budget's refusal (429) leaves the pod running:
-        it is asked again, when a later pass still wants it, no sooner than its back-off
-        (``EVICTION_BACKOFF_SECONDS`` with jitter), and a Warning Event ``NodeDrainBlocked``
-        names the budget, once per refusal. An eviction that was accepted is not asked again
-        within the back-off either: the pod's watch event (terminating) may come after the
+    def may_evict(self, action: EvictPod) -> bool:
+        """An eviction is asked no sooner than its pod's back-off (``EVICTION_BACKOFF_SECONDS``
+        with jitter) after the last time, whatever the answer was: a budget's refusal leaves the
+        pod running, and an accepted eviction's watch event (terminating) may come after the
         next pass."""
-        key = f"{namespace}/{pod}"
+        key = f"{action.namespace}/{action.pod}"
         now = self.clock()
         with self._evict_lock:
             self._evict_pending.pop(key, None)
             if now < self._evict_after.get(key, 0.0):
-                return
+                return False
             self._evict_after[key] = now + EVICTION_BACKOFF_SECONDS * (
                 1.0 + EVICTION_JITTER * self.rng.random())
             for done in [k for k, after in self._evict_after.items() if after <= now]:
                 del self._evict_after[done]  # kept small: only pods in their back-off
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": pod, "namespace": namespace}}
-        try:
-            self.api.create(
-                resource_path("v1", "pods", pod, namespace=namespace, subresource="eviction"),
-                body)
-        except NotFound:
-            self._count_eviction("gone")
-        except KubeError as exc:
-            if exc.status != 429:
-                self._count_eviction("error")
-                raise
-            self._count_eviction("refused")
-            budget = refusing_budget(exc)
-            where = f"budget {namespace}/{budget}" if budget else "a disruption budget"
-            log.info("eviction of %s on %s refused by %s: %s", key, node, where, exc)
-            self._record_event(RecordEvent(
-                "Warning", "NodeDrainBlocked",
-                f"node={node}: eviction of {key} refused by {where}"
-                + (f" ({'; '.join(exc.causes)})" if exc.causes else "")), cluster_operator)
-        else:
-            self._count_eviction("evicted")
+        return True
+
+    def drain_answered(self, action: EvictPod | DeletePod, result: DrainResult,
+                       error: KubeError | None, cluster_operator: Mapping[str, Any]) -> None:
+        """Counts the result (the metric); a budget's refusal is asked again, when a later pass
+        still wants it, after the back-off, and a Warning Event ``NodeDrainBlocked`` names the
+        budget, once per refusal."""
+        self._count_eviction(result)
+        if result != "refused" or error is None:
+            return
+        key = f"{action.namespace}/{action.pod}"
+        budget = refusing_budget(error)
+        where = f"budget {action.namespace}/{budget}" if budget else "a disruption budget"
+        log.info("eviction of %s on %s refused by %s: %s", key, action.node, where, error)
+        self._record_event(RecordEvent(
+            "Warning", "NodeDrainBlocked",
+            f"node={action.node}: eviction of {key} refused by {where}"
+            + (f" ({'; '.join(error.causes)})" if error.causes else "")), cluster_operator)
 
     def held_back(self, actions: Sequence[Action]) -> tuple[list[Action], float | None]:
         """``actions`` without the evictions of pods still in their back-off (a pass that
@@ -241,19 +199,6 @@ class ActionExecutor:
                     self._evict_pending[key] = now
                 kept.append(action)
         return kept, until
-
-    def _delete_pod(self, namespace: str, pod: str) -> None:
-        """``onTimeout: delete``: the pod is deleted, budgets or not (its grace period is
-        its own)."""
-        try:
-            self.api.delete(resource_path("v1", "pods", pod, namespace=namespace))
-        except NotFound:
-            self._count_eviction("gone")
-        except KubeError:
-            self._count_eviction("error")
-            raise
-        else:
-            self._count_eviction("deleted")
 
     def _count_eviction(self, result: str) -> None:
         with self._evict_lock:
@@ -280,15 +225,6 @@ class ActionExecutor:
         )
         self.on_object("daemonset", obj)
 
-    def _schedulable(self, node: str, *, unschedulable: bool) -> None:
-        try:
-            obj = self.api.patch(
-                resource_path("v1", "nodes", node), {"spec": {"unschedulable": unschedulable}}
-            )
-        except NotFound:
-            return  # the node left the cluster; the planner drops it
-        self.on_object("node", obj)
-
     def _apply_spec(self, driver_fields: JSON) -> None:
         """Server-side apply under the controller's own field manager
         (docs/gitops.md#git-stays-the-truth): the sync role sees these fields owned by
@@ -311,6 +247,22 @@ class ActionExecutor:
             co, reason=action.reason, message=action.message, type=action.type,
             component=COMPONENT, now=self.clock(),
         ))
+
+
+class _Drain:
+    """The executor's drain (``reconciler.kube.node_requests.Drain``) for one node's requests
+    of one pass (its Events go on that pass's ClusterOperator)."""
+
+    def __init__(self, executor: ActionExecutor, cluster_operator: Mapping[str, Any]) -> None:
+        self.executor = executor
+        self.cluster_operator = cluster_operator
+
+    def may_evict(self, action: EvictPod) -> bool:
+        return self.executor.may_evict(action)
+
+    def answered(self, action: EvictPod | DeletePod, result: DrainResult,
+                 error: KubeError | None) -> None:
+        self.executor.drain_answered(action, result, error, self.cluster_operator)
 
 
 def refusing_budget(error: KubeError) -> str | None:

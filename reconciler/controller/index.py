@@ -31,7 +31,7 @@ from reconciler.kube.observe import (
 )
 from reconciler.kube.watch import object_key
 from reconciler.names import DRIVER_DAEMONSET, OPERATOR_NAMESPACE
-from reconciler.planning import DeletePod, EvictPod, NodeAction
+from reconciler.planning import NodeAction
 from reconciler.rollout.model import (
     PLANNER_LABELS,
     DisruptionBudget,
@@ -39,7 +39,7 @@ from reconciler.rollout.model import (
     RolloutNode,
     WorkloadPod,
 )
-from reconciler.rollout.node_view import apply_node_action
+from reconciler.rollout.node_view import NodeWorld, apply_node_actions
 from reconciler.runtime.watched import generation, newer, same_version
 
 
@@ -47,21 +47,34 @@ from reconciler.runtime.watched import generation, newer, same_version
 class NodeIntent:
     """What one node's requests in flight will have written once they land: their node
     actions, laid over the node's view by the one reading of the vocabulary
-    (``reconciler.rollout.node_view.apply_node_action``). An eviction or a workload pod's
-    deletion is left out: that pod's watch event says when it terminates."""
+    (``reconciler.rollout.node_view.apply_node_actions``)."""
 
     actions: tuple[NodeAction, ...]
 
     @classmethod
     def of(cls, actions: Sequence[NodeAction]) -> NodeIntent:
-        return cls(tuple(a for a in actions if not isinstance(a, EvictPod | DeletePod)))
+        return cls(tuple(actions))
+
+
+class _InFlight(NodeWorld):
+    """The world of requests in flight: a driver pod's deletion leaves it deleting (the
+    DaemonSet's new pod comes by its watch); a workload pod's eviction or deletion is left to
+    that pod's watch event, which says when it terminates (a budget may refuse an eviction)."""
+
+    def evicts(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        return False
+
+    def deletes(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        return False
+
+
+_IN_FLIGHT = _InFlight()
 
 
 def with_intents(view: RolloutNode, intents: Sequence[NodeIntent]) -> RolloutNode:
     """The node's view as it will be once ``intents`` have landed, in the order handed out."""
     for intent in intents:
-        for action in intent.actions:
-            view = apply_node_action(view, action)
+        view = apply_node_actions(view, intent.actions, _IN_FLIGHT)
     return view
 
 

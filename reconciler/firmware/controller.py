@@ -25,7 +25,6 @@ from reconciler.firmware.actions import (
     ApplyFirmwareSpec,
     Cordon,
     FirmwareAction,
-    FirmwareNodeAction,
     RecordEvent,
     RunRebootHook,
     Uncordon,
@@ -38,9 +37,9 @@ from reconciler.firmware.model import (
 )
 from reconciler.firmware.planner import Plan, plan
 from reconciler.firmware.request import RequestError, parse_request
-from reconciler.kube.api import JSON, KubeApi, NotFound, resource_path
+from reconciler.kube.api import JSON, KubeApi
 from reconciler.kube.events import cluster_operator_event, record_event
-from reconciler.kube.node_patch import node_patch
+from reconciler.kube.node_requests import NodeRequests
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.observe import requests_gpu
 from reconciler.kube.owned_apply import apply_keeping_owned
@@ -56,6 +55,7 @@ from reconciler.names import (
     REQUEST_ANNOTATION,
     VFIO_GPU_RESOURCE,
 )
+from reconciler.planning import NodeAction
 from reconciler.runtime.watched import (
     PLANNING_FAILED,
     PLANNING_RECOVERED,
@@ -277,26 +277,27 @@ class FirmwareController(WatchDrivenWorker):
         self.stats.passes += 1
         self.last_plan = result
         hooks = [a for a in result.actions if isinstance(a, RunRebootHook)]
-        #: one node's consecutive node actions, sent as one patch
-        node_actions: list[FirmwareNodeAction] = []
+        # one node's consecutive node actions go out as one patch
+        nodes = NodeRequests(self.api, on_object=self._written, on_action=self._count)
         for action in result.actions:
             if not self.is_leader():
                 return self.clock() + 0.5
-            if isinstance(action, AnnotateNode | Cordon | Uncordon):
-                if node_actions and node_actions[-1].node != action.node:
-                    self._patch_node(node_actions[-1].node, node_patch(node_actions))
-                    node_actions = []
-                self._count(action)
-                node_actions.append(action)
-                continue
-            if node_actions:
-                self._patch_node(node_actions[-1].node, node_patch(node_actions))
-                node_actions = []
-            if isinstance(action, RunRebootHook):
-                continue
-            self._execute(action, co)
-        if node_actions:
-            self._patch_node(node_actions[-1].node, node_patch(node_actions))
+            match action:
+                case AnnotateNode() | Cordon() | Uncordon():
+                    nodes.take(action)
+                case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
+                    nodes.flush()
+                    self._count(action)
+                    self._apply_spec(policy, virt, done)
+                case RecordEvent():
+                    nodes.flush()
+                    self._count(action)
+                    self._record_event(action, co)
+                case RunRebootHook():
+                    nodes.flush()  # run together after the pass's other actions (_run_hooks)
+                case _:
+                    assert_never(action)
+        nodes.flush()
         if hooks:
             self._run_hooks(hooks)
         if result.changed:
@@ -307,31 +308,15 @@ class FirmwareController(WatchDrivenWorker):
 
     # -- actions ----------------------------------------------------------------------------
 
-    def _count(self, action: FirmwareAction) -> None:
+    def _count(self, action: FirmwareAction | NodeAction) -> None:
         name = type(action).__name__
         self.stats.action_counts[name] = self.stats.action_counts.get(name, 0) + 1
         self.stats.actions += 1
 
-    def _execute(self, action: FirmwareAction, co: Mapping[str, Any]) -> None:
-        self._count(action)
-        match action:
-            case AnnotateNode() | Cordon() | Uncordon():
-                self._patch_node(action.node, node_patch([action]))
-            case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
-                self._apply_spec(policy, virt, done)
-            case RecordEvent():
-                self._record_event(action, co)
-            case RunRebootHook():
-                pass  # run together after the pass's other actions (_run_hooks)
-            case _:
-                assert_never(action)
-
-    def _patch_node(self, node: str, body: JSON) -> None:
-        try:
-            obj = self.api.patch(resource_path("v1", "nodes", node), body)
-        except NotFound:
-            return  # the node left; the planner reports it
-        self._on_node("MODIFIED", obj)
+    def _written(self, kind: str, obj: JSON) -> None:
+        """The server's answer to a node's patch: the index sees our own write."""
+        if kind == "node":
+            self._on_node("MODIFIED", obj)
 
     def _apply_spec(self, policy: str, enable_virt: bool | None, done: str | None) -> None:
         """Server-side apply under the controller's field manager

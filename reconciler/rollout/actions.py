@@ -42,10 +42,7 @@ class RestorePayload:
     payload: Mapping[str, Any]
 
 
-Action = (
-    NodeAction
-    | SetDaemonSetImage
-    | SetPolicyPause
-    | RestorePayload
-    | RecordEvent
-)
+#: the rollout's actions beside the node actions: on the DaemonSet, on the ClusterOperator (its
+#: policy, its payload, an Event)
+ClusterAction = SetDaemonSetImage | SetPolicyPause | RestorePayload | RecordEvent
+Action = NodeAction | ClusterAction

@@ -15,7 +15,7 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, assert_never, cast
 
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.health.checks import Expectation, HealthConfig, NoSample, Reading
@@ -26,16 +26,13 @@ from reconciler.rollout import status as st
 from reconciler.rollout.actions import (
     NODE_ACTIONS,
     Action,
-    AnnotateNode,
-    Cordon,
+    ClusterAction,
     DeleteDriverPod,
-    DeletePod,
-    EvictPod,
+    NodeAction,
     RecordEvent,
     RestorePayload,
     SetDaemonSetImage,
     SetPolicyPause,
-    Uncordon,
 )
 from reconciler.rollout.health_gate import pending_queries
 from reconciler.rollout.model import (
@@ -46,16 +43,12 @@ from reconciler.rollout.model import (
     PlannerSettings,
     RolloutNode,
     RolloutSnapshot,
+    WorkloadPod,
     build_node,
     build_pod,
 )
 from reconciler.rollout.node_class import tolerated_step
-from reconciler.rollout.node_view import (
-    Marking,
-    apply_node_action,
-    apply_node_actions,
-    with_pod,
-)
+from reconciler.rollout.node_view import NodeWorld, apply_node_actions, with_pod
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.sim_workloads import ServingFleet, ServingModel
 from reconciler.rollout.status import UpgradeStatus
@@ -205,8 +198,10 @@ class SimResult:
         return result
 
 
-class Simulation:
-    """One what-if run. ``driver`` is ``spec.driver`` (payload + upgradePolicy) as written."""
+class Simulation(NodeWorld):
+    """One what-if run. ``driver`` is ``spec.driver`` (payload + upgradePolicy) as written. The
+    node actions land by ``apply_node_actions``; this world's part of them (a ``NodeWorld``:
+    the DaemonSet's new pod, the serving pods' budgets) is below."""
 
     def __init__(self, driver: Mapping[str, Any], config: SimConfig) -> None:
         self.config = config
@@ -320,113 +315,122 @@ class Simulation:
         return _failing(expect) if faulty else _passing(expect)
 
     def _apply_all(self, actions: Sequence[Action]) -> None:
-        """The plan's actions in order; one node's consecutive annotations and (un)cordons
-        land as one view (``apply_node_actions``): the same nodes, built once."""
-        marks: list[Marking] = []
+        """The plan's actions in order; one node's consecutive actions land as one view
+        (``apply_node_actions``, with this world's part of each: the node's annotations and
+        cordons built once)."""
+        run: list[NodeAction] = []
         nodes = self.nodes
         for action in actions:
-            if isinstance(action, (AnnotateNode, Cordon, Uncordon)):
-                if marks and marks[-1].node != action.node:
-                    nodes[marks[0].node] = apply_node_actions(nodes[marks[0].node], marks)
-                    marks = []
-                marks.append(action)
+            if isinstance(action, NODE_ACTIONS):  # a hot path: faster than a match
+                if run and run[0].node != action.node:
+                    nodes[run[0].node] = apply_node_actions(nodes[run[0].node], run, self)
+                    run = []
+                run.append(action)
                 continue
-            if marks:
-                nodes[marks[0].node] = apply_node_actions(nodes[marks[0].node], marks)
-                marks = []
-            self._apply(action)
-        if marks:
-            nodes[marks[0].node] = apply_node_actions(nodes[marks[0].node], marks)
+            if run:
+                nodes[run[0].node] = apply_node_actions(nodes[run[0].node], run, self)
+                run = []
+            self._apply(cast(ClusterAction, action))  # the rest of the union
+        if run:
+            nodes[run[0].node] = apply_node_actions(nodes[run[0].node], run, self)
 
-    def _apply(self, action: Action) -> None:
+    def _apply(self, action: ClusterAction) -> None:
+        """A cluster-wide action or an event."""
+        match action:
+            case SetDaemonSetImage(image=image):
+                revision = revision_of(image)
+                images = dict(self.ds.revision_images)
+                images[revision] = image
+                self.ds = DaemonSetView(revision, image, images)
+            case SetPolicyPause(pause=pause):
+                self.policy_raw["pause"] = pause
+                self.policy = UpgradePolicy.from_spec(self.policy_raw)
+            case RestorePayload(payload=payload):
+                self.payload = dict(payload)
+            case RecordEvent():
+                self._record(action)
+            case _:
+                assert_never(action)
+
+    def _record(self, action: RecordEvent) -> None:
+        self.events.append(
+            sim_event(self.t, action.reason, action.message, action.node, action.step)
+        )
+        if (action.reason == "NodeDrainStarted" and self.serving is not None
+                and action.node is not None):
+            self.serving.drain_started[action.node] = self.t
+        if action.reason in ("HealthCheckPassed", "HealthCheckFailed"):
+            for check, result in dict(action.extra.get("checks") or {}).items():
+                outcome: dict[str, Any] = {"t": self.t, "check": check, "result": result}
+                if action.node is not None:
+                    outcome["node"] = action.node
+                if action.step is not None:
+                    outcome["step"] = action.step
+                if "value" in action.extra:
+                    outcome["value"] = action.extra["value"]
+                self.health_outcomes.append(outcome)
+
+    # -- the world's part of the node actions (``NodeWorld``) -----------------------------------
+
+    def annotated(self, node: RolloutNode, changes: Mapping[str, str | None]) -> None:
+        """The serving pods' model reads the budgets the planner recorded as holding a node."""
+        if self.serving is not None and ANN_DRAIN_BLOCKED_BY in changes:
+            blocked = changes[ANN_DRAIN_BLOCKED_BY] or ""
+            self.serving.blocked(self.t, node.name, filter(None, blocked.split(",")))
+
+    def driver_pod_deleted(self, node: RolloutNode, at: float) -> RolloutNode:
+        """The DaemonSet controller (OnDelete): a new pod at once, on the current template,
+        Ready after the install time (or failing as the node's fault says)."""
         cfg = self.config
-        if isinstance(action, NODE_ACTIONS):
-            node = self.nodes[action.node]
-            if self.serving is not None and isinstance(action, EvictPod | DeletePod):
-                self._evict(node, action)
-                return
-            landed = apply_node_action(node, action)
-            if not isinstance(action, DeleteDriverPod):
-                self.nodes[action.node] = landed
-                if (self.serving is not None and isinstance(action, AnnotateNode)
-                        and ANN_DRAIN_BLOCKED_BY in action.annotations):
-                    blocked = action.annotations[ANN_DRAIN_BLOCKED_BY] or ""
-                    self.serving.blocked(self.t, node.name, filter(None, blocked.split(",")))
-                return
-            if landed is node:
-                return  # already gone: deleting is idempotent
-            if self.serving is not None and node.name in self.serving.drain_started:
-                started = self.serving.drain_started.pop(node.name)
-                self.serving.drain_seconds[node.name] = self.t - started
-            # the DaemonSet controller (OnDelete): a new pod at once, on the current template
-            serial = self.pod_serial[node.name] + 1
-            self.pod_serial[node.name] = serial
-            revision = self.ds.current_revision
-            pod_name = f"metax-driver-{node.name}-{serial}"
-            pod = build_pod(pod_name, revision, False, None, 0, self.config.start + self.t,
-                            False, 0.0)
-            self.nodes[node.name] = with_pod(node, pod, self.config.start + self.t)
-            self.events.append(
-                sim_event(self.t, "NodeUpgradeStarted" if revision == self.new_revision
-                          else "NodeRollbackStarted",
-                          f"{node.name}: driver pod deleted, new pod on "
-                          f"{self.versions.get(revision, revision)}", node.name, None)
-            )
-            fault = cfg.faults.get(node.name)
-            if not node.ready:
-                return  # kubelet is gone: the pod never starts
-            if fault and revision == self.new_revision:
-                if fault == "imagepull":
-                    self._push(self.t, "waiting:ErrImagePull", node.name, pod_name)
-                elif fault == "crashloop":
-                    self._push(self.t + cfg.install_seconds, "waiting:CrashLoopBackOff",
-                               node.name, pod_name)
-                return  # never-ready: runs, never Ready
-            self._push(self.t + cfg.install_seconds, "ready", node.name, pod_name)
-        elif isinstance(action, SetDaemonSetImage):
-            revision = revision_of(action.image)
-            images = dict(self.ds.revision_images)
-            images[revision] = action.image
-            self.ds = DaemonSetView(revision, action.image, images)
-        elif isinstance(action, SetPolicyPause):
-            self.policy_raw["pause"] = action.pause
-            self.policy = UpgradePolicy.from_spec(self.policy_raw)
-        elif isinstance(action, RestorePayload):
-            self.payload = dict(action.payload)
-        elif isinstance(action, RecordEvent):
-            self.events.append(
-                sim_event(self.t, action.reason, action.message, action.node, action.step)
-            )
-            if (action.reason == "NodeDrainStarted" and self.serving is not None
-                    and action.node is not None):
-                self.serving.drain_started[action.node] = self.t
-            if action.reason in ("HealthCheckPassed", "HealthCheckFailed"):
-                for check, result in dict(action.extra.get("checks") or {}).items():
-                    outcome: dict[str, Any] = {"t": self.t, "check": check, "result": result}
-                    if action.node is not None:
-                        outcome["node"] = action.node
-                    if action.step is not None:
-                        outcome["step"] = action.step
-                    if "value" in action.extra:
-                        outcome["value"] = action.extra["value"]
-                    self.health_outcomes.append(outcome)
+        if self.serving is not None and node.name in self.serving.drain_started:
+            started = self.serving.drain_started.pop(node.name)
+            self.serving.drain_seconds[node.name] = self.t - started
+        serial = self.pod_serial[node.name] + 1
+        self.pod_serial[node.name] = serial
+        revision = self.ds.current_revision
+        pod_name = f"metax-driver-{node.name}-{serial}"
+        pod = build_pod(pod_name, revision, False, None, 0, cfg.start + self.t, False, 0.0)
+        landed = with_pod(node, pod, cfg.start + self.t)
+        self.events.append(
+            sim_event(self.t, "NodeUpgradeStarted" if revision == self.new_revision
+                      else "NodeRollbackStarted",
+                      f"{node.name}: driver pod deleted, new pod on "
+                      f"{self.versions.get(revision, revision)}", node.name, None)
+        )
+        fault = cfg.faults.get(node.name)
+        if not node.ready:
+            return landed  # kubelet is gone: the pod never starts
+        if fault and revision == self.new_revision:
+            if fault == "imagepull":
+                self._push(self.t, "waiting:ErrImagePull", node.name, pod_name)
+            elif fault == "crashloop":
+                self._push(self.t + cfg.install_seconds, "waiting:CrashLoopBackOff",
+                           node.name, pod_name)
+            return landed  # never-ready: runs, never Ready
+        self._push(self.t + cfg.install_seconds, "ready", node.name, pod_name)
+        return landed
 
-    def _evict(self, node: RolloutNode, action: EvictPod | DeletePod) -> None:
-        """The API server's answer to an eviction (a budget may refuse it) or a deletion; a pod
-        that goes terminates for its grace period."""
-        assert self.serving is not None
-        key = f"{action.namespace}/{action.pod}"
-        pod = next((p for p in node.pods if p.key == key), None)
-        if pod is None or pod.terminating:
-            return  # gone or going already: idempotent
-        if isinstance(action, EvictPod):
-            if not self.serving.evict(pod):
-                return  # 429: the planner asks again later
-        else:
+    def evicts(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        """The API server's answer to an eviction: the serving pods' budgets may refuse it
+        (429: the planner asks again later)."""
+        if self.serving is None:
+            return True
+        if not self.serving.evict(pod):
+            return False
+        self._pod_goes(node, pod)
+        return True
+
+    def deletes(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        if self.serving is not None:
             self.serving.delete(pod)
-        self.nodes[node.name] = apply_node_action(node, action)
+            self._pod_goes(node, pod)
+        return True
+
+    def _pod_goes(self, node: RolloutNode, pod: WorkloadPod) -> None:
+        """A serving pod terminates for its grace period, then leaves its node."""
+        assert self.serving is not None
         self._push(self.t + self.serving.model.grace_seconds, "pod-gone", node.name,
-                   f"{key}|{self.serving.budget_of(pod)}")
+                   f"{pod.key}|{self.serving.budget_of(pod)}")
 
     def _workload(self, kind: str, node_name_: str, what: str) -> None:
         """A workload pod's end on its node (``what``: its key and budget), then its
@@ -518,11 +522,7 @@ class Simulation:
         count = len(result.actions)
         if crashed:
             count = (self.calls * 7919 + cfg.crash_seed) % (count + 1)
-        if self.serving is None:
-            self._apply_all(result.actions[:count])
-        else:
-            for action in result.actions[:count]:
-                self._apply(action)
+        self._apply_all(result.actions[:count])
         if cfg.observer is not None:
             cfg.observer(before, result, count)
         if crashed:

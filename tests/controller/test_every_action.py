@@ -1,7 +1,8 @@
 """The one executor (``ActionExecutor``) carries out every action type of the rollout's
 vocabulary against the real API server: the examples below cover the ``Action`` union member by
 member (a new member without an example fails here, as an executor without its case fails mypy's
-``assert_never``)."""
+``assert_never``). Its node actions go out through ``NodeRequests``, which the firmware
+orchestrator sends its own with: one node's marks as one merge patch."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 from reconciler.controller.act import ActionExecutor, Target
 from reconciler.kube.api import KubeApi, resource_path
+from reconciler.kube.node_requests import NodeRequests
 from reconciler.names import CLUSTER_OPERATOR_NAME, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
+from reconciler.planning import NodeAction
 from reconciler.rollout import actions as act
 from reconciler.sim.fleet import WORKLOAD_NAMESPACE, Fleet
 from reconciler.sim.waiting import wait_for
@@ -86,3 +89,30 @@ def test_the_executor_carries_out_every_action_type(fleet: Fleet, kube: KubeApi)
     wait_for(lambda: _pod_gone(kube, deleted), timeout=30, what=f"{deleted} deleted")
     assert executor.evictions == {"evicted": 1, "deleted": 1}
     assert executor.counts == {type(a).__name__: 1 for a in examples}
+
+
+def test_a_nodes_marks_go_out_as_one_patch_and_a_node_gone_is_success(
+        fleet: Fleet, kube: KubeApi) -> None:
+    api = KubeApi(kube.api_client)  # its own request counts
+    written: list[tuple[str, str]] = []
+    taken: list[NodeAction] = []
+    other = "node-0002"
+    actions: list[NodeAction] = [
+        act.AnnotateNode(NODE, {"example.com/record": "cordoned"}),
+        act.Cordon(NODE),
+        act.Cordon(other),  # another node: the first node's patch goes
+        act.AnnotateNode(other, {"example.com/record": "done", "example.com/absent": None}),
+        act.Uncordon(other),
+        act.AnnotateNode("no-such-node", {"example.com/record": "x"}),  # the node left
+    ]
+    NodeRequests(api, on_object=lambda kind, obj: written.append(
+        (kind, str(obj["metadata"]["name"]))), on_action=taken.append).send(actions)
+
+    assert api.request_counts == {"PATCH": 3}
+    assert taken == actions
+    assert written == [("node", NODE), ("node", other)]
+    first, second = _node(kube), dict(kube.get(resource_path("v1", "nodes", other)))
+    assert first["spec"].get("unschedulable") is True
+    assert first["metadata"]["annotations"]["example.com/record"] == "cordoned"
+    assert not second["spec"].get("unschedulable")
+    assert second["metadata"]["annotations"]["example.com/record"] == "done"

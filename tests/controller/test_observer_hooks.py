@@ -1,6 +1,6 @@
 """The rollout controller reports what a benchmark times through its observer hooks, in the
-order it happens. Unit tests at our own seam: the controller is never started, its executor
-records calls."""
+order it happens. Unit tests at our own seam: the controller is never started, its API client
+answers without a server."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kubernetes import client as k8s_client
 from reconciler.controller.act import Target
 from reconciler.controller.hooks import NoObserver
 from reconciler.controller.loop import RolloutController
-from reconciler.kube.api import KubeApi
+from reconciler.kube.api import JSON, KubeApi
 from reconciler.names import ANN_STATE, DRIVER_DAEMONSET, OPERATOR_NAMESPACE
 from reconciler.rollout.actions import Action, AnnotateNode, DeleteDriverPod
 
@@ -53,33 +53,32 @@ class Recorder(NoObserver):
         self.calls.append(("ready_seen", node))
 
 
-class AnsweringExecutor:
-    """Answers each request as the API server would: the node patched, the pod deleted."""
+class AnsweringApi(KubeApi):
+    """Answers each request as the API server would: the node patched, the pod deleted (the
+    executor and its requests are the controller's own)."""
 
-    def __init__(self, controller: RolloutController) -> None:
-        self.controller = controller
+    def __init__(self, pods: dict[str, str]) -> None:
+        super().__init__(k8s_client.ApiClient(k8s_client.Configuration()))
+        self.pods = pods  # pod -> its node
 
-    def execute_node_actions(self, actions: list[Action], cluster_operator: Any) -> None:
-        for action in actions:
-            if isinstance(action, DeleteDriverPod):
-                self.controller._own_write("pod", {
-                    "kind": "Pod", "metadata": {"name": action.pod, "namespace": "x",
-                                                "resourceVersion": "7"},
-                    "spec": {"nodeName": action.node}})
-            else:
-                self.controller._own_write("node", {
-                    "metadata": {"name": getattr(action, "node", ""), "resourceVersion": "8"}})
+    def patch(self, path: str, body: Any, **options: Any) -> JSON:
+        return {"metadata": {"name": path.rpartition("/")[2], "resourceVersion": "8"}}
+
+    def delete(self, path: str, **options: Any) -> JSON | None:
+        name = path.rpartition("/")[2]
+        return {"kind": "Pod", "metadata": {"name": name, "namespace": "x",
+                                            "resourceVersion": "7"},
+                "spec": {"nodeName": self.pods[name]}}
 
 
-def controller_with(observer: Recorder) -> RolloutController:
-    api = KubeApi(k8s_client.ApiClient(k8s_client.Configuration()))
+def controller_with(observer: Recorder, api: KubeApi | None = None) -> RolloutController:
+    api = api or KubeApi(k8s_client.ApiClient(k8s_client.Configuration()))
     return RolloutController(api, Target(cluster_operator="cluster-operator"), observer=observer)
 
 
 def test_a_start_reports_its_hand_out_the_servers_answers_and_its_landing() -> None:
     observer = Recorder()
-    controller = controller_with(observer)
-    controller.dispatcher.executor = AnsweringExecutor(controller)  # type: ignore[assignment]
+    controller = controller_with(observer, AnsweringApi({"driver-a": "node-0001"}))
     try:
         start: list[Action] = [DeleteDriverPod("node-0001", "driver-a"),
                                AnnotateNode("node-0001", {ANN_STATE: "upgrading"})]

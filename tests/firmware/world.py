@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from reconciler.firmware.actions import (
     AnnotateNode,
     ApplyFirmwareSpec,
     Cordon,
     FirmwareAction,
+    FirmwareNodeAction,
     RecordEvent,
     RunRebootHook,
     Uncordon,
@@ -24,6 +25,8 @@ from reconciler.firmware.model import (
     FirmwareSnapshot,
 )
 from reconciler.firmware.planner import Plan, plan
+from reconciler.rollout.model import RolloutNode
+from reconciler.rollout.node_view import apply_node_action
 
 VBIOS = "metax-tech.com/gpu.vbios.version"
 
@@ -46,6 +49,17 @@ class WorldNode:
         return FirmwareNode(self.name, self.ready, self.unschedulable, dict(self.labels),
                             dict(self.annotations), self.boot_id, 0, self.need_reboot_at,
                             self.workloads)
+
+    def land(self, action: FirmwareNodeAction) -> None:
+        """A node action lands as on every world (``reconciler.rollout.node_view``): on the
+        Kubernetes node's part of this one, its cordon and its annotations."""
+        landed = apply_node_action(
+            RolloutNode(self.name, self.ready, self.unschedulable, self.labels,
+                        self.annotations, workloads=self.workloads), action)
+        annotations = dict(landed.annotations)  # may be this node's own dict
+        self.unschedulable = landed.unschedulable
+        self.annotations.clear()
+        self.annotations.update(annotations)
 
 
 @dataclass
@@ -107,15 +121,8 @@ class World:
     def apply(self, action: FirmwareAction) -> None:
         self.actions.append(action)
         match action:
-            case Cordon(node=name) | Uncordon(node=name):
-                self.nodes[name].unschedulable = isinstance(action, Cordon)
-            case AnnotateNode(node=name, annotations=changes):
-                node = self.nodes[name]
-                for key, value in changes.items():
-                    if value is None:
-                        node.annotations.pop(key, None)
-                    else:
-                        node.annotations[key] = value
+            case Cordon() | Uncordon() | AnnotateNode():
+                self.nodes[action.node].land(action)
             case ApplyFirmwareSpec(fw_upgrade_policy=policy, fw_enable_virt=virt, done=done):
                 if done is not None:
                     self.done = done
@@ -128,6 +135,8 @@ class World:
                 self.hooks.append(action)
             case RecordEvent():
                 self.events.append(action)
+            case _:
+                assert_never(action)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds

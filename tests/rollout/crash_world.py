@@ -21,21 +21,16 @@ from reconciler.names import (
     STATE_FAILED,
 )
 from reconciler.policy.label_selector import LabelSelector
-from reconciler.rollout.actions import (
-    NODE_ACTIONS,
-    Action,
-    DeleteDriverPod,
-    DeletePod,
-    EvictPod,
-    RecordEvent,
-)
+from reconciler.rollout.actions import NODE_ACTIONS, Action, RecordEvent
 from reconciler.rollout.model import (
     DisruptionBudget,
     PlannerSettings,
+    RolloutNode,
     RolloutSnapshot,
     WorkloadPod,
 )
 from reconciler.rollout.node_class import MOVE_STATES
+from reconciler.rollout.node_view import with_pod
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH
 from reconciler.stored_status import read_upgrade_status, split_upgrade_status
@@ -191,14 +186,19 @@ class CrashWorld(World):
     def snapshot(self) -> RolloutSnapshot:
         return dataclasses.replace(super().snapshot(), budgets=dict(self.budgets))
 
-    def apply(self, actions: Iterable[Action]) -> None:
-        for action in actions:
-            super().apply([action])
-            if isinstance(action, EvictPod | DeletePod):
-                self.evictions[f"{action.namespace}/{action.pod}"] += 1
-            elif isinstance(action, DeleteDriverPod):
-                # the new pod's age is how a pass tells a recorded deletion that never happened
-                self.pod(action.node, created_at=EPOCH + self.t)
+    def driver_pod_deleted(self, node: RolloutNode, at: float) -> RolloutNode:
+        landed = super().driver_pod_deleted(node, at)
+        assert landed.pod is not None
+        # the new pod's age is how a pass tells a recorded deletion that never happened
+        return with_pod(landed, dataclasses.replace(landed.pod, created_at=EPOCH + self.t))
+
+    def evicts(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        self.evictions[pod.key] += 1
+        return True
+
+    def deletes(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        self.evictions[pod.key] += 1
+        return True
 
     def between_passes(self) -> None:
         """What the cluster and a person do while the controller waits for the next pass."""

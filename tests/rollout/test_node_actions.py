@@ -1,8 +1,10 @@
 """The node-maintenance vocabulary (``reconciler.planning.NodeAction``) has one reading of what
 each action does to the planner's view of a node, and every member of the union has its case:
-``apply_node_action`` (the simulator, the test world and, through ``NodeIntent``, the
-controller's index) is checked over the union's members, so a new member without its case fails
-here as it fails mypy (``assert_never``)."""
+``apply_node_actions`` (the simulator, the rollout's and the firmware's test worlds and, through
+``NodeIntent``, the controller's index) is checked over the union's members, so a new member
+without its case fails here as it fails mypy (``assert_never``). What the world does next (a
+``NodeWorld``: the DaemonSet's new pod, a budget's answer) is asked of the world, once per
+action that landed."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import dataclasses
 from typing import get_args
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler import planning
@@ -18,7 +20,12 @@ from reconciler.controller.index import NodeIntent, with_intents
 from reconciler.planning import AnnotateNode, Cordon, DeleteDriverPod, DeletePod, EvictPod, Uncordon
 from reconciler.rollout.actions import Action
 from reconciler.rollout.model import DriverPod, RolloutNode, WorkloadPod, build_node, build_pod
-from reconciler.rollout.node_view import apply_node_action, apply_node_actions, with_pod
+from reconciler.rollout.node_view import (
+    NodeWorld,
+    apply_node_action,
+    apply_node_actions,
+    with_pod,
+)
 from reconciler.rollout.simulator import SimEvent, sim_event
 
 POD = DriverPod("drv-a-0", "rev-old", ready=True, created_at=100.0)
@@ -73,11 +80,51 @@ def test_every_node_action_is_an_intent_of_the_index(kind: type) -> None:
     pod's eviction or deletion waits for that pod's watch event instead."""
     action, expected = LANDED[kind]
     intent = NodeIntent.of([action])
+    assert intent.actions == (action,)
     if isinstance(action, EvictPod | DeletePod):
-        assert intent.actions == () and with_intents(NODE, [intent]) is NODE
+        assert with_intents(NODE, [intent]) is NODE
     else:
-        assert intent.actions == (action,)
         assert with_intents(NODE, [intent]) == expected
+
+
+class Recording(NodeWorld):
+    """A world that records what it is asked and refuses evictions (a budget's 429)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def annotated(self, node: RolloutNode, changes: object) -> None:
+        self.asked.append(("annotated", node.name))
+
+    def driver_pod_deleted(self, node: RolloutNode, at: float) -> RolloutNode:
+        assert node.pod is not None and node.pod.deleting
+        self.asked.append(("driver_pod_deleted", f"{node.pod.name}@{at}"))
+        return with_pod(node, DriverPod("drv-a-1", "rev-new"), at)
+
+    def evicts(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        self.asked.append(("evicts", pod.key))
+        return False
+
+    def deletes(self, node: RolloutNode, pod: WorkloadPod) -> bool:
+        self.asked.append(("deletes", pod.key))
+        return True
+
+
+def test_the_world_is_asked_its_part_of_each_action_in_order() -> None:
+    world = Recording()
+    landed = apply_node_actions(NODE, [
+        AnnotateNode("a", {"state": "upgrading"}), Cordon("a"),
+        DeleteDriverPod("a", "drv-a-0", at=200.0), EvictPod("a", "serve", "web-1"),
+        DeletePod("a", "train", "job-1"), DeletePod("a", "train", "job-1"),
+        EvictPod("a", "serve", "gone"), DeleteDriverPod("a", "drv-a-0", at=300.0),
+    ], world)
+    # a pod gone or going already is not asked about again: each action is idempotent
+    assert world.asked == [("annotated", "a"), ("driver_pod_deleted", "drv-a-0@200.0"),
+                           ("evicts", "serve/web-1"), ("deletes", "train/job-1")]
+    assert landed == RolloutNode(
+        "a", unschedulable=True, annotations={"keep": "1", "drop": "x", "state": "upgrading"},
+        pod=DriverPod("drv-a-1", "rev-new"), pod_deleted_at=200.0,
+        pods=(WEB, WorkloadPod("train", "job-1", controller_kind="Job", terminating=True)))
 
 
 def test_deleting_a_pod_that_is_gone_changes_nothing() -> None:
@@ -102,15 +149,20 @@ def test_the_new_pod_replaces_the_deleted_one_with_the_deletion_time() -> None:
     assert with_pod(deleted, new).pod_deleted_at == 5.0
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(
     st.builds(AnnotateNode, st.just("a"), st.dictionaries(
         st.sampled_from(["keep", "drop", "new", "x"]), st.one_of(st.none(), st.text(max_size=3)),
         max_size=3)),
     st.builds(Cordon, st.just("a")),
     st.builds(Uncordon, st.just("a")),
+    st.builds(DeleteDriverPod, st.just("a"), st.sampled_from(["drv-a-0", "drv-a-9"]),
+              st.floats(0.0, 1000.0)),
+    st.builds(EvictPod, st.just("a"), st.just("serve"), st.sampled_from(["web-1", "web-9"])),
+    st.builds(DeletePod, st.just("a"), st.just("train"), st.sampled_from(["job-1", "job-9"])),
 ), min_size=1, max_size=6))
-def test_consecutive_markings_fold_into_one_view_as_one_by_one(
-        actions: list[AnnotateNode | Cordon | Uncordon]) -> None:
+def test_one_nodes_actions_land_together_as_one_by_one(
+        actions: list[planning.NodeAction]) -> None:
     one_by_one = NODE
     for action in actions:
         one_by_one = apply_node_action(one_by_one, action)

@@ -26,7 +26,7 @@ from reconciler.rollout.model import (
     RolloutNode,
     RolloutSnapshot,
 )
-from reconciler.rollout.node_view import apply_node_action, with_pod
+from reconciler.rollout.node_view import NodeWorld, apply_node_action, with_pod
 from reconciler.rollout.planner import Plan, plan
 from reconciler.rollout.simulator import EPOCH, revision_of
 
@@ -59,7 +59,10 @@ def steps(*pairs: tuple[int | str, int | None]) -> list[dict[str, Any]]:
             for r, p in pairs]
 
 
-class World:
+class World(NodeWorld):
+    """The fleet, its DaemonSet and the policy; the node actions land by ``apply_node_action``
+    with this world's part (``NodeWorld``): the DaemonSet's new pod."""
+
     def __init__(
         self,
         n: int,
@@ -144,20 +147,11 @@ class World:
         return result
 
     def apply(self, actions: Iterable[Action]) -> None:
+        actions = list(actions)
+        deleted = len(self.deleted)
         for action in actions:
             if isinstance(action, NODE_ACTIONS):
-                node = self.nodes[action.node]
-                if isinstance(action, DeleteDriverPod):
-                    assert node.pod is not None and node.pod.name == action.pod
-                landed = apply_node_action(node, action)
-                if isinstance(action, DeleteDriverPod):
-                    # the DaemonSet (OnDelete) recreates the pod on its current template
-                    self.serial += 1
-                    self.deleted.append((action.node, self.ds.current_revision))
-                    pod = DriverPod(f"drv-{node.name}-{self.serial}", self.ds.current_revision)
-                    # the controller's index keeps when the old pod's deletion was asked for
-                    landed = with_pod(landed, pod, action.at)
-                self.nodes[action.node] = landed
+                self.nodes[action.node] = apply_node_action(self.nodes[action.node], action, self)
             elif isinstance(action, SetDaemonSetImage):
                 rev = revision_of(action.image)
                 self.ds = DaemonSetView(rev, action.image, {**self.ds.revision_images,
@@ -166,6 +160,17 @@ class World:
                 self.policy_raw["pause"] = action.pause
             elif isinstance(action, RestorePayload):
                 self.payload = dict(action.payload)
+        # the planner deletes only the pod a node runs: each deletion landed
+        assert len(self.deleted) - deleted == len(deletions_of(actions)), actions
+
+    # -- the world's part of the node actions (``NodeWorld``)
+    def driver_pod_deleted(self, node: RolloutNode, at: float) -> RolloutNode:
+        """The DaemonSet (OnDelete) recreates the pod on its current template; the controller's
+        index keeps when the old pod's deletion was asked for."""
+        self.serial += 1
+        self.deleted.append((node.name, self.ds.current_revision))
+        pod = DriverPod(f"drv-{node.name}-{self.serial}", self.ds.current_revision)
+        return with_pod(node, pod, at)
 
     # -- the world changes
     def set(self, name: str, **changes: Any) -> None:
@@ -187,7 +192,11 @@ class World:
 
 
 def deletions(result: Plan) -> list[str]:
-    return [a.node for a in result.actions if isinstance(a, DeleteDriverPod)]
+    return [a.node for a in deletions_of(result.actions)]
+
+
+def deletions_of(actions: Iterable[Action]) -> list[DeleteDriverPod]:
+    return [a for a in actions if isinstance(a, DeleteDriverPod)]
 
 
 def of_type(result: Plan, kind: type) -> list[Any]:
