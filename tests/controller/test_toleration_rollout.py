@@ -3,7 +3,11 @@ plane and the simulated fleet: the acceptance of issue 41, item 2."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,12 +22,14 @@ from reconciler.names import (
     CLUSTER_OPERATOR_NAME,
 )
 from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.controller.helpers import (
     InvariantObserver,
     cluster_operator,
     event_reasons,
+    spec_41_problems,
     start_rollout,
     upgrade_status,
 )
@@ -46,7 +52,8 @@ def controller(kube: KubeApi) -> Iterator[RolloutController]:
 
 
 def test_toleration_one_on_the_first_step_and_one_faulty_node_completes(
-    kube: KubeApi, fleet_factory: Any, controller: RolloutController
+    kube: KubeApi, fleet_factory: Any, controller: RolloutController,
+    control_plane: ControlPlane,
 ) -> None:
     """The first step (3 nodes) tolerates 1 failure; node-0002's new driver image cannot be
     pulled. maxFailureThreshold 1 and maxUnavailable 0: a counted failure would fall back at
@@ -106,3 +113,24 @@ def test_toleration_one_on_the_first_step_and_one_faulty_node_completes(
                        timeout=10, what="the completion event")
     assert "NodeFailureTolerated" in reasons
     assert "NodeFailed" not in reasons and "FallbackPaused" not in reasons
+    # what a person sees, in the vendor CRD's fields: kubectl's jsonpath and reconciler status
+    shown = subprocess.run(
+        [str(control_plane.binaries.kubectl), f"--kubeconfig={control_plane.kubeconfig}", "get",
+         "clusteroperators", CLUSTER_OPERATOR_NAME, "-o", "jsonpath={.status.upgradeStatus}"],
+        capture_output=True, text=True, timeout=60, check=True).stdout
+    stored = json.loads(shown)
+    assert spec_41_problems(stored) == [], stored
+    assert stored["phase"] == "Idling" and stored["status"]["currentStepIndex"] == 2
+    assert stored["status"]["CurrentUpgradeReadyReplicas"] == 2  # step 2's 3 nodes, 1 left
+    assert stored["status"]["totalUpgradeReadyReplicas"] == 5
+    assert [c["type"] for c in stored["conditions"]] == ["FailuresTolerated"]
+    assert "status" not in stored["conditions"][0], "the CRD's conditions have no status"
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "reconciler"), "status", "--from", "cluster",
+         "--kubeconfig",
+         str(control_plane.kubeconfig), "--format", "json"],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    report = json.loads(status)
+    (cluster,) = report if isinstance(report, list) else report.get("clusters", [report])
+    assert cluster["phase"] == "Idling"
+    assert any(c["type"] == "FailuresTolerated" for c in cluster["conditions"])
