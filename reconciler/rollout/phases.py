@@ -153,7 +153,7 @@ def progressing(seen: Observed, out: Decisions) -> None:
     scan = scan_nodes(
         [adopted.get(n.name, n) for n in nodes] if adopted else nodes, revision,
         now=seen.now, epoch=out.status.epoch(), ready_timeout=seen.settings.ready_timeout,
-        verifying=verdicts.verifying, health_failed=verdicts.failed.keys(),
+        verifying=verdicts.verifying, health_failed=frozenset(verdicts.failed),
         skipped=frozenset(out.status.skipped),
         skip_unavailable=seen.settings.unavailable_nodes == skipped.SKIP,
         domain_key=waves.key if waves is not None else None,
