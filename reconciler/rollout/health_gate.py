@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reconciler.health.checks import (
     Health,
     HealthConfig,
+    HealthFailure,
     HealthRecord,
     HealthState,
     NodeCheck,
@@ -50,6 +51,28 @@ class PendingQuery:
     node: str | None = None
     #: a step check: the step's nodes (its ``{{nodes}}``)
     nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdicts:
+    """The node checks of one pass (``health_judgement.judge_nodes``): what the scan and the
+    steps read of them."""
+
+    #: moved nodes Ready on the target whose checks have not passed yet: in flight
+    verifying: frozenset[str] = frozenset()
+    #: node -> the check it failed in this pass (in the order the nodes were judged)
+    failed: Mapping[str, HealthFailure] = field(default_factory=dict)
+    #: nodes whose checks passed in this pass (their record lands with this pass's actions)
+    passed: tuple[str, ...] = ()
+    #: nodes that got the new driver without a move (joined mid-rollout), as seen with the
+    #: move recorded in this pass
+    adopted: Mapping[str, RolloutNode] = field(default_factory=dict)
+    #: why nothing new starts: a node check whose query got no usable answer
+    holds: tuple[str, ...] = ()
+
+
+#: a pass without node checks
+NO_VERDICTS = NodeVerdicts()
 
 
 def verifying(node: RolloutNode, revision: str) -> bool:

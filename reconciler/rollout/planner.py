@@ -9,11 +9,12 @@ carried out asks for nothing new.
 The status is read once into an ``UpgradeStatus`` value; each step of a pass replaces it with
 the next value, and the JSON written back differs from what was read only where a value changed.
 
-The parts, NVIDIA ``pkg/upgrade``'s shape: ``pass_state`` (one pass's working state),
-``phases`` (idle, progressing), ``scan`` (every node into one state), ``node_states`` (one
-function per node state: what moves a node out of it), ``steps`` (counters, gates, pauses,
-the fallback), ``selection`` (order, retries, fresh starts, windows), ``rollback`` and
-``health_judgement``.
+The parts, NVIDIA ``pkg/upgrade``'s shape: ``pass_state`` (what a pass read, frozen:
+``Observed`` and a scan's ``Found``, NVIDIA's ``BuildState``; and what it decided so far,
+``Decisions``, the only thing a pass writes), ``phases`` (idle, progressing), ``scan`` (every
+node into one state), ``node_states`` (one function per node state: what moves a node out of
+it), ``steps`` (counters, gates, pauses, the fallback), ``selection`` (order, retries, fresh
+starts, windows), ``rollback`` and ``health_judgement``.
 
 One pass over the nodes per call (O(N)); a caller batches simultaneous events into one call.
 """
@@ -27,7 +28,7 @@ from reconciler.rollout import status as st
 from reconciler.rollout.actions import Action
 from reconciler.rollout.drain import STATUS_LIMIT
 from reconciler.rollout.model import PlannerSettings, RolloutSnapshot
-from reconciler.rollout.pass_state import Pass
+from reconciler.rollout.pass_state import Decisions, Observed, observe
 from reconciler.rollout.scan import CLOCK_SLACK
 
 DEFAULT_SETTINGS = PlannerSettings()
@@ -41,47 +42,47 @@ Plan = planning.Plan[Action]
 def plan(
     snapshot: RolloutSnapshot, now: float, settings: PlannerSettings = DEFAULT_SETTINGS
 ) -> Plan:
-    p = Pass.begin(snapshot, now, settings)
-    phase = p.s.phase or st.PHASE_IDLING
+    seen = observe(snapshot, now, settings)
+    out = Decisions.begin(seen)
+    phase = out.status.phase or st.PHASE_IDLING
     if phase == st.PHASE_PROGRESSING:
-        phases.progressing(p)
+        phases.progressing(seen, out)
     elif phase in (st.PHASE_TERMINATING, st.PHASE_DISABLING):
-        rollback.rolling_back(p)
+        rollback.rolling_back(seen, out)
     else:
-        phases.idle(p)
-    return _finish(p)
+        phases.idle(seen, out)
+    return _finish(seen, out)
 
 
-def _finish(p: Pass) -> Plan:
+def _finish(seen: Observed, out: Decisions) -> Plan:
     """The new status (its update time moved only when something changed) and the plan."""
-    p.set(upgrading=p.s.phase in ACTIVE_PHASES)
-    if p.health_status != dict(p.s.health):
-        p.set(health=p.health_status)
-    holds = tuple(h for i, h in enumerate(p.holds) if h not in p.holds[:i])
-    if holds != p.s.holds:
-        p.set(holds=holds)
-    draining = tuple(sorted(p.draining, key=lambda d: str(d["node"]))[:STATUS_LIMIT])
-    if draining != p.s.draining:
-        p.set(draining=draining)
-    if p.drain_notes and not p.s.step_message:  # what the step waits for, unless said already
-        notes = [p.drain_notes[n] for n in sorted(p.drain_notes)]
-        p.set(step_message="draining " + p.named(notes, separator="; ", more="; and "))
-    status = p.s.to_json()
+    out.set(upgrading=out.status.phase in ACTIVE_PHASES)
+    holds = tuple(h for i, h in enumerate(out.holds) if h not in out.holds[:i])
+    if holds != out.status.holds:
+        out.set(holds=holds)
+    drain = out.drain
+    draining = tuple(sorted(drain.entries, key=lambda d: str(d["node"]))[:STATUS_LIMIT])
+    if draining != out.status.draining:
+        out.set(draining=draining)
+    if drain.notes and not out.status.step_message:  # what the step waits for, unless said
+        notes = [drain.notes[n] for n in sorted(drain.notes)]
+        out.set(step_message="draining " + seen.named(notes, separator="; ", more="; and "))
+    status = out.status.to_json()
     # ``source`` is the status as read, every field of docs/rollout.md#status-fields present
-    changed = st.without_update_time(status) != st.without_update_time(p.s.source)
+    changed = st.without_update_time(status) != st.without_update_time(out.status.source)
     if changed:
-        status["status"]["lastUpdateTime"] = p.now_text
+        status["status"]["lastUpdateTime"] = seen.now_text
     else:
-        status["status"]["lastUpdateTime"] = (p.old.get("status") or {}).get(
+        status["status"]["lastUpdateTime"] = (seen.snap.status.get("status") or {}).get(
             "lastUpdateTime", ""
         )
-    future = [t for t in p.requeue if t > p.now + CLOCK_SLACK]
+    future = [t for t in out.requeue if t > seen.now + CLOCK_SLACK]
     return planning.Plan(
-        actions=tuple(p.actions),
+        actions=tuple(out.actions),
         status=status,
         changed=changed,
         requeue_at=min(future) if future else None,
-        in_flight=p.in_flight,
-        unavailable=p.unavailable,
-        again=p.again,
+        in_flight=out.in_flight,
+        unavailable=out.unavailable,
+        again=out.again,
     )

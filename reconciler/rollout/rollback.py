@@ -14,8 +14,9 @@ from reconciler.rollout import node_states, selection, topology
 from reconciler.rollout import status as st
 from reconciler.rollout.actions import RestorePayload, SetDaemonSetImage
 from reconciler.rollout.model import RolloutSnapshot
-from reconciler.rollout.pass_state import Pass
+from reconciler.rollout.pass_state import Decisions, Observed
 from reconciler.rollout.scan import NodeScan, scan_nodes
+from reconciler.rollout.topology import Topology
 
 
 def previous_payload(snapshot: RolloutSnapshot) -> dict[str, Any]:
@@ -42,123 +43,127 @@ def split_image(image: str, name: str = "") -> tuple[str, str, str]:
     return registry, last, version
 
 
-def begin(p: Pass, phase: str, reason: str, why: str) -> None:
-    p.set(phase=phase)
+def begin(out: Decisions, phase: str, reason: str, why: str) -> None:
+    out.set(phase=phase)
     for ctype in (st.COND_MANUAL_GATE, ConditionType.GATE_CONFIRMED, st.COND_BATCH_FAILED,
                   st.COND_PROGRESSING):
-        p.condition(ctype, "False", reason, why)
-    p.condition(ConditionType.ROLLING_BACK, "True", reason, why)
-    version = (p.s.applied_payload or {}).get("version")
+        out.condition(ctype, "False", reason, why)
+    out.condition(ConditionType.ROLLING_BACK, "True", reason, why)
+    version = (out.status.applied_payload or {}).get("version")
     message = f"rolling back driver {version}: {why}"
-    p.set(recheck_time="", current_step_state=st.STEP_UPGRADE, message=message)
-    p.event("RollbackStarted", message, warning=True, step=p.step_index())
+    out.set(recheck_time="", current_step_state=st.STEP_UPGRADE, message=message)
+    out.event("RollbackStarted", message, warning=True, step=out.step_index())
 
 
-def rolling_back(p: Pass) -> None:
-    snap = p.snap
-    previous = p.s.previous_payload or previous_payload(snap)
+def rolling_back(seen: Observed, out: Decisions) -> None:
+    snap = seen.snap
+    previous = out.status.previous_payload or previous_payload(snap)
     previous_image = Payload.from_spec(previous).image
     ds = snap.daemonset
     # The payload first: if we stop in between, the spec no longer asks for the new version
     # and the next plan continues the rollback instead of re-applying the new template.
     if Payload.from_spec(snap.payload).image != previous_image:
-        p.actions.append(RestorePayload(dict(previous)))
+        out.act(RestorePayload(dict(previous)))
     if ds.current_image != previous_image:
-        p.actions.append(SetDaemonSetImage(previous_image))
-        p.set(step_message="waiting for the driver DaemonSet to take the previous template")
+        out.act(SetDaemonSetImage(previous_image))
+        out.set(step_message="waiting for the driver DaemonSet to take the previous template")
         return
     # Restoring a template brings back its revision hash; adopt it if it was recreated.
     old = ds.current_revision
-    new = p.s.upgrading_pod_spec_revision
-    p.set(last_pod_spec_revision=old, step_message="")
-    settings = topology.read(p.s.topology)
-    if settings is not None and p.topology is None:
-        p.topology = topology.Topology.of(settings, snap.nodes.values())  # the order alone
+    new = out.status.upgrading_pod_spec_revision
+    out.set(last_pod_spec_revision=old, step_message="")
+    settings = topology.read(out.status.topology)
+    # the order alone (the same order as the rollout's: the same frozen settings, the same nodes)
+    order = Topology.of(settings, snap.nodes.values()) if settings is not None else None
     scan = scan_nodes(
-        snap.nodes.values(), old, now=p.now, epoch=p.s.epoch(),
-        ready_timeout=p.settings.ready_timeout, rollback_from=new,
+        snap.nodes.values(), old, now=seen.now, epoch=out.status.epoch(),
+        ready_timeout=seen.settings.ready_timeout, rollback_from=new,
     )
-    node_states.settle(p, scan, old, counted=False)
-    node_states.release(p, scan.stale_cordoned)
+    node_states.settle(seen, out, scan, old, counted=False)
+    node_states.release(out, scan.stale_cordoned)
     for node in scan.convert:  # in flight to the new revision: turn around, same slot
-        node_states.start(p, node, old, 1)
-    started = starts(p, scan, old)
-    p.in_flight = scan.in_flight + started
+        node_states.start(seen, out, node, old, 1)
+    started = starts(seen, out, scan, old, order)
+    out.count(in_flight=scan.in_flight + started)
     remaining = (
         len(scan.untouched) + len(scan.failed_other) + len(scan.failed)
         + len(scan.new_failures) + scan.in_flight + len(scan.convert) + scan.settling
     )
-    p.set(
+    out.set(
         total_upgrade_ready_replicas=scan.ready_other,
-        total_upgrade_replicas=p.total,
+        total_upgrade_replicas=out.total,
         current_step_state=st.STEP_UPGRADE,
     )
     if remaining or started or Payload.from_spec(snap.payload).image != previous_image:
         return
-    rolled_back(p, previous)
+    rolled_back(seen, out, previous)
 
 
-def starts(p: Pass, scan: NodeScan, old: str) -> int:
+def starts(seen: Observed, out: Decisions, scan: NodeScan, old: str,
+           order: Topology | None) -> int:
     """Move nodes back to the previous revision, maxParallel of the step at a time (failed
-    ones after their back-off first); returns how many started."""
-    batch = p.s.current_upgrade_replicas or 1
-    slots = p.policy.batch_max_parallel(batch) - scan.in_flight
-    started = selection.retries(p, scan.failed, old, slots) if slots > 0 else 0
-    waiting = scan.failed_other + selection.in_order(scan.untouched, p.topology)
+    ones after their back-off first), in the rollout's ``order``; returns how many started."""
+    batch = out.status.current_upgrade_replicas or 1
+    slots = seen.policy.batch_max_parallel(batch) - scan.in_flight
+    started = selection.retries(seen, out, scan.failed, old, slots, order) if slots > 0 else 0
+    waiting = scan.failed_other + selection.in_order(scan.untouched, order)
     for node in waiting:
         if started >= slots:
             break
-        if selection.waits_for(p, node) or not node.ready:
+        if selection.waits_for(seen.settings, node) or not node.ready:
             continue
         # drained first when drain is on (docs/live-clusters.md#the-drain)
-        node_states.start(p, node, old, 1)
+        node_states.start(seen, out, node, old, 1)
         started += 1
     return started
 
 
-def rolled_back(p: Pass, previous: Mapping[str, Any]) -> None:
+def rolled_back(seen: Observed, out: Decisions, previous: Mapping[str, Any]) -> None:
     """Every node runs the previous revision again: the rollback is complete."""
-    cause = p.s.condition(ConditionType.ROLLING_BACK)
+    cause = out.status.condition(ConditionType.ROLLING_BACK)
     reason = (cause.reason if cause is not None else "") or st.REASON_THRESHOLD
-    rolled = (p.s.applied_payload or {}).get("version")
+    rolled = (out.status.applied_payload or {}).get("version")
     message = (
         f"driver {rolled} rolled back to {previous.get('version')} ({reason}): "
         f"{cause.message if cause is not None else ''}"
     )
-    p.condition(ConditionType.ROLLING_BACK, "False", reason, message)
-    p.condition(st.COND_ROLLED_BACK, "True", reason, message)
-    p.set(
-        phase=st.PHASE_IDLING if p.policy.enable_rollout else st.PHASE_DISABLED,
+    out.condition(ConditionType.ROLLING_BACK, "False", reason, message)
+    out.condition(st.COND_ROLLED_BACK, "True", reason, message)
+    out.set(
+        phase=st.PHASE_IDLING if seen.policy.enable_rollout else st.PHASE_DISABLED,
         message=message,
         last_applied_spec={"payload": dict(previous)},
-        rolled_back_spec={"payload": dict(p.s.applied_payload or {})},
+        rolled_back_spec={"payload": dict(out.status.applied_payload or {})},
         current_step_state=st.STEP_COMPLETED,
     )
-    p.event("RolledBack", message, warning=True, step=p.step_index())
+    out.event("RolledBack", message, warning=True, step=out.step_index())
 
 
-def payload_reverted(p: Pass, target_image: str) -> bool:
+def payload_reverted(seen: Observed, out: Decisions, target_image: str) -> bool:
     """Our own RestorePayload landed but its status did not (or a person reverted the
     version): the fleet must go back. True when a rollback began."""
-    previous = p.s.previous_payload
-    spec_image = Payload.from_spec(p.snap.payload).image
+    previous = out.status.previous_payload
+    spec_image = Payload.from_spec(seen.snap.payload).image
     if not previous or spec_image == target_image:
         return False
     if spec_image != Payload.from_spec(previous).image:
         return False
-    cause = p.s.condition(ConditionType.ROLLING_BACK)
+    cause = out.status.condition(ConditionType.ROLLING_BACK)
     reason = cause.reason if cause is not None else ""
     if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
-        reason = st.REASON_THRESHOLD if threshold_reached(p) else "PayloadReverted"
-    begin(p, st.PHASE_TERMINATING, reason, "spec.driver.payload is back on the previous version")
+        reason = (st.REASON_THRESHOLD if threshold_reached(seen, out.status.epoch())
+                  else "PayloadReverted")
+    begin(out, st.PHASE_TERMINATING, reason,
+          "spec.driver.payload is back on the previous version")
     return True
 
 
-def threshold_reached(p: Pass) -> bool:
-    epoch = p.s.epoch() + "|"
+def threshold_reached(seen: Observed, epoch: str) -> bool:
+    """The nodes' failure records of batch epoch ``epoch`` reach maxFailureThreshold."""
+    prefix = epoch + "|"
     count = 0
-    for node in p.snap.nodes.values():
+    for node in seen.snap.nodes.values():
         failures = node.annotations.get(ANN_FAILURES)
-        if failures and failures.startswith(epoch):
-            count += st.int_or(failures[len(epoch) :], 1)
-    return count >= p.policy.max_failure_threshold
+        if failures and failures.startswith(prefix):
+            count += st.int_or(failures[len(prefix) :], 1)
+    return count >= seen.policy.max_failure_threshold

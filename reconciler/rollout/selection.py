@@ -14,9 +14,9 @@ from operator import attrgetter
 from reconciler.names import ANN_ATTEMPT, ANN_FAILED_AT, ANN_STATE, ANN_TARGET, STATE_CORDONED
 from reconciler.rollout import drain, node_states, skipped
 from reconciler.rollout import status as st
-from reconciler.rollout.model import RolloutNode
-from reconciler.rollout.pass_state import Pass
-from reconciler.rollout.scan import CLOCK_SLACK, NodeScan
+from reconciler.rollout.model import PlannerSettings, RolloutNode
+from reconciler.rollout.pass_state import Decisions, Found, Observed
+from reconciler.rollout.scan import CLOCK_SLACK
 from reconciler.rollout.topology import Budgets, Topology, domain_name
 from reconciler.timefmt import parse_time_or
 
@@ -36,55 +36,59 @@ def in_order(nodes: list[RolloutNode], topology: Topology | None = None) -> list
     return sorted(canaries, key=_NAME) + sorted(others, key=_NAME)
 
 
-def waits_for(p: Pass, node: RolloutNode) -> Sequence[str]:
+def waits_for(settings: PlannerSettings, node: RolloutNode) -> Sequence[str]:
     """The pods a node waits for before it starts (docs/rollout.md#upgrading-one-node: a busy node
     waits; docs/live-clusters.md#waiting-for-jobs: and for its ``waitFor`` pods). Nothing when drain
     is on: a draining node waits for its pods itself, in flight."""
-    if p.settings.drain is not None:
+    if settings.drain is not None:
         return ()
-    if p.settings.wait_for is None or not node.pods:
+    if settings.wait_for is None or not node.pods:
         return node.workloads
-    return sorted({*node.workloads, *drain.wait_for_pods(node, p.settings.wait_for)})
+    return sorted({*node.workloads, *drain.wait_for_pods(node, settings.wait_for)})
 
 
-def retry_due(p: Pass, node: RolloutNode, epoch_start: float) -> float:
+def retry_due(seen: Observed, node: RolloutNode, epoch_start: float) -> float:
     ann = node.annotations
-    failed_at = parse_time_or(ann.get(ANN_FAILED_AT), p.now)
+    failed_at = parse_time_or(ann.get(ANN_FAILED_AT), seen.now)
     if failed_at < epoch_start:
-        return p.now  # failed before a person resumed: retry at once
-    return failed_at + p.settings.backoff(st.int_or(ann.get(ANN_ATTEMPT), 1))
+        return seen.now  # failed before a person resumed: retry at once
+    return failed_at + seen.settings.backoff(st.int_or(ann.get(ANN_ATTEMPT), 1))
 
 
-def retries(p: Pass, failed: list[RolloutNode], target: str, slots: int) -> int:
-    """Retry failed nodes whose back-off passed; returns how many were started."""
-    cond = p.s.condition(st.COND_PROGRESSING)
-    epoch_start = parse_time_or(cond.last_transition_time if cond else None, p.now)
+def retries(seen: Observed, out: Decisions, failed: list[RolloutNode], target: str, slots: int,
+            topology: Topology | None) -> int:
+    """Retry failed nodes whose back-off passed, in the rollout order; returns how many were
+    started."""
+    cond = out.status.condition(st.COND_PROGRESSING)
+    epoch_start = parse_time_or(cond.last_transition_time if cond else None, seen.now)
     started = 0
-    for node in in_order(failed, p.topology):
+    for node in in_order(failed, topology):
         if started >= slots:
             break
-        due = retry_due(p, node, epoch_start)
-        if due > p.now + CLOCK_SLACK:
-            p.requeue.append(due)
+        due = retry_due(seen, node, epoch_start)
+        if due > seen.now + CLOCK_SLACK:
+            out.requeue_at(due)
             continue
-        if waits_for(p, node) or not node.ready or node.pod is None or node.pod.deleting:
+        if (waits_for(seen.settings, node) or not node.ready or node.pod is None
+                or node.pod.deleting):
             continue
-        node_states.start(p, node, target, st.int_or(node.annotations.get(ANN_ATTEMPT), 1) + 1)
-        p.event(
+        node_states.start(seen, out, node, target,
+                          st.int_or(node.annotations.get(ANN_ATTEMPT), 1) + 1)
+        out.event(
             "NodeRetried",
             f"{node.name}: retrying the driver pod",
             node=node.name,
-            step=p.step_index(),
+            step=out.step_index(),
         )
-        if p.topology is not None:
-            p.topology.retried(node)
+        if topology is not None:
+            topology.retried(node)
         started += 1
     return started
 
 
 def fresh_starts(
-    p: Pass, candidates: list[RolloutNode], target: str, count: int, ahead: int,
-    turns: skipped.Turns | None = None,
+    seen: Observed, out: Decisions, candidates: list[RolloutNode], target: str, count: int,
+    ahead: int, topology: Topology | None, turns: skipped.Turns | None = None,
 ) -> tuple[int, frozenset[str]]:
     """Start up to ``count`` nodes not started yet, in rollout order, and cordon the next
     ``ahead`` ones; busy nodes wait. Returns how many started and the nodes cordoned ahead
@@ -95,8 +99,8 @@ def fresh_starts(
     started = 0
     kept: set[str] = set()
     blocked: list[str] = []
-    limit = p.settings.message_node_limit
-    topology = p.topology
+    settings = seen.settings
+    limit = settings.message_node_limit
     gate: int | None = None
     budgets: Budgets | None = None
     gated: str | None = None  # the message of a domain the gate holds back
@@ -121,30 +125,30 @@ def fresh_starts(
             continue
         cordoned = (node.annotations.get(ANN_STATE) == STATE_CORDONED
                     and node.annotations.get(ANN_TARGET) == target)
-        busy = waits_for(p, node)
+        busy = waits_for(settings, node)
         if busy:
             if started < count and len(blocked) < limit:
                 blocked.append(f"{node.name} ({', '.join(busy)})")
-            if (started < count and p.settings.wait_for is not None
-                    and drain.wait_for_pods(node, p.settings.wait_for)):
+            if (started < count and settings.wait_for is not None
+                    and drain.wait_for_pods(node, settings.wait_for)):
                 # its turn: cordoned so no new job lands while its jobs finish
                 # (docs/live-clusters.md#waiting-for-jobs)
                 kept.add(node.name)
                 if not cordoned:
-                    node_states.cordon_ahead(p, node, target)
+                    node_states.cordon_ahead(out, node, target)
             continue
         if started < count and (budgets is None or budgets.allows(node)):
             if cordoned:
-                node_states.start_cordoned(p, node, target)
+                node_states.start_cordoned(seen, out, node, target)
             else:
-                node_states.start(p, node, target, 1)
+                node_states.start(seen, out, node, target, 1)
             started += 1
             continue
         if len(kept) >= ahead:
             continue  # held by its domain's budget, and no room ahead
         kept.add(node.name)
         if not cordoned:
-            node_states.cordon_ahead(p, node, target)
+            node_states.cordon_ahead(out, node, target)
     waits: list[str] = []
     if blocked:
         waits.append("waiting for GPU workloads to finish: " + "; ".join(blocked))
@@ -153,7 +157,7 @@ def fresh_starts(
     if gated:
         waits.append(gated)
     if waits:
-        p.set(step_message="; ".join(waits))
+        out.set(step_message="; ".join(waits))
     return started, frozenset(kept)
 
 
@@ -165,30 +169,31 @@ def _gate_message(topology: Topology, gate: int, waiting: str | None) -> str:
             f"until domain {domain_name(open_domain)} is done{done}")
 
 
-def window_open(p: Pass) -> bool:
+def window_open(seen: Observed, out: Decisions) -> bool:
     """Fresh starts only inside a maintenance window (docs/configuration.md#maintenance-windows);
     when closed, the step message says when the next one opens and the planner wakes then."""
-    calendar = p.snap.windows
-    if calendar is None or calendar.is_open(p.now):
+    calendar = seen.snap.windows
+    if calendar is None or calendar.is_open(seen.now):
         return True  # (is_open is cheap; only a closed calendar looks ahead)
-    verdict = calendar.verdict(p.now)
-    p.set(step_message=verdict.describe())
-    p.holds.append(verdict.hold())
+    verdict = calendar.verdict(seen.now)
+    out.set(step_message=verdict.describe())
+    out.hold(verdict.hold())
     if verdict.until is not None:
-        p.requeue.append(verdict.until)
+        out.requeue_at(verdict.until)
     return False
 
 
 def start_nodes(
-    p: Pass, scan: NodeScan, revision: str, target: int, batch: int, next_wave: int
+    seen: Observed, out: Decisions, found: Found, target: int, batch: int, next_wave: int
 ) -> None:
     """Start what the slots and maxUnavailable allow; cordon ahead the nodes next in line: up
     to maxParallel of this step's, or once all of this step's nodes are started, the next
     step's first wave (``next_wave``: 0 when a pause or a gate comes first)."""
-    policy = p.policy
+    policy, scan, revision = seen.policy, found.scan, found.revision
     parallel = policy.batch_max_parallel(batch)
     slots = parallel - scan.in_flight
-    retried = retries(p, scan.failed, revision, slots) if slots > 0 else 0
+    retried = (retries(seen, out, scan.failed, revision, slots, found.topology)
+               if slots > 0 else 0)
     slots -= retried
     occupied = (
         scan.ready + scan.in_flight + len(scan.failed) + len(scan.new_failures)
@@ -197,27 +202,30 @@ def start_nodes(
     need = target - occupied
     count = min(max(need, 0), max(slots, 0))
     ahead = 0
-    if p.settings.cordon_ahead:
+    if seen.settings.cordon_ahead:
         ahead = min(need - count, parallel) if need > count else next_wave
     fresh = 0
-    if (count or ahead) and not window_open(p):
+    if (count or ahead) and not window_open(seen, out):
         count = ahead = 0  # nodes cordoned ahead go back to work until the window opens
     if count or ahead:
-        max_unavailable = policy.resolved_max_unavailable(p.total)
+        max_unavailable = policy.resolved_max_unavailable(out.total)
         # a retried node is in flight now, and in-flight nodes are not unavailable
         unavailable = scan.unavailable - retried
         if unavailable <= max_unavailable:
-            turns = (skipped.Turns(p, revision, p.s.current_step_index, occupied, count)
-                     if count and p.settings.unavailable_nodes == skipped.SKIP else None)
-            fresh, p.keep_cordoned = fresh_starts(
-                p, scan.cordoned + scan.untouched, revision, count, ahead, turns
+            turns = (skipped.Turns(seen, out, revision, out.status.current_step_index, occupied,
+                                   count)
+                     if count and seen.settings.unavailable_nodes == skipped.SKIP else None)
+            fresh, kept = fresh_starts(
+                seen, out, scan.cordoned + scan.untouched, revision, count, ahead,
+                found.topology, turns,
             )
+            out.keep_cordoned_ahead(kept)
         else:
             # the nodes next in line stay cordoned (no churn while availability flickers)
-            p.keep_cordoned = frozenset(n.name for n in scan.cordoned)
+            out.keep_cordoned_ahead(frozenset(n.name for n in scan.cordoned))
             if need > 0:
-                p.set(
+                out.set(
                     step_message=f"{unavailable} rollout nodes unavailable (maxUnavailable "
                     f"{max_unavailable}): no new node starts"
                 )
-    p.in_flight = scan.in_flight + retried + fresh
+    out.count(in_flight=scan.in_flight + retried + fresh)

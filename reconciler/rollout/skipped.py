@@ -21,7 +21,6 @@ it when nothing is skipped) and ``selection.fresh_starts`` (unavailable at its t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -34,7 +33,8 @@ from reconciler.rollout.model import RolloutNode
 from reconciler.rollout.node_class import left_alone
 
 if TYPE_CHECKING:  # the scan reads the node predicates: no import of the pass at run time
-    from reconciler.rollout.pass_state import Pass
+    from reconciler.rollout.pass_state import Decisions, Observed
+    from reconciler.rollout.status import UpgradeStatus
 
 #: the condition of a completed rollout that skipped nodes: names every one
 #: (docs/live-clusters.md#a-node-under-repair)
@@ -53,43 +53,43 @@ def unavailable_at_turn(node: RolloutNode) -> bool:
     return not node.ready or left_alone(node)  # cordoned by someone else
 
 
-def start_clears(p: Pass) -> None:
+def start_clears(seen: Observed, out: Decisions) -> None:
     """A new rollout: no node is skipped yet, and the records of earlier rollouts go (a later
     rollout to the same template would have the same revision hash)."""
-    p.set(skipped=())
-    for node in p.snap.nodes.values():
-        if ANN_SKIPPED in node.annotations:
-            p.actions.append(AnnotateNode(node.name, {ANN_SKIPPED: None}))
-    p.total -= sum(1 for n in p.snap.nodes.values() if labelled(n))
+    nodes = seen.snap.nodes.values()
+    out.set(skipped=())
+    out.act_all(AnnotateNode(node.name, {ANN_SKIPPED: None}) for node in nodes
+                if ANN_SKIPPED in node.annotations)
+    out.leave_out(sum(1 for n in nodes if labelled(n)))
 
 
-def found(p: Pass, nodes: Iterable[RolloutNode]) -> None:
+def found(out: Decisions, nodes: list[RolloutNode]) -> None:
     """The scan's skipped nodes: N without them, the status lists them (a newly listed one
     gets an Event)."""
-    known = set(p.s.skipped)
+    known = set(out.status.skipped)
     new: list[str] = []
+    out.leave_out(len(nodes))
     for node in nodes:
-        p.total -= 1
         if node.name in known:
             continue
         new.append(node.name)
         why = (f"labelled {LABEL_UPGRADE_SKIP}=true" if labelled(node)
                else "recorded as skipped for this revision")
-        p.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
-                node=node.name, step=p.step_index())
+        out.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
+                  node=node.name, step=out.step_index())
     if new:
-        p.set(skipped=tuple(sorted(known.union(new))))
+        out.set(skipped=tuple(sorted(known.union(new))))
 
 
-def skip(p: Pass, node: RolloutNode, revision: str, why: str) -> None:
+def skip(out: Decisions, node: RolloutNode, revision: str, why: str) -> None:
     """Skip ``node`` for ``revision`` now: recorded on the node, listed, out of N."""
-    p.actions.append(AnnotateNode(node.name, {ANN_SKIPPED: revision}))
-    p.total -= 1
-    p.set(total_upgrade_replicas=p.total)
-    if node.name not in p.s.skipped:
-        p.set(skipped=tuple(sorted((*p.s.skipped, node.name))))
-    p.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
-            warning=True, node=node.name, step=p.step_index())
+    out.act(AnnotateNode(node.name, {ANN_SKIPPED: revision}))
+    out.leave_out(1)
+    out.set(total_upgrade_replicas=out.total)
+    if node.name not in out.status.skipped:
+        out.set(skipped=tuple(sorted((*out.status.skipped, node.name))))
+    out.event("NodeSkipped", f"{node.name}: skipped ({why}); it keeps its driver",
+              warning=True, node=node.name, step=out.step_index())
 
 
 @dataclass(slots=True)
@@ -98,7 +98,8 @@ class Turns:
     comes is skipped, and the step's target is resolved again against the smaller N, so the
     starts of this pass never go past it (``count``)."""
 
-    p: Pass
+    seen: Observed
+    out: Decisions
     revision: str
     #: the current step (1-based) and the nodes that already fill its target
     index: int
@@ -111,25 +112,28 @@ class Turns:
         if not unavailable_at_turn(node):
             return False
         why = "NotReady" if not node.ready else "cordoned by someone else"
-        skip(self.p, node, self.revision, f"{why} at its turn, unavailableNodes: skip")
-        p = self.p
-        target = p.policy.step_targets(p.total)[self.index - 1] if p.total > 0 else 0
+        out = self.out
+        skip(out, node, self.revision, f"{why} at its turn, unavailableNodes: skip")
+        total = out.total
+        target = self.seen.policy.step_targets(total)[self.index - 1] if total > 0 else 0
         self.count = min(self.count, max(target - self.occupied, 0))
-        p.again = True  # N shrank: the step may be done; plan again once this is stored
+        out.plan_again()  # N shrank: the step may be done; plan again once this is stored
         return True
 
 
-def message(p: Pass) -> str:
+def message(seen: Observed, status: UpgradeStatus) -> str:
     """The step message's part about skipped nodes ("" when none)."""
-    if not p.s.skipped:
+    if not status.skipped:
         return ""
-    count = len(p.s.skipped)
-    return f"{count} node{'s' if count != 1 else ''} skipped: {p.named(list(p.s.skipped))}"
+    count = len(status.skipped)
+    return (f"{count} node{'s' if count != 1 else ''} skipped: "
+            f"{seen.named(list(status.skipped))}")
 
 
-def completed(p: Pass) -> None:
+def completed(out: Decisions) -> None:
     """The rollout completed: ``NodesSkipped`` names every skipped node."""
-    if not p.s.skipped:
+    skipped = out.status.skipped
+    if not skipped:
         return
-    p.condition(COND_NODES_SKIPPED, "True", COND_NODES_SKIPPED,
-                f"skipped, still on the previous driver: {', '.join(p.s.skipped)}")
+    out.condition(COND_NODES_SKIPPED, "True", COND_NODES_SKIPPED,
+                  f"skipped, still on the previous driver: {', '.join(skipped)}")

@@ -24,10 +24,12 @@ from __future__ import annotations
 from typing import Final
 
 from reconciler.names import ANN_FAILURE_TOLERATED
+from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.rollout.actions import AnnotateNode
 from reconciler.rollout.model import RolloutNode
-from reconciler.rollout.pass_state import Pass
+from reconciler.rollout.pass_state import Decisions, Observed
 from reconciler.rollout.scan import NodeScan
+from reconciler.rollout.status import UpgradeStatus
 
 #: the condition of a completed rollout that left tolerated nodes behind: names every one
 COND_FAILURES_TOLERATED: Final = "FailuresTolerated"
@@ -40,27 +42,27 @@ def record(step: int, revision: str) -> str:
     return f"{step}@{revision}"
 
 
-def step_index(p: Pass) -> int:
+def step_index(policy: UpgradePolicy, status: UpgradeStatus) -> int:
     """The step failures are judged in: the status's, within the policy's steps."""
-    return min(max(p.s.current_step_index, 1), len(p.policy.steps))
+    return min(max(status.current_step_index, 1), len(policy.steps))
 
 
-def allowed(p: Pass, index: int) -> int:
-    """T_i of step ``index`` (1-based) against the rollout nodes of this pass."""
-    if p.total <= 0:
+def allowed(policy: UpgradePolicy, total: int, index: int) -> int:
+    """T_i of step ``index`` (1-based) against ``total`` rollout nodes."""
+    if total <= 0:
         return 0
-    return p.policy.step_tolerations(p.total)[index - 1]
+    return policy.step_tolerations(total)[index - 1]
 
 
-def take(p: Pass, scan: NodeScan) -> set[str]:
+def take(policy: UpgradePolicy, status: UpgradeStatus, total: int, scan: NodeScan) -> set[str]:
     """Of the nodes that failed just now, those the current step tolerates: in rollout order
     (canaries first, then by name, so a restart decides alike), while fewer than T_i nodes are
-    tolerated in the step. They move from ``scan.new_failures`` (counted) to ``scan.tolerated``,
-    and the pass knows them (``p.tolerated``)."""
+    tolerated in the step. They move from ``scan.new_failures`` (counted) to ``scan.tolerated``
+    (a health failure tolerated is then no cause of a fallback: ``failure_condition``)."""
     if not scan.new_failures:
         return set()
-    index = step_index(p)
-    room = allowed(p, index) - sum(1 for step, _ in scan.tolerated if step == index)
+    index = step_index(policy, status)
+    room = allowed(policy, total, index) - sum(1 for step, _ in scan.tolerated if step == index)
     if room <= 0:
         return set()
     taken: set[str] = set()
@@ -69,42 +71,43 @@ def take(p: Pass, scan: NodeScan) -> set[str]:
             break
         taken.add(node.name)
         scan.tolerate(index, node)
-        # a health failure tolerated is no cause of a fallback (``failure_condition``)
-        p.health_failures.pop(node.name, None)
     scan.new_failures = [f for f in scan.new_failures if f[0].name not in taken]
     return taken
 
 
-def found(p: Pass, scan: NodeScan) -> None:
-    """The pass's tolerated nodes (the step message and the completion name them)."""
-    p.tolerated = tuple(sorted((node.name, step) for step, node in scan.tolerated))
+def left_behind(scan: NodeScan) -> list[tuple[str, int]]:
+    """(node, step) of the nodes a step's toleration left behind, as the scan found and the
+    pass decided them, by name."""
+    return sorted((node.name, step) for step, node in scan.tolerated)
 
 
-def message(p: Pass) -> str:
+def message(seen: Observed, scan: NodeScan) -> str:
     """The step message's part about tolerated nodes ("" when none)."""
-    if not p.tolerated:
+    left = left_behind(scan)
+    if not left:
         return ""
-    count = len(p.tolerated)
-    named = p.named([f"{name} (step {step})" for name, step in p.tolerated])
+    count = len(left)
+    named = seen.named([f"{name} (step {step})" for name, step in left])
     return (f"{count} failure{'s' if count != 1 else ''} tolerated, left on the failed "
             f"driver: {named}")
 
 
-def completed(p: Pass) -> None:
+def completed(out: Decisions, scan: NodeScan) -> None:
     """The rollout completed: ``FailuresTolerated`` names every node left behind."""
-    if not p.tolerated:
+    left = left_behind(scan)
+    if not left:
         return
-    names = ", ".join(f"{name} (step {step})" for name, step in p.tolerated)
-    p.condition(COND_FAILURES_TOLERATED, "True", COND_FAILURES_TOLERATED,
-                f"failures tolerated, left cordoned on the failed driver: {names}")
+    names = ", ".join(f"{name} (step {step})" for name, step in left)
+    out.condition(COND_FAILURES_TOLERATED, "True", COND_FAILURES_TOLERATED,
+                  f"failures tolerated, left cordoned on the failed driver: {names}")
 
 
-def start_clears(p: Pass) -> None:
+def start_clears(seen: Observed, out: Decisions) -> None:
     """A new rollout: the records of earlier rollouts go (a later rollout to the same template
     would have the same revision hash)."""
-    for node in p.snap.nodes.values():
-        if ANN_FAILURE_TOLERATED in node.annotations:
-            p.actions.append(AnnotateNode(node.name, {ANN_FAILURE_TOLERATED: None}))
+    out.act_all(AnnotateNode(node.name, {ANN_FAILURE_TOLERATED: None})
+                for node in seen.snap.nodes.values()
+                if ANN_FAILURE_TOLERATED in node.annotations)
 
 
 def dropped(node: RolloutNode, update: dict[str, str | None]) -> dict[str, str | None]:
