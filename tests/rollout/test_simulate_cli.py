@@ -384,11 +384,12 @@ def run_child(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def test_an_int64_pause_waits_until_year_9999_in_a_child_process(
     tmp_path: Path, pause: int,
 ) -> None:
-    """Every other integer at int64's maximum too: the step is capped at N, maxParallel at the
-    batch; the pause's end is clamped to the last instant RFC 3339 can write."""
+    """Every other integer at its type's maximum too (maxFailureThreshold is int32 in the
+    vendor's CRD): the step is capped at N, maxParallel at the batch; the pause's end is
+    clamped to the last instant RFC 3339 can write."""
     path = policy_file(tmp_path, [(INT64_MAX, pause), ("100%", INT64_MAX)],
                        maxParallel=INT64_MAX, maxUnavailable=INT64_MAX,
-                       maxFailureThreshold=INT64_MAX)
+                       maxFailureThreshold=2**31 - 1)
     done = run_child(path, "--nodes", "3", "--from-version", "2.32.0.6", "--format", "json")
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr

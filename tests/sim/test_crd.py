@@ -37,7 +37,7 @@ def test_crd_shape() -> None:
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     assert version["additionalPrinterColumns"] == PRINTER_COLUMNS
     schema = version["schema"]["openAPIV3Schema"]
-    # the vendor's status, exactly (SPEC 16): conditions, CurrentUpgradeReadyReplicas, strings
+    # the vendor's status, exactly: conditions, CurrentUpgradeReadyReplicas, strings
     assert schema["properties"]["status"] == vendor_openapi_schema()["properties"]["status"]
     upgrade = schema["properties"]["status"]["properties"]["upgradeStatus"]["properties"]
     assert "conditions" in upgrade and upgrade["lastCoDriverSpec"]["type"] == "string"

@@ -93,7 +93,7 @@ def test_it_is_whole_by_the_vendors_crd_and_carries_nothing_the_crd_prunes() -> 
 
 
 def test_the_installed_upgrade_policy_is_the_documented_defaults() -> None:
-    """SPEC section 7: what a real install carries (the chart 0.15.2 renders the same)."""
+    """What a real install carries (docs/policy.md: the defaults) (the chart 0.15.2 renders the same)."""
     assert INSTALLED_UPGRADE_POLICY == {
         "enableRollout": False, "pause": False, "maxParallel": "100%", "maxUnavailable": "0%",
         "maxFailureThreshold": 5, "fallback": "pause",
@@ -133,7 +133,7 @@ def test_an_object_of_no_release_has_no_finalizer_and_no_chart_labels() -> None:
 
 def test_the_vendors_payload_form_names_its_image() -> None:
     """values.yaml of the chart: ``payload.name: metax/driver-image``,
-    ``version: "3.2.1.12-amd64"``; SPEC 2: ``<registry>/<payload.name>:<version>``, a version
+    ``version: "3.2.1.12-amd64"``; the image is ``<registry>/<payload.name>:<version>``, a version
     without an arch suffix gets ``-amd64``."""
     vendor = rendered_object()["spec"]["driver"]["payload"]
     assert vendor == {"name": "metax/driver-image", "version": "3.2.1.12-amd64",
