@@ -93,7 +93,7 @@ def test_it_is_whole_by_the_vendors_crd_and_carries_nothing_the_crd_prunes() -> 
 
 
 def test_the_installed_upgrade_policy_is_the_documented_defaults() -> None:
-    """What a real install carries (docs/policy.md: the defaults) (the chart 0.15.2 renders the same)."""
+    """What a real install carries (docs/policy.md, the defaults; chart 0.15.2 renders the same)."""
     assert INSTALLED_UPGRADE_POLICY == {
         "enableRollout": False, "pause": False, "maxParallel": "100%", "maxUnavailable": "0%",
         "maxFailureThreshold": 5, "fallback": "pause",
