@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as s
 
@@ -21,7 +23,7 @@ from reconciler.names import (
     STATE_CORDONED,
 )
 from reconciler.policy.upgrade_policy import UpgradePolicy
-from reconciler.rollout.actions import AnnotateNode, DeleteDriverPod
+from reconciler.rollout.actions import Action, AnnotateNode, DeleteDriverPod
 from reconciler.rollout.model import FAILURE_REASONS, PlannerSettings, RolloutNode, RolloutSnapshot
 from reconciler.rollout.node_class import tolerated_step
 from reconciler.rollout.planner import Plan, plan
@@ -71,11 +73,33 @@ def unavailable(nodes: list[RolloutNode], now: float) -> int:
     return count
 
 
+def moves(before: RolloutSnapshot, actions: Sequence[Action]) -> list[tuple[str, str | None]]:
+    """(node, target revision) of each driver pod deletion among ``actions``: the target of the
+    node's record written earlier in the same plan, else of the record it had. A deletion for
+    the rollout's revision (``NEW_REV``) is a start or a retry; one for the previous revision is
+    a rollback move, a repair (docs/rollout.md#upgrading-one-node, 5), whatever the status read
+    before the pass says: a pass that finds the payload back on the previous version (its own
+    RestorePayload landed, the status write did not) begins the rollback and, the template
+    being back too, moves nodes in that very pass (decision 13)."""
+    recorded: dict[str, str | None] = {}
+    found: list[tuple[str, str | None]] = []
+    for action in actions:
+        if isinstance(action, AnnotateNode) and ANN_TARGET in action.annotations:
+            recorded[action.node] = action.annotations[ANN_TARGET]
+        elif isinstance(action, DeleteDriverPod):
+            target = (recorded[action.node] if action.node in recorded
+                      else before.nodes[action.node].annotations.get(ANN_TARGET))
+            found.append((action.node, target))
+    return found
+
+
 class Observer:
     def __init__(self, policy: UpgradePolicy) -> None:
         self.policy = policy
         self.sim: Simulation | None = None
         self.deletions: dict[tuple[str, str], list[int]] = defaultdict(list)
+        #: (node, phase of the status read before the pass) of each rollback move
+        self.moved_back: list[tuple[str, str | None]] = []
         self.checked = 0
 
     def __call__(self, before: RolloutSnapshot, plan: Plan, applied: int) -> None:
@@ -105,12 +129,17 @@ class Observer:
                     f"{action.node} deleted again for {target} without a counted retry"
                 )
                 history.append(attempt)
-        # fresh starts only while unavailable <= maxUnavailable
+        # fresh starts only while unavailable <= maxUnavailable: a move to the rollout's
+        # revision of a node with no record for it, or only cordoned ahead for it (a rollback
+        # move is a repair, held by maxParallel alone, also in a pass whose status before still
+        # said Progressing)
+        self.moved_back += [(node, phase_before) for node, target in moves(before, actions)
+                            if target != NEW_REV]
         fresh = [
-            a for a in actions
-            if isinstance(a, DeleteDriverPod) and phase_before == "Progressing"
-            and not (before.nodes[a.node].annotations.get(ANN_TARGET) == NEW_REV
-                     and before.nodes[a.node].annotations.get(ANN_STATE) != STATE_CORDONED)
+            node for node, target in moves(before, actions)
+            if phase_before == "Progressing" and target == NEW_REV
+            and not (before.nodes[node].annotations.get(ANN_TARGET) == NEW_REV
+                     and before.nodes[node].annotations.get(ANN_STATE) != STATE_CORDONED)
         ]
         if fresh:
             # nodes moved in this very plan (retries) are in flight, not unavailable; nodes a
@@ -420,10 +449,16 @@ class TolerationObserver(Observer):
                     ANN_FAILURE_TOLERATED):
                 assert ANN_FAILURES not in action.annotations, action  # not counted
                 self.tolerated_seen.add(action.node)
-            if (isinstance(action, DeleteDriverPod)
-                    and before.status.get("phase") == "Progressing"):
-                assert tolerated_step(before.nodes[action.node].annotations, NEW_REV) is None, (
-                    f"{action.node} retried after its failure was tolerated")
+        # a tolerated node is never retried (moved to the rollout's revision again); a rollback
+        # moves it back like any failed node, and its move drops the record
+        for name, target in moves(before, actions):
+            if tolerated_step(before.nodes[name].annotations, NEW_REV) is None:
+                continue
+            assert target != NEW_REV, f"{name} retried after its failure was tolerated"
+            assert plan.status.get("phase") in ("Terminating", "Disabling"), (
+                f"{name} moved to {target} outside a rollback")
+            assert ANN_FAILURE_TOLERATED not in sim.nodes[name].annotations, (
+                f"{name} moved back with its toleration record")
         per_step: dict[int, int] = defaultdict(int)
         for node in sim.nodes.values():
             step = tolerated_step(node.annotations, NEW_REV)
@@ -489,10 +524,57 @@ def tolerating_scenarios(draw: Any) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tolerating_scenarios())
 def test_toleration_invariants_hold_at_every_tick(scenario: dict[str, Any]) -> None:
-    policy = UpgradePolicy.from_spec(scenario["policy"])
-    sim, result, observer = run_observed(scenario, TolerationObserver(policy))
+    _, result, observer = check_toleration(scenario)
     event(f"stop: {result.stop_reason}")
     event(f"tolerated: {bool(observer.tolerated_seen)}")
+
+
+#: the property's falsifying examples of a rollback resumed after a lost status write: step 1
+#: tolerates node-0001 and node-0002, node-0003's four counted failures in step 3 fire the
+#: rollback, and the controller dies after that pass's RestorePayload and SetDaemonSetImage
+#: (call 19, every action landed), so the next pass reads Progressing and moves nodes back at
+#: once: the tolerated node-0001 (n=6), and node-0007, in flight after its cordon ahead, turned
+#: around while node-0003 is unavailable (n=7). Both are rollback moves, which the observer
+#: took for a retry of a tolerated node and a fresh start under maxUnavailable 0.
+ROLLBACK_AFTER_A_LOST_STATUS = [
+    {"n": n,
+     "policy": {"enableRollout": True,
+                "upgradeSteps": [{"replicas": 2, "pauseDuration": 1, "toleration": 2},
+                                 {"replicas": 1},
+                                 {"replicas": "100%", "pauseDuration": 0}],
+                "maxParallel": 2, "maxUnavailable": 0, "maxFailureThreshold": 4,
+                "fallback": "rollback"},
+     "faults": {"node-0001": "imagepull", "node-0002": "imagepull", "node-0003": "imagepull"},
+     "install": 1, "confirm": 0, "crashes": frozenset([19, 1]), "crash_seed": 0,
+     "interventions": ()}
+    for n in (6, 7)
+]
+
+
+@pytest.mark.parametrize("scenario", ROLLBACK_AFTER_A_LOST_STATUS, ids=["n6", "n7"])
+def test_a_rollback_resumed_after_a_lost_status_moves_tolerated_nodes_back(
+    scenario: dict[str, Any],
+) -> None:
+    sim, result, observer = check_toleration(scenario)
+    assert result.stop_reason == "rolled-back"
+    assert observer.tolerated_seen == {"node-0001", "node-0002"}
+    crashed = [e.message for e in result.events if e.type == "ControllerCrashed"]
+    assert crashed[-1] == "controller died after 5 of 5 actions, status not written"
+    # the pass after it read Progressing and moved nodes back: the tolerated node-0001 first
+    # of the failed ones, and (n=7) node-0007, in flight after its cordon ahead, turned around
+    first = {node for node, phase in observer.moved_back if phase == "Progressing"}
+    assert first == ({"node-0001", "node-0007"} if scenario["n"] == 7 else {"node-0001",
+                                                                            "node-0002"})
+    assert all(node.pod is not None and node.pod.revision == OLD_REV and node.pod.ready
+               and not node.unschedulable and ANN_FAILURE_TOLERATED not in node.annotations
+               for node in sim.nodes.values())
+
+
+def check_toleration(scenario: dict[str, Any]) -> tuple[Simulation, Any, TolerationObserver]:
+    """The scenario simulated under ``TolerationObserver``, and its end as the policy and the
+    faults say (a tolerated end, or the fallback)."""
+    policy = UpgradePolicy.from_spec(scenario["policy"])
+    sim, result, observer = run_observed(scenario, TolerationObserver(policy))
     assert observer.checked == result.planning_calls
     faults = set(scenario["faults"])
     # nodes start in name order, a step's nodes those between the earlier targets and its own
@@ -526,3 +608,4 @@ def test_toleration_invariants_hold_at_every_tick(scenario: dict[str, Any]) -> N
         assert result.stop_reason == expected
         assert not result.completed
         assert observer.fallbacks >= 1
+    return sim, result, observer

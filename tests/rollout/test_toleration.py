@@ -21,12 +21,23 @@ from reconciler.rollout.actions import (
     AnnotateNode,
     Cordon,
     RecordEvent,
+    RestorePayload,
+    SetDaemonSetImage,
     SetPolicyPause,
     Uncordon,
 )
 from reconciler.rollout.model import PlannerSettings
 
-from .world import NEW_PAYLOAD, NEW_REV, OLD_REV, World, deletions, of_type, policy
+from .world import (
+    NEW_PAYLOAD,
+    NEW_REV,
+    OLD_PAYLOAD,
+    OLD_REV,
+    World,
+    deletions,
+    of_type,
+    policy,
+)
 
 
 def tolerating(*steps: tuple[int | str, int, int | str | None]) -> list[dict[str, Any]]:
@@ -287,6 +298,44 @@ def test_a_rollback_moves_a_tolerated_node_back() -> None:
     assert "FailuresTolerated" not in w.conditions()
     assert w.ready_on(OLD_REV) == list(w.nodes)
     assert not any(n.unschedulable for n in w.nodes.values())
+
+
+def test_a_rollback_resumed_after_a_lost_status_moves_a_tolerated_node_back_at_once() -> None:
+    """The fallback's pass lands (RestorePayload, SetDaemonSetImage), its status write does not:
+    the next pass reads Progressing, finds the payload and the template back (decision 13) and
+    moves nodes back in that pass. The tolerated node goes back like any failed node, its record
+    dropped (a rollback move, never a retry to the new revision); the node in flight after its
+    cordon ahead is turned around in its slot. Rollback moves are repairs: maxUnavailable 0 does
+    not hold them while the counted failure is unavailable (the property's falsifying examples,
+    tests/rollout/test_properties.py, read both as moves of a rollout)."""
+    w = World(5, policy(upgradeSteps=tolerating((2, 0, 1), ("100%", 0, None)), maxParallel=2,
+                        maxFailureThreshold=1, maxUnavailable=0, fallback="rollback"))
+    assert deletions(w.settle(0)) == ["node-0001", "node-0002"]
+    w.pod("node-0001", waiting_reason="ErrImagePull")
+    w.ready("node-0002")
+    assert deletions(w.settle(10)) == ["node-0003", "node-0004"]  # node-0005 cordoned ahead
+    assert w.annotation("node-0001", ANN_FAILURE_TOLERATED) == f"1@{NEW_REV}"
+    w.pod("node-0003", waiting_reason="ErrImagePull")  # counted: the threshold, the fallback
+    lost = w.plan(20, write_status=False)
+    assert lost.status["phase"] == "Terminating"
+    assert [type(a) for a in lost.actions[-2:]] == [RestorePayload, SetDaemonSetImage]
+    assert w.status["phase"] == "Progressing" and w.payload == OLD_PAYLOAD
+    result = w.plan(20)
+    assert w.status["phase"] == "Terminating"
+    assert w.conditions()["RollingBack"]["reason"] == "FailureThresholdReached"
+    assert deletions(result) == ["node-0004", "node-0001"]
+    assert w.deleted[-2:] == [("node-0004", OLD_REV), ("node-0001", OLD_REV)]
+    assert w.annotation("node-0001", ANN_TARGET) == OLD_REV
+    assert w.annotation("node-0001", ANN_FAILURE_TOLERATED) is None
+    assert events(w, "NodeRetried") == []
+    for t in range(30, 200, 10):
+        w.ready_all_in_flight()
+        w.settle(t)
+    assert w.status["phase"] == "Idling" and "RolledBack" in w.conditions()
+    assert w.ready_on(OLD_REV) == list(w.nodes)
+    assert not any(n.unschedulable for n in w.nodes.values())
+    # node-0001 went to the new revision once (its start), never again
+    assert [rev for n, rev in w.deleted if n == "node-0001"] == [NEW_REV, OLD_REV]
 
 
 def test_a_record_for_another_revision_or_a_record_not_failed_counts_for_nothing() -> None:
