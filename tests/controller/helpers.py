@@ -19,7 +19,7 @@ from reconciler.stored_status import upgrade_status_of
 SEED_10 = {
     "enableRollout": True,
     "upgradeSteps": [
-        {"replicas": 2, "pauseDuration": {}},
+        {"replicas": 2},
         {"replicas": 5, "pauseDuration": 1000},
         {"replicas": 8, "pauseDuration": 1000},
         {"replicas": "100%", "pauseDuration": 1000},
@@ -34,10 +34,10 @@ SEED_10 = {
 SEED_100 = {
     "enableRollout": True,
     "upgradeSteps": [
-        {"replicas": "5%", "pauseDuration": {}},
+        {"replicas": "5%"},
         {"replicas": 30, "pauseDuration": 1000},
         {"replicas": 60, "pauseDuration": 1000},
-        {"replicas": "100%", "pauseDuration": {}},
+        {"replicas": "100%"},
     ],
     "pause": False,
     "maxParallel": "50%",

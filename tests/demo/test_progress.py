@@ -10,7 +10,7 @@ from reconciler.demo.progress import NodeView, changes, render, snapshot_from
 
 POLICY = {
     "enableRollout": True,
-    "upgradeSteps": [{"replicas": 2, "pauseDuration": {}}, {"replicas": 5, "pauseDuration": 10000},
+    "upgradeSteps": [{"replicas": 2}, {"replicas": 5, "pauseDuration": 10000},
                      {"replicas": 8, "pauseDuration": 10000},
                      {"replicas": "100%", "pauseDuration": 10000}],
     "pause": True,

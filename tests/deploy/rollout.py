@@ -38,7 +38,7 @@ OLD, NEW = "2.32.0.6", "2.33.0.9"
 REGISTRY, IMAGE = "registry.example.com/metax", "driver-image"
 GATED_POLICY = {
     "enableRollout": True,
-    "upgradeSteps": [{"replicas": 1, "pauseDuration": {}},
+    "upgradeSteps": [{"replicas": 1},
                      {"replicas": "100%", "pauseDuration": 0}],
     "pause": False,
     "maxParallel": 2,

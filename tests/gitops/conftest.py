@@ -31,7 +31,6 @@ spec:
       # one canary, then half, then the rest
       upgradeSteps:
         - replicas: 1
-          pauseDuration: {}
         - replicas: "50%"
           pauseDuration: 600000
         - replicas: "100%"
@@ -40,7 +39,7 @@ spec:
       fallback: pause
 
   devicePlugin:
-    enable: true
+    deploy: true
 """
 
 REPO_CONFIG = """\

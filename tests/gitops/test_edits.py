@@ -106,7 +106,6 @@ spec:
       enableRollout: true
       upgradeSteps:
       - replicas: 1
-        pauseDuration: {}
       - replicas: 100%
         pauseDuration: 0
 """

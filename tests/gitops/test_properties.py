@@ -96,7 +96,7 @@ def test_write_backs_change_the_field_and_nothing_else(
         indent: tuple[int, int, int], extra: dict[str, Any], has_pause: bool, version: str,
         restore: bool) -> None:
     policy: dict[str, Any] = {"enableRollout": True,
-                              "upgradeSteps": [{"replicas": 1, "pauseDuration": {}},
+                              "upgradeSteps": [{"replicas": 1},
                                                {"replicas": "100%", "pauseDuration": 0}]}
     if has_pause:
         policy["pause"] = False

@@ -224,10 +224,10 @@ def test_snapshot_built_from_the_live_object_passes_the_schema() -> None:
         "metadata": {"name": "cluster-operator", "resourceVersion": "42", "uid": "u"},
         "spec": {"driver": {"payload": {"name": "driver-image", "version": "2.33.0.9"},
                             "upgradePolicy": {"enableRollout": True, "upgradeSteps": [
-                                {"replicas": 1, "pauseDuration": {}},
+                                {"replicas": 1},
                                 {"replicas": "100%", "pauseDuration": 0}]},
                             "log": {"level": "info"}},
-                 "devicePlugin": {"enable": True}},
+                 "devicePlugin": {"deploy": True}},
         "status": {"upgradeStatus": {"phase": "Progressing", "upgrading": True,
                                      "status": {"currentStepIndex": 1,
                                                 "currentStepState": "StepPaused"}}},

@@ -114,7 +114,7 @@ def test_unavailable_gpus_on_a_canary_pause_batch_one_naming_the_check_and_node(
     try:
         start_rollout(kube, NEW.version, {
             "enableRollout": True,
-            "upgradeSteps": [{"replicas": 2, "pauseDuration": {}},
+            "upgradeSteps": [{"replicas": 2},
                              {"replicas": "100%", "pauseDuration": 0}],
             "maxParallel": 2, "maxUnavailable": 1,
             "maxFailureThreshold": 1, "fallback": "pause",
@@ -192,7 +192,7 @@ def test_unavailable_gpus_with_rollback_end_with_every_node_ready_on_the_old_ver
     controller_with(health_yaml(prometheus.url))
     start_rollout(kube, NEW.version, {
         "enableRollout": True,
-        "upgradeSteps": [{"replicas": 2, "pauseDuration": {}},
+        "upgradeSteps": [{"replicas": 2},
                          {"replicas": "100%", "pauseDuration": 0}],
         "maxParallel": 2, "maxUnavailable": 1, "maxFailureThreshold": 1,
         "fallback": "rollback",

@@ -39,8 +39,13 @@ sync:
 
 
 def policy(version: str = OLD, *, pause: bool = False, max_parallel: str = '"100%"',
-           first_pause: str = "{}", enable: bool = True) -> str:
-    """The 10-node scenario's policy file, as a person writes it (comments included)."""
+           first_pause: str | None = None, enable: bool = True) -> str:
+    """The 10-node scenario's policy file, as a person writes it (comments included). The
+    canary's gate is a step without pauseDuration (the vendor's CRD types it as an integer);
+    ``first_pause`` gives it one instead."""
+    canary = ("        - replicas: 1    # no pauseDuration: a person confirms the canary\n"
+              if first_pause is None else
+              f"        - replicas: 1\n          pauseDuration: {first_pause}\n")
     return f"""\
 # GPU driver policy for {CLUSTER}: one canary behind a manual gate, then the rest.
 apiVersion: gpu.metax-tech.com/v1alpha1
@@ -58,9 +63,7 @@ spec:
       enableRollout: {str(enable).lower()}
       pause: {str(pause).lower()}
       upgradeSteps:
-        - replicas: 1
-          pauseDuration: {first_pause}    # a person confirms the canary
-        - replicas: "50%"
+{canary}        - replicas: "50%"
           pauseDuration: 0
         - replicas: "100%"
           pauseDuration: 0

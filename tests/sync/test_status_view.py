@@ -31,7 +31,7 @@ def snapshot(state: str = "StepPaused", *, index: int = 1, phase: str = "Progres
             "payload": {"version": "2.33.0.9"},
             "upgradePolicy": {"enableRollout": True, "pause": pause, "maxFailureThreshold": 2,
                               "upgradeSteps": [
-                                  {"replicas": 1, "pauseDuration": {}},
+                                  {"replicas": 1},
                                   {"replicas": "50%", "pauseDuration": 600000},
                                   {"replicas": "100%", "pauseDuration": 0}]}}},
     }

@@ -183,7 +183,7 @@ def test_validate_accepts_and_keeps_what_the_controller_changed() -> None:
 
 
 @pytest.mark.parametrize(("text", "rule", "line"), [
-    (NEVER.replace("maxParallel: 2", "maxParallel: -2"), None, 24),
+    (NEVER.replace("maxParallel: 2", "maxParallel: -2"), None, 23),
     (NEVER.replace("name: cluster-operator", "name: other"), "object-name", 1),
 ], ids=["invalid-value", "other-object"])
 def test_validate_rejects_located(text: str, rule: str | None, line: int) -> None:
