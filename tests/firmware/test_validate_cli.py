@@ -42,7 +42,8 @@ def test_pr_requesting_firmware_on_refused_nodes_fails_naming_them(tmp_path: Pat
     path.write_text(policy("PreferCloud"))
     result = validate(repo, "--against", "main", "--format", "json")
     assert result.returncode == 1, result.stdout + result.stderr
-    findings = json.loads(result.stdout)
+    # the infos left out (the file's spec has only driver: crd-required-field, never fails)
+    findings = [f for f in json.loads(result.stdout) if f["severity"] != "info"]
     by_rule = {f["rule"]: f for f in findings}
     assert len(findings) == 2 and {f["line"] for f in findings} == {8}
     assert "node gpu-02: GPUs are bound to vfio-pci" in by_rule[
