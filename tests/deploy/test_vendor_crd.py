@@ -54,9 +54,13 @@ def test_the_data_ships_with_the_package() -> None:
 
 
 def test_deploy_crd_and_the_charts_copy_are_the_generated_crd() -> None:
-    chart = DEPLOY / "helm" / "gpu-gitops-reconciler" / "crds" / "clusteroperator.yaml"
-    assert (DEPLOY / "crd.yaml").read_text() == chart.read_text()
-    assert load_documents(chart) == [cluster_operator_crd()]
+    """deploy/crd.yaml is the generated CRD; the chart's copy is that file itself (its
+    files/crd.yaml link, read by templates/clusteroperator-crd.yaml; no crds/, deploy/README.md
+    "The CRD")."""
+    chart = DEPLOY / "helm" / "gpu-gitops-reconciler"
+    assert (chart / "files" / "crd.yaml").resolve() == (DEPLOY / "crd.yaml").resolve()
+    assert not (chart / "crds").exists()
+    assert load_documents(DEPLOY / "crd.yaml") == [cluster_operator_crd()]
 
 
 def test_the_json_schema_file_is_the_generated_one() -> None:

@@ -16,11 +16,13 @@ from reconciler.data import (
     stored_cluster_operator,
     vendor_openapi_schema,
 )
+from reconciler.fieldpath import MISSING, resolve
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.names import API_VERSION, PLURAL
 from reconciler.policy.validation import validate_document
 from reconciler.sim.crd import CEL_MINOR, CEL_RULES, PRINTER_COLUMNS, cluster_operator_crd
 from reconciler.sim.operator_install import install_crd, release_minor, server_version
+from reconciler.sync.desired import apply_body
 from tests.policy.test_vendor_crd import SSA_REFUSED_NULLS
 from tests.policy.vendor_cases import CASES, Refused, as_stored, as_yaml, set_at
 
@@ -105,18 +107,31 @@ def test_the_api_server_refuses_what_validation_refuses_and_takes_the_vendor_obj
 
 @pytest.mark.cluster
 def test_server_side_apply_refuses_the_charts_nulls_where_validation_does(kube: KubeApi) -> None:
-    """The reconciler applies with server-side apply, which refuses a null that a create would
-    prune (reconciler/data/metax-operator-0.15.2/SOURCE.md): exactly the fields validation
-    reports; the switchbox nulls, which have defaults, are filled in."""
+    """Server-side apply refuses a null that a create would prune
+    (reconciler/data/metax-operator-0.15.2/SOURCE.md): exactly the fields validation names in
+    its ``null-left-out`` info (docs/validation.md#severities), and the sync's apply body leaves
+    them out, so the server takes it; the switchbox nulls, which have defaults, are filled in."""
     install_crd(kube)
     rendered = rendered_cluster_operator()
     rendered["metadata"] = {"name": "crd-rendered-ssa"}
     with pytest.raises(KubeError) as refused:
         kube.apply(f"{CO}/crd-rendered-ssa", rendered, field_manager="crd-test")
     fields = set(re.findall(r"(spec\.[A-Za-z.]+): Invalid value: \"null\"", str(refused.value)))
-    assert fields == {p.removeprefix("/").replace("/", ".") for p in SSA_REFUSED_NULLS}
+    refused_fields = {p.removeprefix("/").replace("/", ".") for p in SSA_REFUSED_NULLS}
+    assert fields == refused_fields
     ours = validate_document(as_yaml(rendered), "x.yaml")
-    assert sorted(f.pointer for f in ours.errors) == sorted(SSA_REFUSED_NULLS)
+    assert ours.errors == [] and ours.warnings == []
+    (nulls,) = [f for f in ours.infos if f.rule == "null-left-out"]
+    assert all(field in nulls.message for field in refused_fields), nulls.message
+    # what the sync applies has none of them, and the server takes it over the installed
+    # object (which keeps its own values for them)
+    kube.create(CO, set_at(as_stored(), "/metadata", {"name": "crd-installed-ssa"}))
+    body = apply_body(rendered, name="crd-installed-ssa", source_commit="a" * 40)
+    assert all(resolve(body, p.split("/")[1:]) is MISSING for p in SSA_REFUSED_NULLS)
+    applied = kube.apply(f"{CO}/crd-installed-ssa", body, field_manager="crd-test")
+    assert applied["spec"]["openshift"] == {}
+    assert applied["spec"]["topoDiscovery"]["switchbox"]["clusterManagerUser"] == ""
+    kube.delete(f"{CO}/crd-installed-ssa")
     stored = kube.create(CO, set_at(as_stored(), "/metadata", {"name": "crd-stored"}))
     assert stored["spec"]["vendor"] == {} and stored["spec"]["openshift"] == {}
     assert stored["spec"]["topoDiscovery"]["switchbox"]["clusterManagerUser"] == ""
