@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 
 from reconciler.cli.plan import build_plans, render
 from reconciler.cli.validate import find_repository
-from reconciler.fleet.plan import (
+from reconciler.merge.plan import (
     COMMENT_LIMIT,
     ClusterPlan,
     PlanStep,

@@ -60,21 +60,21 @@ def test_an_import_circle_breaks_the_layers_contract(tmp_path: Path) -> None:
     """The circle issue 35 removed (the window calendar reading the repository config, which
     validates windows with the calendar) comes back: the layers contract fails, even for an
     import hidden in a function."""
-    done = _lint_with(tmp_path, "fleet/windows.py", _hidden_import("reconciler.policy.repo_config"))
+    done = _lint_with(tmp_path, "fleet/windows.py", _hidden_import("reconciler.config.settings"))
     assert done.returncode == 1, done.stdout[-4000:]
-    assert "reconciler.fleet.windows is not allowed to import reconciler.policy" in done.stdout
+    assert "reconciler.fleet.windows is not allowed to import reconciler.config" in done.stdout
     assert "BROKEN" in done.stdout
 
 
 def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tmp_path: Path) -> None:
-    """The circle issue 35 removed inside the policy package (the repository config validates
-    with ``validation.py``; validation reading the config back) comes back: the layers contract
-    names packages, so the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
-    done = _lint_with(tmp_path, "policy/validation.py",
-                      _hidden_import("reconciler.policy.repo_config"))
+    """A circle inside the config package (the document validates with ``validation.py``;
+    validation reading the document back) comes back: the layers contract names packages, so
+    the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
+    done = _lint_with(tmp_path, "config/validation.py",
+                      _hidden_import("reconciler.config.document"))
     assert done.returncode == 1, done.stdout[-4000:]
-    assert "No cycles are allowed in reconciler.policy." in done.stdout
-    assert "- .validation -> .repo_config (1 import)" in done.stdout
+    assert "No cycles are allowed in reconciler.config." in done.stdout
+    assert "- .validation -> .document (1 import)" in done.stdout
     assert "BROKEN" in done.stdout
 
 
