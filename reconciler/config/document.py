@@ -26,8 +26,6 @@ from reconciler.policy.findings import Finding, join_pointer
 #: (docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion): as a whole, but
 #: ``rollout`` key by key (docs/live-clusters.md); ``promotion`` exists per cluster only
 ClusterSection = Literal["rollout", "health", "windows", "promotion", "notify"]
-CLUSTER_SECTIONS: tuple[ClusterSection, ...] = ("rollout", "health", "windows", "promotion",
-                                                "notify")
 
 
 @dataclass(frozen=True, slots=True)
