@@ -41,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from controller_rollout import NEW, POLICY, command_line, theoretical_minimum
 
+from reconciler.config.document import load
+from reconciler.config.settings import resolve
 from reconciler.controller.act import Target
 from reconciler.controller.health import HealthFeeder
 from reconciler.controller.loop import RolloutController, prefer_responsiveness
 from reconciler.health.checks import Reading
 from reconciler.health.prometheus import PrometheusClient
-from reconciler.health.section import read_health
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME
@@ -178,7 +179,8 @@ def main() -> int:
         finally:
             plain.stop()
 
-        section = read_health(health_section(url, args.interval, args.hold))
+        section = resolve(load(health_section(url, args.interval, args.hold)), None,
+                          source="bench").health
         assert section.config is not None, section.error
         counted = CountedQueries(url, section.config.timeout)
         feeder = HealthFeeder(section, clock=counted.clock, query=counted.query)

@@ -26,11 +26,12 @@ import click
               help="Where to serve the page (loopback by default; port 0 picks one).")
 @click.option("--cluster-operator", "cluster_operator", default="cluster-operator",
               show_default=True, help="Name of the ClusterOperator object.")
-@click.option("--ready-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0,
-              show_default=True, help="readyTimeout of the rollout, seconds (for the model).")
+@click.option("--ready-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="readyTimeout of the rollout, seconds, for the model [rollout.readyTimeout "
+                   "of the cluster in --repo's reconciler.yaml; 600].")
 def dashboard(cluster: str, repo: str | None, branch: str, state_dir: str | None,
               kubeconfig: str, listen: str, cluster_operator: str,
-              ready_timeout: float) -> None:
+              ready_timeout: float | None) -> None:
     """Serve a read-only live dashboard of the cluster's rollout."""
     from reconciler.cli.errors import OneLineUsageError
     from reconciler.dashboard.audit import GitAudit

@@ -23,19 +23,22 @@ def load_settings(path: str | None) -> FirmwareSettings:
     """The ``firmware`` section of a repository config file, validated; defaults without one."""
     if path is None:
         return FirmwareSettings()
+    from reconciler.config.document import load
+    from reconciler.config.settings import SettingsRefused, resolve
     from reconciler.files import FileRefused, printable, read_bounded
-    from reconciler.policy.validation import validate_repo_config
 
     try:
         data = read_bounded(path)
     except FileRefused as refused:
         raise SettingsError(printable(str(refused))) from None
-    result = validate_repo_config(data, path)
-    if not result.ok:
+    doc = load(data, path)
+    if doc.errors:
         raise SettingsError("\n".join(
-            printable(f"{f.file}:{f.line}:{f.column}: {f.message}") for f in result.errors))
-    obj = result.obj if isinstance(result.obj, dict) else {}
-    return FirmwareSettings.from_config(obj.get("firmware"))
+            printable(f"{f.file}:{f.line}:{f.column}: {f.message}") for f in doc.errors))
+    try:
+        return resolve(doc, None, source=path).firmware
+    except SettingsRefused as exc:
+        raise SettingsError(printable(str(exc))) from None
 
 
 @click.command("firmware")

@@ -1,6 +1,7 @@
 """``reconciler plan --against REF``: what merging the working tree into REF does, per cluster
 (docs/plan.md). The findings are ``validate --against REF``'s own (its jobs run here); the decisions
-and the rendering are ``reconciler.fleet.plan`` (pure).
+and the rendering are ``reconciler.merge.plan`` (pure), on the cluster's settings as
+``reconciler.config`` resolves them for the daemon.
 
 Exit status as ``validate``: 0 no error, 1 errors found (a refused or held cluster), 2 usage.
 """
@@ -29,23 +30,21 @@ from reconciler.cli.validate import (
     plan_jobs,
     run_jobs,
 )
+from reconciler.config.document import CONFIG_FILE, ConfigDocument, load
+from reconciler.config.settings import ClusterSettings, SettingsRefused, resolve
 from reconciler.files import FileRefused, read_bounded
-from reconciler.fleet.calendars import windows_for
-from reconciler.fleet.plan import (
+from reconciler.fleet.promotion import payload_version, promotion_gate
+from reconciler.gitops.ref_reader import LINK_MODE, blob_id
+from reconciler.merge.plan import (
     ClusterInput,
     ClusterPlan,
     plan_cluster,
     render_json,
     render_markdown,
     render_text,
-    resolved_settings,
 )
-from reconciler.fleet.promotion import payload_version, promotion_gate
-from reconciler.gitops.ref_reader import LINK_MODE, blob_id
-from reconciler.health.section import read_health
 from reconciler.policy.document import parse_document
 from reconciler.policy.findings import Finding, sort_findings
-from reconciler.policy.repo_config import CONFIG_FILE, RepoConfigFile
 from reconciler.policy.schema import SchemasMissingError, load_schema
 
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -76,7 +75,7 @@ def _cluster_side(repo: Repository, state: GitState, name: str,
                   blobs: Mapping[str, tuple[str, str]]) -> ClusterSide:
     """The cluster's policy at both sides; at the ref it is read only when its blob differs
     from the working tree's file (``blobs``: the ref's files, one ``git ls-tree``)."""
-    folder = repo.root / repo.config.clusters_dir / name
+    folder = repo.root / repo.layout.clusters_dir / name
     files = []
     if folder.is_dir() and not folder.is_symlink():
         files = sorted(p for p in folder.iterdir()
@@ -108,7 +107,7 @@ def _object(data: bytes | None, shown: str) -> Mapping[str, Any] | None:
 
 def _cluster_names(repo: Repository, blobs: Mapping[str, tuple[str, str]]) -> list[str]:
     """The cluster folders of the working tree and of the ref (``blobs``)."""
-    depth = len(PurePosixPath(repo.config.clusters_dir).parts)
+    depth = len(PurePosixPath(repo.layout.clusters_dir).parts)
     there = {PurePosixPath(path).parts[depth] for path in blobs
              if len(PurePosixPath(path).parts) > depth}
     return sorted(name for name in set(repo.cluster_names()) | there
@@ -120,7 +119,7 @@ def _only_cluster(repo: Repository, path: Path | None) -> str | None:
     if path is None:
         return None
     rel = repo.relative(path)
-    prefix = PurePosixPath(repo.config.clusters_dir).parts
+    prefix = PurePosixPath(repo.layout.clusters_dir).parts
     if rel is None or rel.parts[: len(prefix)] != prefix or len(rel.parts) <= len(prefix):
         return None
     return rel.parts[len(prefix)]
@@ -136,16 +135,17 @@ def _promotion_earliest(job: Job | None, version: str | None) -> float | None:
 Changed = tuple[ClusterSide, dict[str, Any], dict[str, Any]]
 
 
-def _changed(repo: Repository, state: GitState, raw_ref: Mapping[str, Any],
-             raw_now: Mapping[str, Any], only: str | None) -> list[Changed]:
-    """The clusters whose policy file or resolved settings differ, with both settings."""
+def _changed(repo: Repository, state: GitState, config_ref: ConfigDocument,
+             config_now: ConfigDocument, only: str | None) -> list[Changed]:
+    """The clusters whose policy file or settings (as each sees reconciler.yaml) differ, with
+    both settings."""
     changed: list[Changed] = []
-    blobs = state.reader.blobs(PurePosixPath(repo.config.clusters_dir))
+    blobs = state.reader.blobs(PurePosixPath(repo.layout.clusters_dir))
     for name in _cluster_names(repo, blobs):
         if only is not None and name != only:
             continue
         side = _cluster_side(repo, state, name, blobs)
-        before, after = resolved_settings(raw_ref, name), resolved_settings(raw_now, name)
+        before, after = config_ref.seen_by(name), config_now.seen_by(name)
         if side.before != side.after or before != after:
             changed.append((side, before, after))
     return changed
@@ -182,9 +182,8 @@ def build_plans(repo: Repository, against: str, *, now: float, only: str | None 
         config_ref_text = state.read(repo.root / CONFIG_FILE)
     except FileRefused:
         config_ref_text = None
-    config_now = RepoConfigFile.parse(config_now_text)
-    changed = _changed(repo, state, RepoConfigFile.parse(config_ref_text).raw, config_now.raw,
-                       only)
+    config_now = load(config_now_text)
+    changed = _changed(repo, state, load(config_ref_text), config_now, only)
     jobs, findings = _validate(repo, against, changed)
     by_file = {job.shown: job for job in jobs}
     config_shown = next((job.shown for job in jobs if job.kind == "repo-config"), None)
@@ -205,13 +204,20 @@ def build_plans(repo: Repository, against: str, *, now: float, only: str | None 
             snapshot=policy_job.snapshot if policy_job is not None
             else state.snapshot(side.name, []),
             findings=(*own, *config_errors),
-            windows=windows_for(config_now, side.name),
-            health=read_health(config_now_text, CONFIG_FILE, side.name).config,
-            ready_timeout=config_now.ready_timeout_for(side.name),
+            settings=_settings(config_now, side.name),
             promotion_earliest=_promotion_earliest(policy_job, payload_version(after)),
         )
         plans.append(plan_cluster(inp, now=now))
     return plans, [f for f in findings if f not in claimed]
+
+
+def _settings(config: ConfigDocument, cluster: str) -> ClusterSettings:
+    """The cluster's settings as the daemon would resolve the merged reconciler.yaml (refused:
+    the defaults; its errors refuse the cluster's plan)."""
+    try:
+        return resolve(config, cluster, source=CONFIG_FILE)
+    except SettingsRefused:
+        return ClusterSettings()
 
 
 def _cluster_of(repo: Repository, jobs: Mapping[str, Job], finding: Finding) -> str | None:

@@ -14,6 +14,7 @@ import contextlib
 import difflib
 import gc
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
@@ -27,14 +28,12 @@ from reconciler.cli.simulate_topology import (
     render_topology,
     topology_report,
 )
+from reconciler.config.document import ConfigDocument, load
+from reconciler.config.settings import ClusterSettings, SettingsRefused, resolve
 from reconciler.files import FileRefused, printable, read_bounded
-from reconciler.fleet.calendars import windows_for
-from reconciler.health.checks import HealthConfig
-from reconciler.health.section import read_health
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import Payload
-from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
-from reconciler.policy.rollout_settings import DrainSettings
+from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings
 from reconciler.policy.schema import matches_definition
 from reconciler.policy.upgrade_policy import UpgradePolicy
 from reconciler.policy.validation import parse_only, validate_document
@@ -212,7 +211,7 @@ def _start(text: str | None) -> float:
     return start
 
 
-def load_repo_config(path: Path | None) -> RepoConfigFile | None:
+def load_repo_config(path: Path | None) -> ConfigDocument | None:
     """``--repo-config``, validated like ``reconciler validate reconciler.yaml``: a link, an
     oversized file or a located error exits 2."""
     if path is None:
@@ -221,12 +220,28 @@ def load_repo_config(path: Path | None) -> RepoConfigFile | None:
         data = read_bounded(path)
     except FileRefused as refused:
         _fail(f"cannot read --repo-config {path}: {refused.reason}")
-    result = validate_document(data, str(path), kind="repo-config")
-    if not result.ok:
+    doc = load(data, str(path))
+    if doc.errors:
         _fail("--repo-config is not valid:\n" + "\n".join(
             f"{f.file}:{f.line}:{f.column}: {f.severity}: {f.message} [{f.rule}]"
-            for f in result.errors))
-    return RepoConfigFile.from_data(result.obj or {})
+            for f in doc.errors))
+    return doc
+
+
+def cluster_settings(doc: ConfigDocument | None, cluster: str | None,
+                     repo_config: Path | None) -> ClusterSettings:
+    """``--repo-config`` resolved for ``--cluster`` as the daemon resolves it (none: the
+    defaults); a section it refuses, or a ``health`` section that does not validate, exits
+    2, located."""
+    if doc is None:
+        return ClusterSettings()
+    try:
+        settings = resolve(doc, cluster, source=str(repo_config))
+    except SettingsRefused as exc:
+        _fail(f"--repo-config: {exc}")
+    if settings.health.error is not None:
+        _fail(f"--repo-config: the health section is not valid: {settings.health.error}")
+    return settings
 
 
 def _check_from_version(version: str) -> None:
@@ -238,36 +253,20 @@ def _check_from_version(version: str) -> None:
               f"'.' and '-', at most 128, as driver.payload.version), got {_short(version)}")
 
 
-def _check_cluster(settings: RepoConfigFile | None, cluster: str,
+def _check_cluster(settings: ConfigDocument | None, cluster: str,
                    repo_config: Path | None) -> None:
     """``--cluster`` only picks a ``clusters.<NAME>`` section: a name with none changes
     nothing, and is most likely a typo."""
     if settings is None:
         _fail("--cluster picks the clusters.<NAME> section of --repo-config: give --repo-config "
               "too")
-    clusters = settings.raw.get("clusters")
-    names = sorted(str(n) for n in clusters) if isinstance(clusters, Mapping) else []
+    names = list(settings.cluster_names())
     if cluster in names:
         return
     close = difflib.get_close_matches(cluster, names, n=1)
     _fail(f"--cluster {_short(cluster)}: {repo_config} has no clusters.{cluster} section "
           f"(it has: {', '.join(names) or 'none'}), so --cluster would change nothing"
           + (f"; did you mean {close[0]}?" if close else ""))
-
-
-def load_health(path: Path | None, cluster: str | None) -> HealthConfig | None:
-    """The ``health`` section of ``--repo-config`` that applies to ``--cluster`` (validated
-    like ``reconciler validate``; a section that does not validate exits 2, located)."""
-    if path is None:
-        return None
-    try:
-        data = read_bounded(path)
-    except FileRefused as refused:
-        _fail(f"cannot read --repo-config {path}: {refused.reason}")
-    section = read_health(data, str(path), cluster)
-    if section.error is not None:
-        _fail(f"--repo-config: the health section is not valid: {section.error}")
-    return section.config
 
 
 def _clock(seconds: float) -> str:
@@ -488,14 +487,15 @@ def simulate(
     fleet = load_nodes_file(nodes_file, MAX_NODES, _fail) if nodes_file is not None else ()
     nodes = len(fleet) if fleet else int(nodes or 0)
     driver = load_driver_spec(policy_file)
-    settings = load_repo_config(repo_config)  # the whole file first: then its health section
-    health = load_health(repo_config, cluster)
+    config = load_repo_config(repo_config)  # the whole file first: then its sections
+    settings = cluster_settings(config, cluster, repo_config)
+    health = settings.health.config
     gpu_faults: dict[str, str] = {}
     faults = load_faults(faults_file, nodes, gpu_faults if health is not None else None,
                          [name for name, _ in fleet] if fleet else None)
     _check_from_version(from_version)
     if cluster is not None:
-        _check_cluster(settings, cluster, repo_config)
+        _check_cluster(config, cluster, repo_config)
     payload = driver.get("payload") or {}
     if Payload.from_spec(dict(payload, version=from_version)).image == Payload.from_spec(
         payload
@@ -503,47 +503,45 @@ def simulate(
         click.echo(printable(f"note: {from_version} and {payload.get('version')} name the "
                              "same image; no rollout starts"), err=True)
     start = _start(start_text)
-    if ready_timeout is None:
-        ready_timeout = settings.ready_timeout_for(cluster) if settings else 600.0
-    windows = windows_for(settings, cluster) if settings else None
-    rollout = None
-    if settings is not None:
-        try:
-            rollout = settings.rollout_for(cluster, str(repo_config))
-        except RepoConfigError as exc:
-            _fail(f"--repo-config: {exc}")
-    drain = rollout.drain if rollout is not None else None
-    if drain is None and drain_on:
-        drain = DrainSettings()
+    rollout = _with_flags(settings.rollout, ready_timeout=ready_timeout, drain=drain_on)
     serving = None
     if serving_pods:
         serving = ServingModel(serving_pods, pods_per_budget, budget_max_unavailable,
                                drain_seconds, reschedule_seconds)
-    topology = rollout.topology if rollout is not None else None
-    config = SimConfig(
+    sim = SimConfig(
         nodes=nodes,
         from_version=from_version,
         install_seconds=install_seconds,
         auto_confirm=auto_confirm,
         until=min(until, LATEST_TIME - start),
         faults=faults,
-        settings=PlannerSettings(
-            ready_timeout=ready_timeout, cordon_ahead=cordon_ahead, drain=drain,
-            wait_for=rollout.wait_for if rollout is not None else None, topology=topology),
+        settings=PlannerSettings(cordon_ahead=cordon_ahead).for_pass(rollout),
         serving=serving,
         health=health,
         gpu_faults=gpu_faults,
         scrape_delay=scrape_delay,
         start=start,
-        windows=windows,
+        windows=settings.windows,
         fleet=fleet,
     )
     with _collector_off():
-        result = run_simulation(driver, config)
-        report = topology_report(result, config, str(payload.get("version")),
+        result = run_simulation(driver, sim)
+        report = topology_report(result, sim, str(payload.get("version")),
                                  lambda other: run_simulation(driver, other))
-        _write(result, driver, config, fmt, html_file, report)
+        _write(result, driver, sim, fmt, html_file, report)
     raise SystemExit(0 if result.completed else 1)
+
+
+def _with_flags(rollout: RolloutSettings, *, ready_timeout: float | None,
+                drain: bool) -> RolloutSettings:
+    """The cluster's ``rollout`` section with the command line's over it: ``--ready-timeout``
+    pins its setting (as ``reconciler run``'s does), ``--drain`` drains with the defaults
+    where the section has no ``drain``."""
+    if ready_timeout is not None:
+        rollout = replace(rollout, ready_timeout=ready_timeout)
+    if drain and rollout.drain is None:
+        rollout = replace(rollout, drain=DrainSettings())
+    return rollout
 
 
 @contextlib.contextmanager

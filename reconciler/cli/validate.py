@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -23,12 +23,15 @@ from reconciler.cli.report_formats import (
     format_sarif,
     printable_json,
 )
+from reconciler.config.document import CONFIG_FILE, ConfigDocument, load
+from reconciler.config.sync import SyncSettings
+from reconciler.config.validation import validate_repo_config
+from reconciler.errors import RepoConfigError
 from reconciler.files import FileRefused, link_refusal, printable, read_bounded
 from reconciler.firmware.preflight import firmware_preflight_rule
 from reconciler.fleet.promotion import promotion_rule
 from reconciler.policy.document import Location, parse_document
 from reconciler.policy.findings import Finding, ValidationResult, sort_findings
-from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
 from reconciler.policy.schema import SchemasMissingError, load_schema
 from reconciler.policy.validation import DocumentKind, validate_document
 
@@ -72,7 +75,10 @@ def _lexical(path: Path) -> Path:
 @dataclass(slots=True)
 class Repository:
     root: Path
-    config: RepoConfig
+    #: its reconciler.yaml (the defaults when absent or not valid: validating it says why)
+    config: ConfigDocument = field(default_factory=ConfigDocument)
+    #: where its cluster folders and status snapshots are
+    layout: SyncSettings = field(default_factory=SyncSettings)
 
     def relative(self, path: Path) -> Path | None:
         try:
@@ -86,14 +92,14 @@ class Repository:
             return "clusteroperator"
         if rel == Path(CONFIG_FILE):
             return "repo-config"
-        if rel.parts[: len(Path(self.config.status_path).parts)] == Path(
-                self.config.status_path).parts:
+        if rel.parts[: len(Path(self.layout.status_path).parts)] == Path(
+                self.layout.status_path).parts:
             return "status-snapshot"
         return "clusteroperator"
 
     def cluster_of(self, path: Path) -> str | None:
         rel = self.relative(path)
-        prefix = Path(self.config.clusters_dir).parts
+        prefix = Path(self.layout.clusters_dir).parts
         if rel is None or rel.parts[: len(prefix)] != prefix or len(rel.parts) < len(prefix) + 2:
             return None
         return rel.parts[len(prefix)]
@@ -101,7 +107,7 @@ class Repository:
     def cluster_names(self) -> tuple[str, ...]:
         """The cluster folders (links included: the daemon refuses them, but they name a
         cluster)."""
-        clusters = self.root / self.config.clusters_dir
+        clusters = self.root / self.layout.clusters_dir
         if clusters.is_symlink() or not clusters.is_dir():
             return ()
         return tuple(sorted(entry.name for entry in clusters.iterdir()
@@ -124,7 +130,7 @@ class Repository:
     def cluster_files(self) -> tuple[list[Path], list[Finding]]:
         """Every entry a cluster folder's policy could be (links and FIFOs too: reading refuses
         them, located), and a finding for each cluster folder without a policy file."""
-        clusters = self.root / self.config.clusters_dir
+        clusters = self.root / self.layout.clusters_dir
         if clusters.is_symlink():
             return [clusters], []
         if not clusters.is_dir():
@@ -174,13 +180,18 @@ def find_repository(start: Path) -> Repository:
     root = root or start
     config_path = root / CONFIG_FILE
     if not os.path.lexists(config_path):
-        return Repository(root, RepoConfig())
+        return Repository(root)
     try:
         data = read_bounded(config_path)
     except FileRefused:
-        return Repository(root, RepoConfig())
-    result = validate_document(data, _shown(config_path), kind="repo-config")
-    return Repository(root, RepoConfig.from_obj(result.obj) if result.ok else RepoConfig())
+        return Repository(root)
+    config = load(data, _shown(config_path))
+    if config.errors or config.refused is not None:
+        return Repository(root)
+    try:
+        return Repository(root, config, SyncSettings.from_obj(config.obj))
+    except RepoConfigError:
+        return Repository(root)
 
 
 def _shown(path: Path) -> str:
@@ -201,7 +212,7 @@ def collect_files(repo: Repository, paths: Sequence[Path]) -> tuple[list[Path], 
     findings: list[Finding] = []
     for path in paths:
         if path.is_dir() and not path.is_symlink():
-            if _lexical(path) == repo.root and (repo.root / repo.config.clusters_dir).is_dir():
+            if _lexical(path) == repo.root and (repo.root / repo.layout.clusters_dir).is_dir():
                 more, missing = _repository_files(repo)
                 files.extend(more)
                 findings.extend(missing)
@@ -271,9 +282,9 @@ class GitState:
         """The cluster's last status snapshot: on the status branch when one is configured (the
         remote-tracking one next to the ref first), else at the ref; else (``working_tree``)
         the working tree's. One that cannot be read adds a finding to ``notes``."""
-        path = self.repo.root / self.repo.config.status_file(cluster)
+        path = self.repo.root / self.repo.layout.status_file(cluster)
         refs: list[str | None] = [None]
-        branch = self.repo.config.status_branch
+        branch = self.repo.layout.status_branch
         if branch:
             remote = self.ref.split("/", 1)[0] if "/" in self.ref else None
             refs = [*([f"{remote}/{branch}"] if remote else []), branch, None]
@@ -372,14 +383,14 @@ def _promotion(repo: Repository, state: GitState, cluster: str | None, notes: li
     if cluster is None:
         return None
     from reconciler import clock
-    from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
+    from reconciler.config.settings import SettingsRefused, resolve
 
     try:
-        promotion = RepoConfigFile.from_data(repo.config.raw).promotion_for(cluster)
-    except RepoConfigError:
+        promotion = resolve(repo.config, cluster, source=CONFIG_FILE).promotion
+    except SettingsRefused:
         return None  # validating reconciler.yaml reports it
     if promotion is None:
-        return None
+        return None  # none, or one validating reconciler.yaml reports
     key = f"promotion:{promotion.after}"
     if key not in snapshots:
         found: list[Finding] = []
@@ -408,11 +419,14 @@ def run_job(job: Job) -> ValidationResult:
     if job.promotion is not None:
         upstream, soak, upstream_snapshot, now = job.promotion
         extra_rules.append(promotion_rule(upstream, upstream_snapshot, soak=soak, now=now))
-    result = validate_document(
-        data, job.shown, previous=job.previous, phase=job.phase,
-        firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
-        known_clusters=job.known_clusters, remote=job.remote,
-    )
+    if job.kind == "repo-config":
+        result = validate_repo_config(data, job.shown, known_clusters=job.known_clusters,
+                                      remote=job.remote)
+    else:
+        result = validate_document(
+            data, job.shown, previous=job.previous, phase=job.phase,
+            firmware_phase=job.firmware_phase, kind=job.kind, extra_rules=extra_rules,
+        )
     if job.notes:
         result.findings.extend(job.notes)
     return result
@@ -561,7 +575,7 @@ def validate(paths: tuple[Path, ...], against: str | None, output_format: str) -
     repo = find_repository(paths[0] if paths else Path.cwd())
     files, walk_findings = collect_files(repo, list(paths))
     if not files and not walk_findings:
-        where = ", ".join(map(str, paths)) or str(repo.root / repo.config.clusters_dir)
+        where = ", ".join(map(str, paths)) or str(repo.root / repo.layout.clusters_dir)
         raise click.UsageError(f"no policy files (*.yaml, *.yml) found in {printable(where)}")
     jobs = plan_jobs(repo, files, against)
     try:

@@ -11,7 +11,6 @@ its own for them."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import logging
 import sys
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from reconciler.clock import Clock, wall
+from reconciler.config.settings import ClusterSettings
 from reconciler.controller.act import ActionExecutor, Target
 from reconciler.controller.dispatch import Dispatcher
 from reconciler.controller.health import HealthFeeder
@@ -44,7 +44,6 @@ from reconciler.runtime.watched import (
     shown_failure,
     with_failure_condition,
 )
-from reconciler.settings.cluster import ClusterSettings
 from reconciler.stored_status import firmware_status_of, upgrade_status_of
 
 log = logging.getLogger(__name__)
@@ -381,11 +380,7 @@ class RolloutController(WatchDrivenWorker):
         the latest commit (docs/live-clusters.md: read at every commit) over the process's own."""
         if self.config is None:
             return self.settings
-        rollout = self.config().rollout
-        return dataclasses.replace(
-            self.settings, ready_timeout=rollout.ready_timeout, drain=rollout.drain,
-            wait_for=rollout.wait_for, unavailable_nodes=rollout.unavailable_nodes,
-            topology=rollout.topology)
+        return self.settings.for_pass(self.config().rollout)
 
     def _report_windows_error(self, windows: WindowCalendar | None, co: JSON) -> None:
         """A ``windows`` section that does not validate fails closed (docs/health.md and

@@ -27,12 +27,12 @@ from reconciler.daemon.settings import (
 # each part is imported when it starts: a controller alone never loads Git, and a start is
 # quick (a restarted replica acts again within seconds)
 if TYPE_CHECKING:
+    from reconciler.config.settings import ClusterSettings
     from reconciler.controller.loop import RolloutController
     from reconciler.firmware.controller import FirmwareController
     from reconciler.kube.api import KubeApi
     from reconciler.ops.metrics import Metrics
     from reconciler.ops.shutdown import Shutdown
-    from reconciler.settings.cluster import ClusterSettings
     from reconciler.settings.live import LiveSettings
     from reconciler.sync.loop import ClusterSync
     from reconciler.trust.signatures import CommitVerifier
@@ -272,18 +272,17 @@ def _live_settings(s: DaemonSettings, shutdown: Shutdown) -> LiveSettings:
 def _settings_at_head(s: DaemonSettings, sync: ClusterSync, live: LiveSettings) -> None:
     """Before the sync's first pass: reconciler.yaml at the branch head (or --repo-config);
     the sync replaces it with the commit the cluster runs, then with each commit applied."""
+    from reconciler.config.document import load
     from reconciler.gitops.reader import PolicyFileRefused
-    from reconciler.policy.repo_config import RepoConfigFile
 
     if s.repo_config is not None:
-        live.offer(RepoConfigFile.parse(s.repo_config.text), source=s.repo_config.path,
-                   path=s.repo_config.path)
+        live.offer(load(s.repo_config.text, s.repo_config.path), source=s.repo_config.path)
         return
     head = sync.repo.mirror.head(s.branch)
     if head is None:
         return
     try:
-        live.offer(sync.repo.reader.config_file(head), source=head)
+        live.offer(sync.repo.reader.config_document(head), source=head)
     except PolicyFileRefused as exc:
         log.warning("reconciler.yaml unusable (%s); using defaults", exc)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.config.settings import ClusterSettings
 from reconciler.views.waits import GitContext, pause_line
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,9 @@ class GitAudit:
         self.context = GitContext(branch=branch)
         #: the cluster's status snapshot at the status branch's head (None: none yet)
         self.snapshot: Mapping[str, Any] | None = None
+        #: reconciler.yaml at the branch head resolved for the cluster, as the daemon reads it
+        #: (None: not read yet): the prediction plans with its ``rollout`` section
+        self.settings: ClusterSettings | None = None
         self.error: str | None = None
         self._heads: tuple[str | None, str | None] = (None, None)
 
@@ -149,11 +153,12 @@ class GitAudit:
 
     def refresh(self) -> bool:
         """Read the trail again if a branch moved; True when something changed."""
+        from reconciler.config.document import load
+        from reconciler.config.settings import SettingsRefused, resolve
+        from reconciler.config.sync import CONFIG_FILE, read_sync_settings
         from reconciler.gitops.edits import parse_status
         from reconciler.gitops.errors import GitOpsError
         from reconciler.gitops.mirror import read_blob
-        from reconciler.gitops.reader import parse_config
-        from reconciler.policy.repo_config import CONFIG_FILE
 
         with self._lock:
             try:
@@ -163,7 +168,8 @@ class GitAudit:
                 if head is None:
                     self.error = f"no branch {self.branch!r}"
                     return False
-                config = parse_config(read_blob(self._repo, head, CONFIG_FILE))
+                config_text = read_blob(self._repo, head, CONFIG_FILE)
+                config = read_sync_settings(config_text)
                 status_branch = config.status_branch or self.branch
                 status_head = self._head(status_branch)
                 if (head, status_head) == self._heads:
@@ -188,6 +194,10 @@ class GitAudit:
                     policy_file=policy_path,
                     pause_line=pause_line(files.get(policy_path)) if policy_path else None,
                     branch=self.branch)
+                try:
+                    self.settings = resolve(load(config_text), self.cluster, source=head)
+                except SettingsRefused as exc:  # the settings read before stay
+                    log.warning("reconciler.yaml at %s refused: %s", head[:12], exc)
                 self.entries = entries
                 self.snapshot = snapshot
                 self._heads = (head, status_head)

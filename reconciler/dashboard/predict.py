@@ -1,6 +1,10 @@
 """The predicted timeline: the planner's own model (``reconciler.rollout.simulator``) run on a
 virtual fleet of the rollout's size, with the install time measured so far in this rollout.
 
+The model plans with the settings the controller plans with (``PlannerSettings.for_pass``
+over the cluster's ``rollout`` section: readyTimeout, drain, waitFor, unavailableNodes, and the
+topology the rollout froze when it started, on the nodes' own topology labels).
+
 The simulator starts a rollout from the beginning; it cannot be seeded with a rollout half
 done. So the whole rollout is simulated once per (policy, fleet size, install time) and the
 dashboard takes per-step durations from it: the rest of the running step is the model's time
@@ -10,6 +14,7 @@ the model (a person's time is unknown); the page says how many are left. Pure.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -30,18 +35,28 @@ def install_estimate(samples: Sequence[float]) -> tuple[float, bool]:
     return max(float(statistics.median(samples)), 0.001), True
 
 
-def prediction_key(driver: Mapping[str, Any], nodes: int, install_seconds: float) -> str:
+#: the model's fleet: node names with the labels the planner reads (None: node-0001 ..)
+ModelFleet = tuple[tuple[str, Mapping[str, str]], ...]
+DEFAULT_SETTINGS = PlannerSettings()
+
+
+def prediction_key(driver: Mapping[str, Any], nodes: int, install_seconds: float,
+                   settings: PlannerSettings = DEFAULT_SETTINGS, fleet: ModelFleet = ()) -> str:
     """Equal keys give equal predictions: the install time is rounded to 5 %, so a new
     measurement does not re-run the model every time."""
     policy = dict(driver.get("upgradePolicy") or {})
     policy.pop("pause", None)
     bucket = round(math.log(max(install_seconds, 0.001), 1.05))
-    return repr((sorted(policy.items(), key=lambda kv: kv[0]), nodes, bucket))
+    labels = hashlib.sha256(repr([(name, sorted(labels.items())) for name, labels in fleet])
+                            .encode()).hexdigest() if fleet else ""
+    return repr((sorted(policy.items(), key=lambda kv: kv[0]), nodes, bucket, settings, labels))
 
 
 def run_model(driver: Mapping[str, Any], *, nodes: int, install_seconds: float,
-              ready_timeout: float = 600.0, until: float = 30 * 24 * 3600.0) -> SimResult:
-    """The rollout of ``driver``'s policy on ``nodes`` virtual nodes, gates released at once."""
+              settings: PlannerSettings = DEFAULT_SETTINGS, fleet: ModelFleet = (),
+              until: float = 30 * 24 * 3600.0) -> SimResult:
+    """The rollout of ``driver``'s policy on ``nodes`` virtual nodes (``fleet``: these nodes
+    instead), gates released at once."""
     policy = dict(driver.get("upgradePolicy") or {})
     policy["pause"] = False
     policy["enableRollout"] = True
@@ -49,21 +64,24 @@ def run_model(driver: Mapping[str, Any], *, nodes: int, install_seconds: float,
     payload.setdefault("version", "new")
     model_driver = {"payload": payload, "upgradePolicy": policy}
     config = SimConfig(
-        nodes=max(nodes, 1),
+        nodes=len(fleet) if fleet else max(nodes, 1),
         from_version=str(payload.get("version")) + "-previous",
         install_seconds=install_seconds,
         auto_confirm=0.0,
         until=until,
-        settings=PlannerSettings(ready_timeout=ready_timeout),
+        settings=settings,
+        fleet=fleet,
     )
     return simulate(model_driver, config)
 
 
 def predict(driver: Mapping[str, Any], *, nodes: int, install_samples: Sequence[float],
-            ready_timeout: float = 600.0) -> Prediction:
+            settings: PlannerSettings = DEFAULT_SETTINGS, fleet: ModelFleet = ()) -> Prediction:
     install, measured = install_estimate(install_samples)
-    result = run_model(driver, nodes=nodes, install_seconds=install, ready_timeout=ready_timeout)
-    return prediction_from(result, install_seconds=install, measured=measured, nodes=nodes)
+    result = run_model(driver, nodes=nodes, install_seconds=install, settings=settings,
+                       fleet=fleet)
+    return prediction_from(result, install_seconds=install, measured=measured,
+                           nodes=len(fleet) if fleet else nodes)
 
 
 def prediction_from(result: SimResult, *, install_seconds: float, measured: bool,

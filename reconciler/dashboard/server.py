@@ -14,9 +14,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from importlib import resources
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from reconciler.clock import monotonic, wall
@@ -28,8 +29,12 @@ from reconciler.dashboard.model import (
     build_view,
     measured_install_seconds,
 )
-from reconciler.dashboard.predict import install_estimate, predict, prediction_key
+from reconciler.dashboard.predict import ModelFleet, install_estimate, predict, prediction_key
+from reconciler.names import CANARY_LABEL
 from reconciler.ops.http_server import BackgroundHTTPServer, QuietHandler
+from reconciler.policy.rollout_settings import RolloutSettings
+from reconciler.rollout.model import PlannerSettings
+from reconciler.rollout.topology import read as frozen_topology
 from reconciler.stored_status import upgrade_status_of
 from reconciler.views.nodes import target_revision
 
@@ -76,7 +81,9 @@ class DashboardApp:
     def __init__(self, facts: Callable[[], ClusterFacts], *, object_name: str,
                  audit: GitAudit | None = None, clock: Callable[[], float] = wall,
                  monotonic: Callable[[], float] = monotonic,
-                 ready_timeout: float = 600.0) -> None:
+                 ready_timeout: float | None = None) -> None:
+        """``ready_timeout``: pins the model's readyTimeout (None: the cluster's
+        ``rollout.readyTimeout`` from ``audit``'s reconciler.yaml, else 600 s)."""
         self._facts = facts
         self.object_name = object_name
         self.audit = audit
@@ -112,17 +119,32 @@ class DashboardApp:
             facts.nodes)
         samples = measured_install_seconds(facts, target=target)
         install, _ = install_estimate(samples)
-        key = prediction_key(driver, nodes, install)
+        settings = PlannerSettings().for_pass(self._rollout_settings(upgrade))
+        fleet = _model_fleet(facts, settings)
+        key = prediction_key(driver, nodes, install, settings, fleet)
         if self._prediction is not None and self._prediction[0] == key:
             return self._prediction[1]
         try:
-            result = predict(driver, nodes=nodes, install_samples=samples,
-                             ready_timeout=self.ready_timeout)
+            result = predict(driver, nodes=nodes, install_samples=samples, settings=settings,
+                             fleet=fleet)
         except (ValueError, TypeError, KeyError) as exc:
             log.warning("no prediction: %s", exc)
             return None
         self._prediction = (key, result)
         return result
+
+    def _rollout_settings(self, upgrade: Mapping[str, Any]) -> RolloutSettings:
+        """The ``rollout`` section the controller plans this rollout with: the cluster's in
+        reconciler.yaml at the branch head (with ``audit``), ``--ready-timeout`` over it, and
+        the topology the rollout froze when it started (docs/rollout.md#topology-aware-waves:
+        a change waits for the next rollout)."""
+        settings = self.audit.settings if self.audit is not None else None
+        rollout = settings.rollout if settings is not None else RolloutSettings()
+        if self.ready_timeout is not None:
+            rollout = replace(rollout, ready_timeout=self.ready_timeout)
+        frozen = upgrade.get("topology")
+        return replace(rollout, topology=frozen_topology(frozen)
+                       if isinstance(frozen, Mapping) else None)
 
     def build(self) -> Built:
         """Rebuild now (the builder thread calls this; tests and the benchmark too)."""
@@ -310,3 +332,16 @@ def describe_listen(host: str) -> str | None:
             "reach it sees the fleet's state (it is read-only and shows no secrets); "
             "use 127.0.0.1 and an SSH tunnel or an authenticating proxy instead")
 
+
+
+def _model_fleet(facts: ClusterFacts, settings: PlannerSettings) -> ModelFleet:
+    """With a topology: the GPU nodes by name with the labels that order them (the topology
+    key, the canary label), so the model takes the domains the controller takes; without one
+    the model's nameless nodes do."""
+    if settings.topology is None:
+        return ()
+    key = settings.topology.key
+    return tuple(
+        (node.name, {**({key: node.labels[key]} if key in node.labels else {}),
+                     **({CANARY_LABEL: "true"} if node.canary else {})})
+        for node in sorted(facts.nodes, key=lambda n: n.name))

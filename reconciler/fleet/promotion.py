@@ -6,20 +6,56 @@ It reads only the upstream cluster's status snapshot (plain data, the shape of
 the upstream's ``lastRollout`` is ``Completed`` for the same driver version (``2.33.0.9`` and
 ``2.33.0.9-amd64`` are one version; registries may differ between clusters), ``finishedAt`` at
 least ``soak`` ago, and the upstream still runs that version (no rollout or rollback since).
+
+``Promotion.from_obj`` reads a cluster's ``clusters.<name>.promotion`` section for
+``reconciler.config`` (which resolves ``reconciler.yaml`` for the cluster).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from reconciler.durations import parse_duration_setting
+from reconciler.errors import RepoConfigError
 from reconciler.names import ACTIVE_PHASES, ROLLBACK_PHASES
 from reconciler.policy.findings import Finding
 from reconciler.policy.payload import normalize_version
 from reconciler.policy.rules import RuleContext
 from reconciler.policy.validation import PolicyRule
 from reconciler.timefmt import format_duration, format_time, parse_time_or_none
+
+PromotionMode = Literal["hold", "branch", "auto"]
+PROMOTION_MODES: tuple[PromotionMode, ...] = ("hold", "branch", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """``clusters.<name>.promotion``: a payload reaches the cluster only after ``after``
+    completed it at least ``soak`` seconds ago and still runs it."""
+
+    after: str
+    soak: float = 0.0
+    mode: PromotionMode = "hold"
+
+    @classmethod
+    def from_obj(cls, value: object, *, label: str) -> Promotion | None:
+        """The section as written (None: not set), named ``label`` in messages; raises
+        ``RepoConfigError`` naming the key."""
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise RepoConfigError(f"{label}: expected a mapping")
+        after = value.get("after")
+        if not isinstance(after, str) or not after:
+            raise RepoConfigError(f"{label}.after: expected the upstream cluster's name")
+        soak = parse_duration_setting(value.get("soak", 0), key=f"{label}.soak")
+        mode = value.get("mode", "hold")
+        for known in PROMOTION_MODES:
+            if mode == known:
+                return cls(after=after, soak=soak, mode=known)
+        raise RepoConfigError(f"{label}.mode: expected one of hold, branch, auto, got {mode!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.config.document import ConfigDocument, load
+from reconciler.config.sync import CONFIG_FILE, SyncSettings, read_sync_settings
 from reconciler.files import MAX_FILE_BYTES, FileRefused, link_refusal, too_large
 from reconciler.gitops.commits import CommitInfo
 from reconciler.gitops.errors import GitOpsError, RepoConfigError
 from reconciler.gitops.mirror import Mirror
-from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig, RepoConfigFile
 
 POLICY_SUFFIXES = (".yaml", ".yml")
 _SYMLINK_MODE = 0o120000
@@ -57,12 +58,6 @@ def read_tree_file(commit: Any, path: str, *, limit: int = MAX_FILE_BYTES) -> by
     return data
 
 
-def parse_config(data: bytes | None) -> RepoConfig:
-    """``reconciler.yaml``'s bytes at a commit (None: absent, the defaults); a bad file raises
-    ``RepoConfigError`` (a ``GitOpsError`` too) naming the key."""
-    return RepoConfigFile.parse(data).settings()
-
-
 @dataclass(frozen=True, slots=True)
 class PolicyFile:
     path: str
@@ -73,37 +68,38 @@ class CommitReader:
     def __init__(self, mirror: Mirror) -> None:
         self.mirror = mirror
 
-    def config(self, commit: str) -> RepoConfig:
-        """``reconciler.yaml`` at the commit, defaults when absent (raises RepoConfigError,
-        also for a config that is a link or too large)."""
+    def sync_settings(self, commit: str) -> SyncSettings:
+        """The Git side's keys of ``reconciler.yaml`` at the commit, defaults when absent
+        (raises RepoConfigError, also for a config that is a link or too large)."""
         try:
             data = self.read(commit, CONFIG_FILE)
         except PolicyFileRefused as exc:
             raise RepoConfigError(str(exc)) from exc
-        return parse_config(data)
+        return read_sync_settings(data)
 
-    def config_file(self, commit: str) -> RepoConfigFile:
-        """``reconciler.yaml`` at the commit, parsed once (a refused setting is in the result,
-        not raised); raises ``PolicyFileRefused`` for a config that is a link or too large."""
-        return RepoConfigFile.parse(self.read(commit, CONFIG_FILE))
+    def config_document(self, commit: str) -> ConfigDocument:
+        """``reconciler.yaml`` at the commit, parsed and validated once (a refused setting is
+        in the result, not raised); raises ``PolicyFileRefused`` for a config that is a link
+        or too large."""
+        return load(self.read(commit, CONFIG_FILE))
 
-    def clusters(self, commit: str, config: RepoConfig | None = None) -> list[str]:
+    def clusters(self, commit: str, config: SyncSettings | None = None) -> list[str]:
         """Names of the cluster folders at the commit (``clusters/<name>/``), sorted."""
-        config = config or self.config(commit)
+        config = config or self.sync_settings(commit)
         return [
             name for name in self.mirror.list_dir(commit, config.clusters_dir)
             if self.mirror.is_dir(commit, f"{config.clusters_dir}/{name}")
         ]
 
     def cluster_files(
-        self, commit: str, cluster: str, config: RepoConfig | None = None
+        self, commit: str, cluster: str, config: SyncSettings | None = None
     ) -> list[PolicyFile]:
         """The policy files of one cluster (``clusters/<name>/*.yaml``) with their bytes.
 
         Raises ``PolicyFileRefused`` when the cluster folder is a link, or one of its
         ``*.yaml`` entries is a link, a folder, a submodule or too large: never a silent skip.
         """
-        config = config or self.config(commit)
+        config = config or self.sync_settings(commit)
         directory = config.cluster_dir(cluster)
         self._refuse_links_above(commit, directory)
         files = []

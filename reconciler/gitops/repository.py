@@ -14,6 +14,7 @@ from pathlib import Path
 
 from reconciler import clock as clocks
 from reconciler.clock import Clock
+from reconciler.config.sync import CONFIG_FILE, SyncSettings
 from reconciler.gitops.commits import Identity
 from reconciler.gitops.credentials import GitCredentials
 from reconciler.gitops.edits import parse_status
@@ -25,7 +26,6 @@ from reconciler.gitops.source import CommitSource, NewCommit
 from reconciler.gitops.spec_writeback import SpecWriteBack
 from reconciler.gitops.status_policy import WriterTiming
 from reconciler.gitops.status_writer import StatusWriter
-from reconciler.policy.repo_config import CONFIG_FILE, RepoConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class PolicyRepository:
         branch: str = "main",
         state_dir: Path | str | None = None,
         identity: Identity | None = None,
-        config: RepoConfig | None = None,
+        config: SyncSettings | None = None,
         fetch_interval: float | None = None,
         status_min_interval: float | None = None,
         on_landed: Callable[[PendingChange, str], None] | None = None,
@@ -79,13 +79,13 @@ class PolicyRepository:
             watch=repo if is_local_path(repo) else None, monotonic=monotonic,
         )
 
-    def _config_at_head(self) -> RepoConfig:
+    def _config_at_head(self) -> SyncSettings:
         try:
             self.mirror.fetch()
         except RemoteUnavailable as exc:
             log.warning("%s; using the mirror's last copy of %s", exc, CONFIG_FILE)
         head = self.mirror.head(self.branch)
-        return self.reader.config(head) if head else RepoConfig()
+        return self.reader.sync_settings(head) if head else SyncSettings()
 
     def last_reported_commit(self) -> str | None:
         """The ``sourceCommit`` of this cluster's status snapshot in Git, if any."""

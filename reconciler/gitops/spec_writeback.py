@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from reconciler.clock import Clock, wall
+from reconciler.config.sync import SyncSettings
 from reconciler.gitops.commits import (
     PROMOTION_TRAILER,
     ROLLOUT_STEP_TRAILER,
@@ -25,7 +26,6 @@ from reconciler.gitops.edits import (
     FieldEdit,
 )
 from reconciler.gitops.publisher import ChangeKind, PendingChange, Publisher
-from reconciler.policy.repo_config import RepoConfig
 
 
 class SpecWriteBack:
@@ -33,11 +33,11 @@ class SpecWriteBack:
         self,
         publisher: Publisher,
         *,
-        config: RepoConfig | None = None,
+        config: SyncSettings | None = None,
         clock: Clock = wall,
     ) -> None:
         self.publisher = publisher
-        self.config = config or RepoConfig()
+        self.config = config or SyncSettings()
         self._clock = clock
 
     def pause(

@@ -13,6 +13,7 @@ from typing import Any
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from reconciler.config.sync import CONFIG_FILE, read_sync_settings
 from reconciler.files import FileRefused
 from reconciler.gitops.credentials import redact
 from reconciler.gitops.edits import parse_status
@@ -23,8 +24,7 @@ from reconciler.gitops.mirror import (
     is_local_path,
     list_tree,
 )
-from reconciler.gitops.reader import PolicyFileRefused, parse_config, read_tree_file
-from reconciler.policy.repo_config import CONFIG_FILE
+from reconciler.gitops.reader import PolicyFileRefused, read_tree_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ def read_status_snapshots(
     policy_head = reader.head(branch)
     if policy_head is None:
         raise StatusNotFound(f"{redact(repo)} has no branch {branch!r}")
-    config = parse_config(reader.read(policy_head, CONFIG_FILE))
+    config = read_sync_settings(reader.read(policy_head, CONFIG_FILE))
     status_branch = config.status_branch or branch
     head = reader.head(status_branch)
     if head is None:

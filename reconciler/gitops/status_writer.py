@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reconciler.clock import Clock, wall
+from reconciler.config.sync import SyncSettings
 from reconciler.gitops import status_policy
 from reconciler.gitops.edits import parse_status
 from reconciler.gitops.errors import RemoteUnavailable
 from reconciler.gitops.publisher import PendingChange, Publisher
 from reconciler.gitops.status_policy import WriterState, WriterTiming
-from reconciler.policy.repo_config import RepoConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,13 @@ class StatusWriter:
         publisher: Publisher,
         cluster: str,
         *,
-        config: RepoConfig | None = None,
+        config: SyncSettings | None = None,
         timing: WriterTiming | None = None,
         clock: Clock = wall,
     ) -> None:
         self.publisher = publisher
         self.cluster = cluster
-        self.config = config or RepoConfig()
+        self.config = config or SyncSettings()
         self.timing = timing or WriterTiming(min_interval=self.config.status_min_interval)
         self.path = self.config.status_file(cluster)
         self._clock = clock

@@ -1,7 +1,8 @@
 """``rollout:`` of reconciler.yaml for one cluster (docs/live-clusters.md#when-a-change-applies and
 docs/rollout.md#topology-aware-waves): the builtin controller's own settings, typed and frozen. Read
-at every commit like the rest of the file (the live view in ``reconciler.settings`` carries them to
-the controller's passes): a key added here follows commits with no other wiring. Pure.
+at every commit like the rest of the file (``reconciler.config`` resolves them, the live view in
+``reconciler.settings`` carries them to the controller's passes, ``PlannerSettings.for_pass`` into
+each pass and into every prediction): a key added here follows commits with no other wiring. Pure.
 
 ``clusters.<name>.rollout`` replaces the repository-wide section key by key (``readyTimeout``,
 ``drain``, ``waitFor``, ``unavailableNodes``, ``topology`` each replaced whole:
@@ -137,17 +138,6 @@ class RolloutSettings:
             unavailable_nodes=unavailable_nodes,
             topology=_topology(value("topology"), where("topology")),
         )
-
-
-def merge_rollout_sections(wide: object, own: object) -> object:
-    """``clusters.<name>.rollout`` over the repository-wide ``rollout``, key by key (each key
-    replaced whole). A section that is not a mapping is returned as written for the checks to
-    refuse."""
-    if own is None:
-        return wide
-    if not isinstance(own, Mapping) or not isinstance(wide, Mapping):
-        return own
-    return {**wide, **own}
 
 
 def _mapping(value: object, label: str) -> Mapping[str, object]:

@@ -8,7 +8,7 @@ O(changed nodes), not O(fleet).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reconciler.fleet.windows import WindowCalendar
@@ -56,6 +56,7 @@ from reconciler.names import (
 from reconciler.policy.label_selector import LabelSelector
 from reconciler.policy.rollout_settings import (
     DrainSettings,
+    RolloutSettings,
     TopologySettings,
     UnavailableNodes,
     WaitForSettings,
@@ -265,7 +266,9 @@ class RolloutSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class PlannerSettings:
-    """Reconciler settings of the planner (not part of the policy)."""
+    """Reconciler settings of the planner (not part of the policy): the process's own
+    (back-off, message size, cordon ahead) and, through ``for_pass``, the cluster's ``rollout``
+    section of reconciler.yaml."""
 
     ready_timeout: float = 600.0  # seconds a new driver pod may take to become Ready
     retry_backoff: float = 30.0  # seconds before the first retry of a failed node
@@ -283,6 +286,15 @@ class PlannerSettings:
     wait_for: WaitForSettings | None = None
     unavailable_nodes: UnavailableNodes = "count"
     topology: TopologySettings | None = None
+
+    def for_pass(self, rollout: RolloutSettings) -> PlannerSettings:
+        """These settings with the cluster's ``rollout`` section in force
+        (docs/live-clusters.md: read at every commit). The one way the section reaches a
+        planner: the controller's every pass, and ``simulate``, ``plan`` and the dashboard's
+        predictions, so each predicts what the controller runs."""
+        return replace(self, ready_timeout=rollout.ready_timeout, drain=rollout.drain,
+                       wait_for=rollout.wait_for, unavailable_nodes=rollout.unavailable_nodes,
+                       topology=rollout.topology)
 
     def backoff(self, attempt: int) -> float:
         """Back-off after the ``attempt``-th failed attempt (1-based)."""

@@ -1,4 +1,5 @@
-"""The one live view of the repository config for this cluster.
+"""The one live view of the repository config for this cluster: every section of
+``reconciler.yaml`` resolved for it (``reconciler.config``), published whole.
 
 Published by the sync role at each commit it applies (``reconciler.sync``), or, for a role that
 runs without Git (``--role controller --repo-config F``), by ``RepoConfigWatch`` whenever F
@@ -23,9 +24,9 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from reconciler.config.document import ConfigDocument, load
+from reconciler.config.settings import ClusterSettings, SettingsRefused, resolve
 from reconciler.files import FileRefused, printable, read_bounded
-from reconciler.policy.repo_config import CONFIG_FILE, RepoConfigFile
-from reconciler.settings.cluster import ClusterSettings, SettingsRefused, resolve_settings
 from reconciler.timefmt import format_duration
 
 log = logging.getLogger(__name__)
@@ -56,12 +57,11 @@ class LiveSettings:
         with self._lock:
             self._subscribers.append(callback)
 
-    def offer(self, file: RepoConfigFile, *, source: str,
-              path: str = CONFIG_FILE) -> SettingsRefused | None:
-        """Resolve ``file`` and publish it; a refused one keeps the settings in force, is
+    def offer(self, doc: ConfigDocument, *, source: str) -> SettingsRefused | None:
+        """Resolve ``doc`` and publish it; a refused one keeps the settings in force, is
         logged (once per refusal) and returned."""
         try:
-            settings = resolve_settings(file, self.cluster, source=source, path=path)
+            settings = resolve(doc, self.cluster, source=source)
         except SettingsRefused as exc:
             if self.refused != str(exc):
                 log.error("%s refused, the settings of %s stay in force: %s", source,
@@ -115,8 +115,7 @@ class RepoConfigWatch:
             if text == self._last:
                 return
             self._last = text
-            self.live.offer(RepoConfigFile.parse(text), source=str(self.path),
-                            path=str(self.path))
+            self.live.offer(load(text, str(self.path)), source=str(self.path))
 
     def start(self) -> RepoConfigWatch:
         self.check()

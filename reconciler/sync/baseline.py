@@ -100,7 +100,7 @@ class Baseline:
     def object_at(self, commit: str) -> dict[str, Any] | None:
         """The cluster's ClusterOperator object at ``commit`` (None: none readable)."""
         try:
-            config = self.repo.reader.config(commit)
+            config = self.repo.reader.sync_settings(commit)
             files = self.repo.reader.cluster_files(commit, self.cluster, config)
         except (GitOpsError, ValueError):
             return None

@@ -1,9 +1,10 @@
 """The typed, frozen view of one commit that the sync pass's steps judge (``steps.py``).
 
 Everything a step needs is read before the steps run (``observe.py``): the commit's
-``reconciler.yaml`` parsed once, the signature verdicts, the cluster's policy files, and the
-cluster side (the live object, the baseline of docs/gitops.md#git-stays-the-truth). So each step is
-a pure function of this view and the steps before it, and a table test builds a view by hand.
+``reconciler.yaml`` parsed and validated once and resolved for the cluster, the signature
+verdicts, the cluster's policy files, and the cluster side (the live object, the baseline of
+docs/gitops.md#git-stays-the-truth). So each step is a pure function of this view and the steps
+before it, and a table test builds a view by hand.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reconciler.config import settings as config_settings
+from reconciler.config.document import ConfigDocument
+from reconciler.config.settings import ClusterSettings, SettingsRefused
 from reconciler.fieldpath import items, resolve
 from reconciler.files import FileRefused
-from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.stored_status import firmware_status_of, upgrade_status_of
 from reconciler.trust.signatures import SignatureCheck
 
@@ -83,8 +86,8 @@ class CommitView:
     live: LiveObject | None
     #: the last applied object with our landed write-backs (None: not known)
     baseline: Mapping[str, Any] | None
-    #: ``reconciler.yaml`` parsed once (None when the file itself is refused)
-    config: RepoConfigFile | None
+    #: ``reconciler.yaml`` parsed and validated once (None when the file itself is refused)
+    config: ConfigDocument | None
     #: ``reconciler.yaml`` is a link, a folder or too large
     config_refused: FileRefused | None
     signatures: SignatureEvidence
@@ -97,6 +100,9 @@ class CommitView:
     promotion: PromotionView | None = None
     #: wall-clock seconds when the commit was read (the promotion gate's ``now``)
     now: float = 0.0
+    #: ``config`` resolved for the cluster (None: refused, ``settings_refused`` says why)
+    settings: ClusterSettings | None = None
+    settings_refused: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +114,15 @@ class PromotionView:
     snapshot: Mapping[str, Any] | None
     #: why ``clusters.<cluster>.promotion`` cannot be used (the commit is rejected)
     error: str | None = None
+
+
+def resolved(config: ConfigDocument | None, cluster: str, source: str
+             ) -> tuple[ClusterSettings | None, str | None]:
+    """``config`` resolved for ``cluster`` (``settings``), or why it is refused
+    (``settings_refused``)."""
+    if config is None:
+        return None, None
+    try:
+        return config_settings.resolve(config, cluster, source=source), None
+    except SettingsRefused as exc:
+        return None, str(exc)

@@ -348,12 +348,12 @@ class ClusterSync:
         """After a start: the settings of the commit the cluster runs, in force until a newer
         commit is applied (a head that is rejected keeps them)."""
         try:
-            file = self.repo.reader.config_file(commit)
+            doc = self.repo.reader.config_document(commit)
         except (PolicyFileRefused, GitOpsError) as exc:
             log.warning("%s: reconciler.yaml of %s unreadable (%s)", self.cluster, commit[:12],
                         exc)
             return
-        self.settings.offer(file, source=commit)
+        self.settings.offer(doc, source=commit)
 
     def _cluster_changed(self, live: JSON) -> None:
         """The status to Git, the metrics, write-backs of the controller's changes, and Git's

@@ -75,7 +75,7 @@ class RolloutStart:
             return None
         if self._found is not None and self._found[0] == applied:
             return self._found[1]
-        config = self.repo.reader.config(applied)
+        config = self.repo.reader.sync_settings(applied)
         touching = self.repo.mirror.commits_touching(applied, config.cluster_dir(self.cluster),
                                                      limit=self.limit)
         start = rollout_start(touching, self._version_at) or applied

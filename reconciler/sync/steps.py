@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from reconciler.config.settings import ClusterSettings
+from reconciler.config.sync import CONFIG_FILE
 from reconciler.fieldpath import ensure, resolve
 from reconciler.files import FileRefused
 from reconciler.fleet.promotion import payload_version, same_version
@@ -27,9 +29,7 @@ from reconciler.gitops.ownership import (
 )
 from reconciler.names import SYNC_FIELD_MANAGER
 from reconciler.policy.findings import Finding
-from reconciler.policy.repo_config import RepoConfig
 from reconciler.policy.validation import parse_only, validate_document
-from reconciler.settings.cluster import ClusterSettings, SettingsRefused, resolve_settings
 from reconciler.sync.commit_view import CommitView, PolicyFile
 from reconciler.sync.desired import (
     apply_body,
@@ -50,7 +50,6 @@ from reconciler.sync.outcome import (
 from reconciler.timefmt import format_seconds
 from reconciler.trust.signatures import SignatureCheck, methods_for_mode
 
-CONFIG_FILE = "reconciler.yaml"
 T = TypeVar("T")
 
 
@@ -87,7 +86,6 @@ class ApplyPlan:
 class Progress:
     """What the steps so far accepted."""
 
-    config: RepoConfig | None = None
     settings: ClusterSettings | None = None
     policy: PolicyDocument | None = None
     ownership: OwnershipPlan | None = None
@@ -137,21 +135,16 @@ def signature_refusal(mode: str, commit: str, check: SignatureCheck) -> Rejected
 
 
 def read_config(view: CommitView, progress: Progress) -> Outcome[Progress]:
-    """The repository's settings (sets ``config``) and the cluster's (sets ``settings``: the
-    controllers' settings, in force once the commit is applied). Rejects a ``reconciler.yaml``
-    that is not YAML, has a wrong key or a ``rollout`` or ``firmware`` section that does not
-    validate, naming the key or the line (the settings in force stay)."""
+    """The repository's settings resolved for the cluster (sets ``settings``: the Git side's and
+    the controllers', in force once the commit is applied). Rejects a ``reconciler.yaml`` that
+    is not YAML, has a wrong key or a ``rollout``, ``notify`` or ``firmware`` section that does
+    not validate, naming the key or the line (the settings in force stay)."""
     if view.config_refused is not None:
         return _refused_file(view.config_refused)
-    file = view.config
-    if file is None or file.config is None:
-        message = str(file.error) if file is not None else f"{CONFIG_FILE} cannot be read"
+    if view.settings is None:
+        message = view.settings_refused or f"{CONFIG_FILE} cannot be read"
         return Rejected.at(CONFIG_FILE, "repo-config", message)
-    try:
-        settings = resolve_settings(file, view.cluster, source=view.source)
-    except SettingsRefused as exc:
-        return Rejected.at(CONFIG_FILE, "repo-config", str(exc))
-    return Accepted(replace(progress, config=file.config, settings=settings))
+    return Accepted(replace(progress, settings=view.settings))
 
 
 def pick_policy_file(view: CommitView, progress: Progress) -> Outcome[Progress]:
@@ -163,7 +156,8 @@ def pick_policy_file(view: CommitView, progress: Progress) -> Outcome[Progress]:
         return _refused_file(view.files_refused)
     files = view.files or ()
     if not files:
-        folder = progress.config.cluster_dir(view.cluster) if progress.config else view.cluster
+        folder = (progress.settings.sync.cluster_dir(view.cluster) if progress.settings
+                  else view.cluster)
         return NothingToApply(
             f"commit {view.head[:12]} has no policy under {folder}/: nothing applied; the "
             f"ClusterOperator {view.cluster_operator} is kept (deleting a cluster folder never "

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from reconciler.config.settings import ClusterSettings
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi, resource_path
@@ -28,7 +29,6 @@ from reconciler.names import (
 from reconciler.policy.label_selector import LabelSelector
 from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings, WaitForSettings
 from reconciler.rollout.model import PlannerSettings
-from reconciler.settings.cluster import ClusterSettings
 from reconciler.sim.control_plane import ControlPlane
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd

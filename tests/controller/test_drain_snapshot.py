@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from reconciler.config.settings import ClusterSettings
 from reconciler.controller.act import (
     EVICTION_BACKOFF_SECONDS,
     EVICTION_JITTER,
@@ -30,7 +31,6 @@ from reconciler.ops.metrics import Metrics
 from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings
 from reconciler.rollout import actions as act
 from reconciler.rollout.model import PlannerSettings, RolloutNode
-from reconciler.settings.cluster import ClusterSettings
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory

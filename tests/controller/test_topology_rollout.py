@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from reconciler.config.settings import ClusterSettings
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import JSON, KubeApi, resource_path
@@ -20,7 +21,6 @@ from reconciler.kube.watch import ListWatch
 from reconciler.names import ANN_STATE, CLUSTER_OPERATOR_NAME
 from reconciler.policy.rollout_settings import RolloutSettings, TopologySettings
 from reconciler.rollout.model import PlannerSettings
-from reconciler.settings.cluster import ClusterSettings
 from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from reconciler.sim.workloads import ZONE_LABEL, domain_labels

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 
 from reconciler.cli.run import daemon_settings, run
+from reconciler.config.document import ConfigDocument
 from reconciler.daemon.assembly import _start_forge_statuses
 from reconciler.daemon.settings import (
     DaemonSettings,
@@ -21,7 +22,6 @@ from reconciler.daemon.settings import (
     check_forge_url,
     check_roles,
 )
-from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.settings.live import LiveSettings
 
 
@@ -87,7 +87,7 @@ def _forge_statuses(forge: Forge, section: dict[str, object]) -> None:
                               repo_config=RepoConfigArg("reconciler.yaml", {"forge": section},
                                                         b""), forge=forge)
     live = LiveSettings("prod")
-    live.offer(RepoConfigFile.from_data({"forge": section}), source="reconciler.yaml")
+    live.offer(ConfigDocument.from_data({"forge": section}), source="reconciler.yaml")
     _start_forge_statuses(settings, cast(Any, None), live, cast(Any, None), lambda: True,
                           cast(Any, None))
 

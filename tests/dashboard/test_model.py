@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from reconciler.dashboard.audit import CommitFacts, classify
+from reconciler.config.settings import ClusterSettings
+from reconciler.dashboard.audit import CommitFacts, GitAudit, classify
 from reconciler.dashboard.model import (
     ClusterFacts,
     EventFacts,
@@ -22,6 +23,7 @@ from reconciler.dashboard.model import (
     classify as classify_node,
 )
 from reconciler.dashboard.predict import predict, prediction_key
+from reconciler.dashboard.server import DashboardApp
 from reconciler.dashboard.synthetic import NEW_REV, OLD_REV, advance, synthetic_facts
 from reconciler.names import (
     ANN_DELETED_AT,
@@ -35,7 +37,10 @@ from reconciler.names import (
     ANN_WAS_UNSCHEDULABLE,
     LABEL_UPGRADE_SKIP,
 )
+from reconciler.policy.quantity import Quantity
+from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings, TopologySettings
 from reconciler.rollout import status as st
+from reconciler.rollout.model import PlannerSettings
 
 NOW = 1_800_000_000.0
 
@@ -419,3 +424,48 @@ def test_the_page_has_a_colour_for_every_state_of_the_legend() -> None:
         assert f"--{name}:" in css, name
         if index:
             assert f".cells i.s{index} {{ background: var(--{name}); }}" in css, name
+
+
+class _Audit:
+    """What the page reads of the Git audit: reconciler.yaml at the branch head, resolved."""
+
+    def __init__(self, settings: ClusterSettings | None) -> None:
+        self.settings = settings
+        self.context = GitContext(branch="main")
+        self.entries: list[dict[str, Any]] = []
+        self.snapshot = None
+        self.error = None
+
+
+def test_the_predicted_end_plans_with_the_controllers_settings() -> None:
+    """Issue 42: the page's model plans with ``PlannerSettings.for_pass`` as the controller does:
+    the cluster's ``rollout`` section (drain here) from reconciler.yaml, ``--ready-timeout`` over
+    it, and the topology the rollout froze when it started, on the nodes' own labels."""
+    nodes = [NodeFacts(f"node-{i:04d}", pod=_old_pod(), labels={RACK: rack})
+             for i, rack in enumerate(["r1", "r1", "r1", "r2", "r2", "r2"], start=1)]
+    topology = {"key": RACK, "order": "sequential", "maxUnavailablePerDomain": 1}
+    facts = _live(nodes, topology=topology)
+    section = RolloutSettings(ready_timeout=1200.0, drain=DrainSettings(),
+                              topology=TopologySettings("other.example.com/zone"))
+    app = DashboardApp(lambda: facts, object_name="cluster-operator", ready_timeout=300.0,
+                       audit=cast(GitAudit, _Audit(ClusterSettings(rollout=section))))
+    predicted = app._predict(facts, NEW_REV)
+    # the frozen topology, not the one the head names now (a change waits for the next rollout)
+    settings = PlannerSettings().for_pass(dataclasses.replace(
+        section, ready_timeout=300.0, topology=TopologySettings(RACK, "sequential",
+                                                                Quantity(1, False))))
+    fleet = tuple((n.name, {RACK: n.labels[RACK]}) for n in nodes)
+    assert predicted == predict(facts_driver(facts), nodes=6, install_samples=[],
+                                settings=settings, fleet=fleet)
+    # one node at a time per rack, rack after rack: 2 and 4 installs of 60 s where the plain
+    # model's steps take one each
+    assert predicted is not None and predicted.step_seconds == (120.0, 240.0)
+    plain = predict(facts_driver(facts), nodes=6, install_samples=[])
+    assert plain.step_seconds == (60.0, 60.0)
+    # without a section from Git (no --repo): the defaults, the flag's readyTimeout
+    bare = DashboardApp(lambda: facts, object_name="cluster-operator")
+    assert bare._rollout_settings({}) == RolloutSettings()
+
+
+def facts_driver(facts: ClusterFacts) -> dict[str, Any]:
+    return dict((facts.cluster_operator or {})["spec"]["driver"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.config.validation import validate_repo_config
 from reconciler.firmware.model import (
     FirmwareRequest,
     FirmwareSettings,
@@ -89,7 +90,7 @@ def test_bad_settings_say_where(config: dict[str, object], message: str) -> None
 def test_example_config_section_in_the_docs_is_valid() -> None:
     docs = (Path(__file__).parents[2] / "docs/firmware.md").read_text()
     section = docs.split("## Configuration")[1].split("```yaml\n")[1].split("```")[0]
-    result = validate_document(section, "reconciler.yaml", kind="repo-config")
+    result = validate_repo_config(section, "reconciler.yaml")
     assert result.ok, result.findings
     settings = FirmwareSettings.from_config(result.obj["firmware"])
     assert settings.timeouts == StageTimeouts()  # the documented defaults are the real ones

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
+from reconciler.cli.main import cli
 from reconciler.cli.plan import build_plans, render
 from reconciler.cli.validate import find_repository
-from reconciler.fleet.plan import (
+from reconciler.merge.plan import (
     COMMENT_LIMIT,
     ClusterPlan,
     PlanStep,
@@ -190,6 +192,54 @@ def test_held_steps_and_prediction_start_when_the_gate_opens(
     assert beta.predicted_start == BETA_HELD_UNTIL
     assert beta.predicted_seconds is not None
     assert [f.rule for f in beta.findings] == ["promotion-gate"]
+
+
+#: alpha's own rollout section: its nodes drained first, one node at a time per domain of a
+#: label the plan does not know (every node in the unlabelled domain)
+DRAIN_AND_TOPOLOGY = """\
+  alpha:
+    rollout:
+      drain: {timeout: 5m}
+      topology: {key: topology.kubernetes.io/zone, maxUnavailablePerDomain: 1}
+"""
+
+
+def test_a_rollout_with_drain_and_topology_is_predicted_as_the_controller_runs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: ``plan`` predicts with the planner settings the controller plans each pass with
+    (``PlannerSettings.for_pass`` of the cluster's ``rollout`` section, drain and topology
+    included), so its steps and end are those of ``reconciler simulate`` on the same
+    reconciler.yaml and fleet, and no longer those of a rollout without them."""
+    root = make_repository(tmp_path)
+    bump(root, "alpha")
+    [plain] = plans_of(root, monkeypatch)[0]
+    (root / "reconciler.yaml").write_text(
+        (root / "reconciler.yaml").read_text() + DRAIN_AND_TOPOLOGY)
+    [alpha] = plans_of(root, monkeypatch)[0]
+    assert alpha.change == "rollout" and alpha.findings == ()
+    assert "rollout.drain" in alpha.settings_changes and "rollout.topology" in (
+        alpha.settings_changes)
+    result = CliRunner().invoke(cli, [
+        "simulate", str(root / policy_path("alpha")), "--nodes", "20", "--from-version", OLD,
+        "--install-seconds", "30", "--auto-confirm", "0", "--repo-config",
+        str(root / "reconciler.yaml"), "--cluster", "alpha", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    simulated = json.loads(result.output)
+    started: dict[int, int] = {}
+    step = 0
+    for event in simulated["events"]:
+        if event["type"] in ("RolloutStarted", "StepStarted"):
+            step = event["step"]
+        if event["type"] == "NodeUpgradeStarted":
+            started[step] = started.get(step, 0) + 1
+    # the same steps: the nodes each adds, as the simulated run started them
+    assert [nodes for nodes, _ in steps(alpha)] == [started.get(i, 0) for i in range(1, 5)]
+    assert alpha.predicted_seconds == round(simulated["duration_seconds"], 1)
+    assert alpha.predicted_end == format_seconds(NOW + alpha.predicted_seconds)
+    # one node at a time in the one domain: far longer than the four waves without them
+    assert plain.predicted_seconds == 150.0 and alpha.predicted_seconds > 20 * 30.0
+    assert any("rollout.topology" in note for note in alpha.notes)
+    assert any("rollout.drain" in note for note in alpha.notes)
 
 
 def test_refused_carries_the_findings_exactly_as_validate_gives_them(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from reconciler.config.document import ConfigDocument
 from reconciler.fleet.windows import WindowCalendar
-from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.settings.live import LiveSettings
 
 CONFIG = {
@@ -24,7 +24,7 @@ def _windows(cluster: str | None, live: LiveSettings | None = None
     default from --repo-config."""
     view = live or LiveSettings(cluster)
     if live is None:
-        view.offer(RepoConfigFile.from_data(CONFIG), source="x.yaml")
+        view.offer(ConfigDocument.from_data(CONFIG), source="x.yaml")
     return lambda: view.current().windows
 
 
@@ -37,10 +37,10 @@ def test_the_controller_gets_the_clusters_own_windows_from_repo_config() -> None
 
 def test_the_windows_follow_the_commit_the_sync_read_last() -> None:
     live = LiveSettings("prod-100")
-    live.offer(RepoConfigFile.from_data(CONFIG), source="commit 1")
+    live.offer(ConfigDocument.from_data(CONFIG), source="commit 1")
     current = _windows("prod-100", live)
     assert current() is current()  # built once per file
     first = current()
     assert first is not None and first.timezone == "Asia/Shanghai"
-    live.offer(RepoConfigFile.from_data({}), source="commit 2")  # a commit removed the windows
+    live.offer(ConfigDocument.from_data({}), source="commit 2")  # a commit removed the windows
     assert current() is None

@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from reconciler.config.document import load
+from reconciler.config.settings import resolve
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.fleet.calendars import windows_for
 from reconciler.fleet.windows import WindowCalendar
 from reconciler.kube.api import KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import CLUSTER_OPERATOR_NAME
-from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import install_crd
@@ -31,7 +31,7 @@ LOCATED = "reconciler.yaml:4:25: clusters.prod-a.windows.timezone: unknown time 
 
 @pytest.fixture
 def calendar() -> list[WindowCalendar | None]:
-    return [windows_for(RepoConfigFile.parse(BROKEN), "prod-a")]
+    return [resolve(load(BROKEN), "prod-a", source="test").windows]
 
 
 @pytest.fixture

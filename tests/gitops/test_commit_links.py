@@ -96,14 +96,14 @@ def test_a_linked_or_deeply_nested_config_is_a_config_error_not_a_crash(
     reader = _reader(remote, tmp_path)
     with pytest.raises(RepoConfigError, match=r"reconciler.yaml: a symbolic link \(to "
                                               "'/dev/zero'\\)"):
-        reader.config(linked)
+        reader.sync_settings(linked)
     (alice.dir / "reconciler.yaml").unlink()
     # libyaml's composer recurses on the C stack: this would kill the daemon with SIGSEGV
     deep = alice.commit_and_push("deep", {
         "reconciler.yaml": "sync: " + "[" * 100_000 + "]" * 100_000 + "\n"})
     reader.mirror.fetch()
     with pytest.raises(RepoConfigError, match="collections nested more than 100 levels deep"):
-        reader.config(deep)
+        reader.sync_settings(deep)
 
 
 def test_regular_files_still_read_and_other_suffixes_ignored(
@@ -118,12 +118,12 @@ def test_regular_files_still_read_and_other_suffixes_ignored(
 def test_yaml_from_a_commit_nested_deep_never_reaches_the_c_parser_unbounded() -> None:
     """libyaml's composer recurses on the C stack: 100,000 levels would kill the daemon with
     SIGSEGV (status snapshots, write-back edits, the signature mode in reconciler.yaml)."""
+    from reconciler.config.document import load
     from reconciler.gitops.edits import edit_policy_text, parse_status
-    from reconciler.policy.repo_config import RepoConfigFile
 
     deep = "signatures: " + "[" * 100_000 + "]" * 100_000 + "\n"
     assert parse_status(deep) is None
-    assert RepoConfigFile.parse(deep.encode()).signature_mode is None
+    assert load(deep.encode()).signature_mode is None
     result = edit_policy_text(deep, [])
     assert result.text is None
     assert result.detail == ("policy file is not usable: collections nested more than 100 "

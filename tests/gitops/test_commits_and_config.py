@@ -3,6 +3,11 @@ from __future__ import annotations
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.config.document import load
+from reconciler.config.settings import SettingsRefused, resolve
+from reconciler.config.sync import SyncSettings, read_sync_settings
+from reconciler.durations import parse_duration_setting
+from reconciler.errors import RepoConfigError
 from reconciler.gitops.commits import (
     format_message,
     is_own_message,
@@ -12,9 +17,7 @@ from reconciler.gitops.commits import (
 from reconciler.gitops.errors import GitOpsError
 from reconciler.gitops.errors import RepoConfigError as GitRepoConfigError
 from reconciler.gitops.publisher import PendingChange
-from reconciler.gitops.reader import parse_config
 from reconciler.gitops.spec_writeback import SpecWriteBack
-from reconciler.policy.repo_config import RepoConfig, RepoConfigError, parse_duration_setting
 
 
 def test_message_round_trips_its_trailers() -> None:
@@ -72,15 +75,15 @@ def test_own_commits_are_recognised_by_their_trailer(message: str, own: bool) ->
 
 
 def test_config_defaults_when_absent() -> None:
-    config = RepoConfig.from_yaml(None)
-    assert config == RepoConfig()
+    config = read_sync_settings(None)
+    assert config == SyncSettings()
     assert config.status_file("prod-a") == "status/prod-a.yaml"
     assert config.cluster_dir("prod-a") == "clusters/prod-a"
     assert (config.fetch_interval, config.status_min_interval) == (30.0, 5.0)
 
 
 def test_config_values_are_read() -> None:
-    config = RepoConfig.from_yaml(
+    config = read_sync_settings(
         "clustersDir: fleet/\nstatus: {path: state, branch: reconciler-status}\n"
         "sync: {fetchInterval: 1m, statusMinInterval: 500ms}\nrollout: {readyTimeout: 10m}\n"
     )
@@ -112,48 +115,47 @@ def test_durations(raw: object, seconds: float) -> None:
 )
 def test_config_errors_name_the_key(text: str, message: str) -> None:
     with pytest.raises(RepoConfigError, match=message.replace("[", r"\[")):
-        RepoConfig.from_yaml(text)
+        read_sync_settings(text)
+    with pytest.raises(SettingsRefused, match=message.replace("[", r"\[")):
+        resolve(load(text), "prod-a", source="test")
 
 
 def test_the_git_side_raises_a_gitops_error_naming_the_key() -> None:
     with pytest.raises(GitRepoConfigError, match=r"sync\.fetchInterval: expected a") as info:
-        parse_config(b"sync: {fetchInterval: soon}\n")
+        read_sync_settings(b"sync: {fetchInterval: soon}\n")
     assert isinstance(info.value, GitOpsError) and isinstance(info.value, RepoConfigError)
-    assert parse_config(None) == RepoConfig()
+    assert read_sync_settings(None) == SyncSettings()
 
 
 def test_both_ways_in_give_the_same_settings() -> None:
+    """The Git side's keys alone (any commit, not validated) and the whole file resolved for a
+    cluster (the commit applied) read them alike; the controllers' setting never fails the Git
+    side."""
     text = ("clustersDir: fleet\nstatus: {path: state, branch: reconciler-status}\n"
             "sync: {fetchInterval: 1m, statusMinInterval: 500ms}\nrollout: {readyTimeout: 5m}\n"
             "firmware: {reboot: {mode: manual}}\n")
     obj = YAML(typ="safe").load(text)
-    parsed = RepoConfig.from_yaml(text)
-    assert parsed == RepoConfig.from_obj(obj)
-    assert parsed.ready_timeout == 300.0 and parsed.raw == obj
-    # the controllers' setting never fails the Git side: an unusable value keeps the default
-    assert RepoConfig.from_yaml("rollout: {readyTimeout: 10 minutes}").ready_timeout == 600.0
+    parsed = read_sync_settings(text)
+    assert parsed == SyncSettings.from_obj(obj) == resolve(load(text), "p", source="t").sync
+    assert read_sync_settings("rollout: {readyTimeout: 10 minutes}") == SyncSettings()
 
 
-def test_one_parse_of_reconciler_yaml_serves_every_reader() -> None:
-    """The sync, the Git side and the daemon's controller settings read one parse result: a
-    refused key refuses the settings, while the signature mode, the ready timeout (with why it
-    is unusable) and the raw sections stay readable."""
-    from reconciler.policy.repo_config import RepoConfigFile
-
-    parsed = RepoConfigFile.parse(
+def test_one_load_of_reconciler_yaml_serves_every_reader() -> None:
+    """The sync, the Git side and the daemon's controller settings read one load: a refused key
+    refuses the settings, while the signature mode and the sections as written stay readable;
+    a file that is not YAML is refused with its place."""
+    parsed = load(
         "clustersDir: 5\nsignatures: {mode: ssh}\nrollout: {readyTimeout: 10 minutes}\n"
         "firmware: {reboot: {mode: manual}}\n")
-    assert parsed.config is None and parsed.error is not None
-    assert "clustersDir" in str(parsed.error)
+    with pytest.raises(SettingsRefused, match="clustersDir"):
+        resolve(parsed, "prod-a", source="test")
     assert parsed.signature_mode == "ssh"
-    assert parsed.ready_timeout == 600.0
-    assert parsed.ready_timeout_error is not None
-    assert "rollout.readyTimeout" in parsed.ready_timeout_error
-    assert parsed.raw["firmware"] == {"reboot": {"mode": "manual"}}
-    good = RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n")
-    assert good.settings().ready_timeout == good.ready_timeout == 300.0
-    assert good.ready_timeout_error is None and good.yaml_error is None
-    broken = RepoConfigFile.parse("status: [1\n")
-    assert broken.yaml_error is not None and broken.yaml_error.startswith("reconciler.yaml:2:1:")
-    with pytest.raises(RepoConfigError):
-        broken.settings()
+    assert [f.pointer for f in parsed.errors] == ["/clustersDir", "/rollout/readyTimeout"]
+    assert parsed.obj["firmware"] == {"reboot": {"mode": "manual"}}
+    good = load("rollout: {readyTimeout: 5m}\n")
+    assert resolve(good, "prod-a", source="test").rollout.ready_timeout == 300.0
+    assert good.refused is None and good.errors == ()
+    broken = load("status: [1\n")
+    assert broken.refused is not None and broken.refused.startswith("reconciler.yaml:2:1:")
+    with pytest.raises(SettingsRefused, match=r"reconciler\.yaml:2:1:"):
+        resolve(broken, "prod-a", source="test")

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.config.sync import SyncSettings
 from reconciler.gitops.commits import Identity, parse_trailers
 from reconciler.gitops.errors import PushRejected
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import PendingChange, Publisher
 from reconciler.gitops.spec_writeback import SpecWriteBack
-from reconciler.policy.repo_config import RepoConfig
 from tests.gitops.conftest import POLICY, GitDaemon, Person, Remote, git
 
 POLICY_PATH = "clusters/prod-a/cluster-operator.yaml"
@@ -202,7 +202,7 @@ def test_a_push_from_a_stale_view_is_rejected_not_forced(remote: Remote,
 
 def test_pause_write_back_keeps_comments_and_says_why(remote: Remote, tmp_path: Path) -> None:
     publisher = make_publisher(remote.url, tmp_path / "state")
-    writer = SpecWriteBack(publisher, config=RepoConfig())
+    writer = SpecWriteBack(publisher, config=SyncSettings())
     writer.pause("prod-a", reason="manual gate after step 1", step="1/3",
                  source_commit="a" * 40)
     assert publisher.flush().ok

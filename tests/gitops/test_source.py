@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.config.sync import SyncSettings
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import Publisher
 from reconciler.gitops.reader import CommitReader
 from reconciler.gitops.source import CommitSource, NewCommit
 from reconciler.gitops.spec_writeback import SpecWriteBack
-from reconciler.policy.repo_config import RepoConfig
 from tests.gitops.conftest import POLICY, GitDaemon, Person, Remote, git
 
 
@@ -135,8 +135,8 @@ def test_reading_a_commit(remote: Remote, alice: Person, tmp_path: Path) -> None
     mirror = Mirror(remote.url, tmp_path / "state")
     mirror.fetch()
     reader = CommitReader(mirror)
-    config = reader.config(sha)
-    assert config == RepoConfig(clusters_dir="fleet")
+    config = reader.sync_settings(sha)
+    assert config == SyncSettings(clusters_dir="fleet")
     assert reader.clusters(sha) == ["prod-a", "prod-b"]
     files = reader.cluster_files(sha, "prod-b")
     assert [f.path for f in files] == ["fleet/prod-b/cluster-operator.yaml"]

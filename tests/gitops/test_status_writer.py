@@ -7,13 +7,13 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from reconciler.config.sync import SyncSettings, read_sync_settings
 from reconciler.gitops.commits import parse_trailers
 from reconciler.gitops.mirror import Mirror
 from reconciler.gitops.publisher import Publisher
 from reconciler.gitops.status_policy import WriterTiming
 from reconciler.gitops.status_reader import read_status_snapshots, status_from_git
 from reconciler.gitops.status_writer import StatusWriter
-from reconciler.policy.repo_config import RepoConfig
 from reconciler.sim.waiting import wait_for
 from tests.gitops.conftest import GitDaemon, Person, Remote, git
 
@@ -38,7 +38,7 @@ def upgrade(step: int, state: str, phase: str = "Progressing", ready: int = 0) -
 
 def writer_for(url: str, state: Path, clock: Clock) -> StatusWriter:
     publisher = Publisher(Mirror(url, state), "main", state_dir=state, sleep=lambda _: None)
-    return StatusWriter(publisher, "prod-a", config=RepoConfig(), clock=clock)
+    return StatusWriter(publisher, "prod-a", config=SyncSettings(), clock=clock)
 
 
 def status_subjects(remote: Remote) -> list[str]:
@@ -168,7 +168,7 @@ def test_status_on_a_configured_branch_and_path(remote: Remote, alice: Person,
                                                 tmp_path: Path) -> None:
     alice.commit_and_push("Status elsewhere", {
         "reconciler.yaml": "status: {path: fleet-status, branch: status}\n"})
-    config = RepoConfig.from_yaml(alice.read("reconciler.yaml"))
+    config = read_sync_settings(alice.read("reconciler.yaml"))
     state = tmp_path / "state"
     publisher = Publisher(Mirror(remote.url, state), config.status_branch or "main",
                           state_dir=state)

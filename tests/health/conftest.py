@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from reconciler.config.document import load
+from reconciler.config.settings import resolve
+from reconciler.health.section import HealthSection
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.mx_exporter import MxExporter
 from reconciler.sim.prometheus import PrometheusServer
@@ -17,6 +20,12 @@ from reconciler.sim.prometheus import PrometheusServer
 SCRAPE_INTERVAL = 0.5
 
 PrometheusFactory = Callable[..., PrometheusServer]
+
+
+def health_of(text: str, cluster: str | None = None) -> HealthSection:
+    """The ``health`` section ``text`` (a reconciler.yaml) gives ``cluster``, as the daemon
+    resolves it."""
+    return resolve(load(text), cluster, source="test").health
 
 
 @pytest.fixture

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from reconciler.config.document import load
 from reconciler.controller.health import HealthFeeder
 from reconciler.health.checks import HealthRecord, QueryError, Reading
-from reconciler.health.section import HealthSection, read_health
+from reconciler.health.section import HealthSection
 from reconciler.names import ANN_HEALTH
 from reconciler.rollout.planner import plan
 from reconciler.rollout.simulator import EPOCH
+from tests.health.conftest import health_of
 from tests.rollout.world import NEW_REV, World, policy
 
 CONFIG = """\
@@ -61,7 +63,7 @@ def test_only_pending_checks_are_asked_at_most_once_per_interval() -> None:
         return 1.0
 
     clock = FakeClock()
-    feeder = HealthFeeder(read_health(CONFIG), clock=clock, query=query)
+    feeder = HealthFeeder(health_of(CONFIG), clock=clock, query=query)
     w = verifying_world(2)
     snap = feeder.feed(w.snapshot())
     assert len(sent) == 4  # 2 verifying nodes x 2 checks; the 2 still starting are not asked
@@ -80,7 +82,7 @@ def test_only_pending_checks_are_asked_at_most_once_per_interval() -> None:
 
 def test_a_passed_check_is_not_asked_again() -> None:
     sent: list[str] = []
-    feeder = HealthFeeder(read_health(CONFIG), clock=FakeClock(),
+    feeder = HealthFeeder(health_of(CONFIG), clock=FakeClock(),
                           query=lambda q: sent.append(q) or 1.0)  # type: ignore[func-returns-value]
     w = verifying_world(1)
     name = "node-0001"
@@ -94,7 +96,7 @@ def test_a_passed_check_is_not_asked_again() -> None:
 
 def test_prometheus_unreachable_is_no_answer_and_starts_nothing() -> None:
     clock = FakeClock()
-    feeder = HealthFeeder(read_health(CONFIG), clock=clock,
+    feeder = HealthFeeder(health_of(CONFIG), clock=clock,
                           query=lambda q: QueryError(None, "connection refused"))
     w = World(4, policy(maxParallel=1, maxUnavailable=4))
     w.plan(0)
@@ -111,7 +113,7 @@ def test_prometheus_unreachable_is_no_answer_and_starts_nothing() -> None:
 
 
 def test_an_invalid_section_fails_closed_with_the_located_error() -> None:
-    section = read_health(CONFIG.replace("within: 5m", "within: 0s"))
+    section = health_of(CONFIG.replace("within: 5m", "within: 0s"))
     assert section.config is None and section.error is not None
     assert section.error.startswith("reconciler.yaml:8:") and "[health-duration]" in section.error
     feeder = HealthFeeder(section, clock=FakeClock())
@@ -123,17 +125,17 @@ def test_an_invalid_section_fails_closed_with_the_located_error() -> None:
 
 
 def test_no_section_leaves_the_snapshot_alone() -> None:
-    feeder = HealthFeeder(read_health("rollout: {readyTimeout: 5m}\n"), clock=FakeClock())
+    feeder = HealthFeeder(health_of("rollout: {readyTimeout: 5m}\n"), clock=FakeClock())
     snap = World(2, policy()).snapshot()
     assert feeder.feed(snap) is snap
 
 
 def test_a_cluster_section_replaces_the_top_level_one() -> None:
     text = CONFIG + "clusters:\n  prod-a:\n    health:\n      prometheus: {url: http://p:9090}\n"
-    assert read_health(text, cluster="prod-a").config is not None
-    own = read_health(text, cluster="prod-a").config
+    assert health_of(text, cluster="prod-a").config is not None
+    own = health_of(text, cluster="prod-a").config
     assert own is not None and own.node_checks == () and own.prometheus_url == "http://p:9090"
-    top = read_health(text, cluster="prod-b").config
+    top = health_of(text, cluster="prod-b").config
     assert top is not None and len(top.node_checks) == 2
 
 
@@ -166,7 +168,6 @@ def test_run_role_controller_reads_health_from_repo_config(tmp_path: Path) -> No
 def test_the_section_is_read_again_when_the_commit_changes_it() -> None:
     """docs/health.md: ``health`` is read at every commit. The daemon's feeder follows the commit
     the sync read last: a section added, made invalid and fixed again takes effect at once."""
-    from reconciler.policy.repo_config import RepoConfigFile
     from reconciler.settings.live import LiveSettings
 
     live = LiveSettings(None)
@@ -179,22 +180,24 @@ def test_the_section_is_read_again_when_the_commit_changes_it() -> None:
     w = verifying_world(1)
     snap = w.snapshot()
     assert feeder.feed(snap) is snap  # no commit read yet: no section, no gates
-    live.offer(RepoConfigFile.parse(CONFIG), source="commit 1")
+    live.offer(load(CONFIG), source="commit 1")
     gated = feeder.feed(w.snapshot())
     assert gated.health is not None and gated.health.config is not None and sent
-    live.offer(RepoConfigFile.parse(CONFIG.replace("within: 5m", "within: 0s")),
+    live.offer(load(CONFIG.replace("within: 5m", "within: 0s")),
                source="commit 2")
     closed = feeder.feed(w.snapshot())
     assert closed.health is not None and closed.health.config is None
     assert closed.health.error is not None and "[health-duration]" in closed.health.error
-    live.offer(RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n"), source="commit 3")
+    live.offer(load("rollout: {readyTimeout: 5m}\n"), source="commit 3")
     plain = w.snapshot()
     assert feeder.feed(plain) is plain  # the section removed: no gates again
 
 
-def test_a_parsed_repo_config_keeps_its_text_for_sections_validated_on_their_own() -> None:
-    from reconciler.policy.repo_config import RepoConfigFile
-
-    assert RepoConfigFile.parse(CONFIG).text == CONFIG
-    assert RepoConfigFile.parse(CONFIG) == RepoConfigFile.parse(CONFIG)
-    assert RepoConfigFile.parse("").text is None
+def test_a_loaded_repo_config_keeps_its_findings_for_the_sections_read_from_it() -> None:
+    assert load(CONFIG) == load(CONFIG) and load(CONFIG).findings == ()
+    assert load("").findings == () and load("").obj == {}
+    broken = load(CONFIG.replace("within: 5m", "within: 0s"))
+    assert [f.rule for f in broken.errors] == ["health-duration"]
+    section = health_of(CONFIG.replace("within: 5m", "within: 0s"))
+    assert section.error is not None and section.error.startswith(
+        f"reconciler.yaml:{broken.errors[0].line}:{broken.errors[0].column}: ")

@@ -15,7 +15,6 @@ import yaml
 
 from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
-from reconciler.health.section import read_health
 from reconciler.kube.api import KubeApi
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import ANN_VENDOR_HEALTH, CLUSTER_OPERATOR_NAME
@@ -28,7 +27,7 @@ from reconciler.sync.health_watch import VendorHealthWatch, stop_vendor
 from reconciler.sync.record import SyncStats
 from tests.conftest import FleetFactory
 from tests.controller.helpers import event_reasons, start_rollout, upgrade_status
-from tests.health.conftest import PrometheusFactory
+from tests.health.conftest import PrometheusFactory, health_of
 from tests.sim.test_fleet import NEW
 
 
@@ -64,7 +63,7 @@ def test_a_failed_check_on_a_vendor_upgraded_node_asks_for_pause_with_the_reason
         pauses.append(reason)
         asked.set()
 
-    section = read_health(config(prometheus.url))
+    section = health_of(config(prometheus.url))
     drift = DriftRepair(kube, CLUSTER_OPERATOR_NAME, cluster="prod-a", monotonic=lambda: 0.0,
                         stats=SyncStats())  # nothing applied yet: a merge patch
     watch = VendorHealthWatch(kube, cluster_operator=CLUSTER_OPERATOR_NAME, section=section,
@@ -175,7 +174,7 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
     """docs/health.md: ``health`` read at every commit (the sync's last handled one, as the daemon
     wires it); a section that does not validate commits ``pause: true`` with the located error
     and a Warning Event, once per error; checks are never silently switched off."""
-    from reconciler.policy.repo_config import RepoConfigFile
+    from reconciler.config.document import load
     from reconciler.settings.live import LiveSettings
     from tests.controller.helpers import cluster_operator
 
@@ -204,7 +203,7 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
         assert vendor.wait_synced(30)
         watch.run_once()  # no section at all yet: nothing asked, nothing reported
         assert not sent and not invalid
-        live.offer(RepoConfigFile.parse(COMMIT_CONFIG), source="commit 1")
+        live.offer(load(COMMIT_CONFIG), source="commit 1")
         start_rollout(kube, NEW.version, {
             "enableRollout": True, "upgradeSteps": [{"replicas": "100%", "pauseDuration": 0}],
             "maxParallel": 2, "maxUnavailable": 2, "maxFailureThreshold": 1,
@@ -224,7 +223,7 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
         assert sent and 'Hostname="node-0001"' in " ".join(sent)
 
         # the next commit's section does not validate: fail closed, once per error
-        live.offer(RepoConfigFile.parse(COMMIT_CONFIG.replace("within: 1m", "within: 0s")),
+        live.offer(load(COMMIT_CONFIG.replace("within: 1m", "within: 0s")),
                    source="commit 2")
         asked = len(sent)
         watch.run_once()
@@ -242,11 +241,11 @@ def test_the_watch_follows_each_commits_section_and_an_invalid_one_pauses_the_ve
         assert "[health-duration]" in found[0]["message"]
 
         # removed by a later commit: no checks, nothing reported
-        live.offer(RepoConfigFile.parse("rollout: {readyTimeout: 5m}\n"), source="commit 3")
+        live.offer(load("rollout: {readyTimeout: 5m}\n"), source="commit 3")
         watch.run_once()
         assert len(invalid) == 1 and watch.config is None
         # invalid again after that: reported again (a new fail-closed decision)
-        live.offer(RepoConfigFile.parse(COMMIT_CONFIG.replace("== 1", "= 1")), source="commit 4")
+        live.offer(load(COMMIT_CONFIG.replace("== 1", "= 1")), source="commit 4")
         watch.run_once()
         assert len(invalid) == 2 and "[health-expect]" in invalid[1]
         assert not failures

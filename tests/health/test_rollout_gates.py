@@ -17,7 +17,6 @@ from reconciler.controller.act import Target
 from reconciler.controller.health import HealthFeeder
 from reconciler.controller.loop import RolloutController
 from reconciler.health.checks import HealthRecord
-from reconciler.health.section import read_health
 from reconciler.kube.api import KubeApi
 from reconciler.names import ANN_FAILED_AT, ANN_HEALTH, CANARY_LABEL, CLUSTER_OPERATOR_NAME
 from reconciler.ops.metrics import Metrics
@@ -33,7 +32,7 @@ from tests.controller.helpers import (
     start_rollout,
     upgrade_status,
 )
-from tests.health.conftest import PrometheusFactory
+from tests.health.conftest import PrometheusFactory, health_of
 from tests.loops import started_loops
 from tests.sim.test_fleet import NEW
 
@@ -79,7 +78,7 @@ def health_yaml(url: str, *, step_checks: bool = False) -> str:
 def controller_with(kube: KubeApi) -> Iterator[ControllerFactory]:
     def make(config_text: str, clock: Clock = wall) -> RolloutController:
         install_crd(kube)
-        section = read_health(config_text)
+        section = health_of(config_text)
         assert section.config is not None, section.error
         metrics = Metrics()
         ctl = RolloutController(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from reconciler.config.document import load
+from reconciler.config.settings import ClusterSettings, SettingsRefused, resolve
+from reconciler.config.validation import validate_repo_config
 from reconciler.policy.notify_config import EVENT_KINDS, NotifyConfigError, read_notify
-from reconciler.policy.repo_config import RepoConfigFile
-from reconciler.policy.validation import validate_repo_config
-from reconciler.settings.cluster import ClusterSettings, SettingsRefused, resolve_settings
 
 GOOD = """\
 notify:
@@ -31,7 +31,7 @@ clusters:
 
 
 def settings(text: str, cluster: str = "prod-a") -> ClusterSettings:
-    return resolve_settings(RepoConfigFile.parse(text), cluster, source="test")
+    return resolve(load(text), cluster, source="test")
 
 
 def test_sinks_resolve_per_cluster_and_a_clusters_list_replaces_the_repositorys() -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.fleet.calendars import windows_for
+from reconciler.config.document import load
+from reconciler.config.settings import ClusterSettings, SettingsRefused, resolve
+from reconciler.config.validation import validate_repo_config
+from reconciler.fleet.promotion import Promotion
 from reconciler.fleet.windows import WindowCalendar
-from reconciler.policy.repo_config import Promotion, RepoConfigError, RepoConfigFile
-from reconciler.policy.validation import validate_document, validate_repo_config
 from tests.policy.commands import validate_bounded
 
 SPEC_EXAMPLE = """\
@@ -30,20 +31,23 @@ clusters:
 
 def errors(text: str, clusters: tuple[str, ...] | None = ("lab-10", "prod-100")
            ) -> list[tuple[int, int, str, str]]:
-    result = validate_document(text, "reconciler.yaml", kind="repo-config",
-                               known_clusters=clusters)
+    result = validate_repo_config(text, "reconciler.yaml", known_clusters=clusters)
     return [(f.line, f.column, f.rule, f.message) for f in result.errors]
+
+
+def settings(text: str, cluster: str) -> ClusterSettings:
+    return resolve(load(text), cluster, source="test")
 
 
 def test_spec_example_is_valid_and_parses_into_the_settings() -> None:
     assert errors(SPEC_EXAMPLE) == []
-    config = RepoConfigFile.parse(SPEC_EXAMPLE)
-    assert config.promotion_for("prod-100") == Promotion("lab-10", 24 * 3600.0, "hold")
-    assert config.promotion_for("lab-10") is None
-    calendar = windows_for(config, "prod-100")
+    prod, lab = settings(SPEC_EXAMPLE, "prod-100"), settings(SPEC_EXAMPLE, "lab-10")
+    assert prod.promotion == Promotion("lab-10", 24 * 3600.0, "hold")
+    assert lab.promotion is None
+    calendar = prod.windows
     assert isinstance(calendar, WindowCalendar) and calendar.timezone == "Asia/Shanghai"
     assert calendar.deny[0].reason == "holiday freeze"
-    assert windows_for(config, "lab-10") is None
+    assert lab.windows is None
 
 
 def test_a_cluster_section_replaces_the_repository_wide_one_and_rollout_key_by_key() -> None:
@@ -59,14 +63,13 @@ clusters:
       deny: [{from: '2026-12-24T00:00:00Z', until: '2026-12-27T00:00:00Z'}]
 """
     assert errors(text) == []
-    config = RepoConfigFile.parse(text)
     # rollout is replaced key by key (docs/live-clusters.md): prod-100's section has no
     # readyTimeout, so the repository-wide 20m applies
-    assert config.ready_timeout_for("prod-100") == 1200.0
-    assert config.ready_timeout_for("lab-10") == 1200.0
-    prod = windows_for(config, "prod-100")
+    assert settings(text, "prod-100").rollout.ready_timeout == 1200.0
+    assert settings(text, "lab-10").rollout.ready_timeout == 1200.0
+    prod = settings(text, "prod-100").windows
     assert prod is not None and prod.allow == () and prod.timezone == "UTC"  # no merge
-    lab = windows_for(config, "lab-10")
+    lab = settings(text, "lab-10").windows
     assert lab is not None and lab.timezone == "Europe/Berlin" and len(lab.allow) == 1
 
 
@@ -132,19 +135,19 @@ def test_validate_names_a_folder_cluster_as_known_and_reports_an_unknown_one(
 
 
 def test_a_broken_windows_section_fails_closed_and_says_why() -> None:
-    config = RepoConfigFile.parse("windows: {timezone: Mars/Olympus}\n")
-    calendar = windows_for(config, "prod-100")
+    calendar = settings("windows: {timezone: Mars/Olympus}\n", "prod-100").windows
     assert calendar is not None and not calendar.is_open(0.0)
     assert "Mars/Olympus" in calendar.verdict(0.0).describe()
-    unusable = RepoConfigFile.parse("windows: [\n")
-    refused = windows_for(unusable, "prod-100")
-    assert refused is not None and not refused.is_open(0.0)
+    # a file that is not YAML refuses the settings as a whole: the windows in force stay
+    with pytest.raises(SettingsRefused, match=r"reconciler\.yaml:2:1: "):
+        settings("windows: [\n", "prod-100")
 
 
 def test_a_wrong_promotion_section_is_refused_naming_the_key() -> None:
-    config = RepoConfigFile.parse("clusters:\n  p: {promotion: {after: l, mode: yolo}}\n")
-    with pytest.raises(RepoConfigError, match=r"clusters\.p\.promotion\.mode"):
-        config.promotion_for("p")
+    resolved = settings("clusters:\n  p: {promotion: {after: l, mode: yolo}}\n", "p")
+    assert resolved.promotion is None
+    assert resolved.promotion_error is not None
+    assert resolved.promotion_error.startswith("clusters.p.promotion.mode: expected one of")
 
 
 def test_the_repository_example_config_is_valid() -> None:
@@ -183,8 +186,7 @@ def test_a_cluster_section_with_no_folder_is_a_warning_with_the_likely_name() ->
     text = ("clusters:\n  prod-10O:\n    windows:\n      allow: [{schedule: '0 22 * * 1-5', "
             "duration: 8h}]\n  lab-1:\n    promotion: {after: upstream-lab}\n"
             "  upstream-lab: {}\n")
-    result = validate_document(text, "reconciler.yaml", kind="repo-config",
-                               known_clusters=("lab-10", "prod-100"))
+    result = validate_repo_config(text, "reconciler.yaml", known_clusters=("lab-10", "prod-100"))
     assert result.errors == []
     assert [(f.line, f.rule, f.message) for f in result.findings] == [
         (2, "clusters-unknown-cluster", "clusters.prod-10O: no cluster folder of that name, so "
@@ -192,4 +194,4 @@ def test_a_cluster_section_with_no_folder_is_a_warning_with_the_likely_name() ->
         (5, "clusters-unknown-cluster", "clusters.lab-1: no cluster folder of that name, so "
          "these settings apply to no cluster; did you mean 'lab-10'?")]
     # upstream-lab is another cluster's promotion.after: meant; without the folders, no word
-    assert validate_document(text, "reconciler.yaml", kind="repo-config").findings == []
+    assert validate_repo_config(text, "reconciler.yaml").findings == []

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconciler.config.validation import validate_repo_config
 from reconciler.health.checks import HealthConfig
-from reconciler.policy.validation import validate_repo_config
 from tests.policy.commands import validate_bounded
 
 SPEC_EXAMPLE = """\

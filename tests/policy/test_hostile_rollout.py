@@ -14,12 +14,12 @@ from click.testing import CliRunner
 from reconciler.cli.main import cli
 from reconciler.cli.simulate import InputError, load_faults
 from reconciler.cli.simulate_topology import load_nodes_file
-from reconciler.fleet.plan import changed_paths, resolved_settings
+from reconciler.config.document import ConfigDocument, load
+from reconciler.config.settings import SettingsRefused, resolve
+from reconciler.config.validation import validate_repo_config
+from reconciler.merge.plan import changed_paths
 from reconciler.policy.forge_config import ForgeConfigError, check_api_url, forge_config
 from reconciler.policy.notify_config import NotifyConfigError, read_notify
-from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
-from reconciler.policy.validation import validate_document, validate_repo_config
-from reconciler.settings.cluster import SettingsRefused, resolve_settings
 
 HUGE = "9" * 400
 
@@ -130,8 +130,8 @@ def test_a_cluster_rollout_section_is_planned_key_by_key() -> None:
     ``drain`` to a cluster changes its drain, not its inherited ``readyTimeout``."""
     wide = {"rollout": {"readyTimeout": "10m"}}
     own = {**wide, "clusters": {"lab": {"rollout": {"drain": {"timeout": "5m"}}}}}
-    assert list(changed_paths(resolved_settings(wide, "lab"), resolved_settings(own, "lab"))) \
-        == ["rollout.drain"]
+    assert list(changed_paths(ConfigDocument.from_data(wide).seen_by("lab"),
+                              ConfigDocument.from_data(own).seen_by("lab"))) == ["rollout.drain"]
 
 
 @pytest.mark.parametrize("selector", ["a," * 200_000, "a=b," * 50_000 + "c=(",
@@ -186,9 +186,9 @@ def test_a_number_or_boolean_for_a_duration_or_zero_is_located_not_a_traceback(
     made the error mapping raise (validate, simulate and the daemon's settings)."""
     errors = _errors(text)
     assert len(errors) == 1 and says in errors[0][1], errors
-    if text.startswith("rollout"):  # the daemon's path: a located RepoConfigError
-        with pytest.raises(RepoConfigError, match="a duration like"):
-            RepoConfigFile.parse(text).rollout_for("prod")
+    if text.startswith("rollout"):  # the daemon's path: a located refusal
+        with pytest.raises(SettingsRefused, match="a duration like"):
+            resolve(load(text), "prod", source="test")
 
 
 def test_a_firmware_node_label_that_is_no_label_key_is_refused_in_validate_and_the_daemon(
@@ -200,7 +200,7 @@ def test_a_firmware_node_label_that_is_no_label_key_is_refused_in_validate_and_t
                                  "letters, digits, '-', '_' and '.', starting and ending with "
                                  "a letter or a digit")]
     with pytest.raises(SettingsRefused, match=r"reconciler\.yaml:1:\d+: firmware\.nodeLabels"):
-        resolve_settings(RepoConfigFile.parse(text), "prod", source="test")
+        resolve(load(text), "prod", source="test")
     assert _errors('firmware: {nodeLabels: {vfioPci: "example.com/vfio"}}\n') == []
 
 
@@ -208,15 +208,14 @@ def test_validate_warns_of_a_forge_url_off_the_origins_host() -> None:
     """The daemon turns commit statuses off for such a URL from Git (a merged change could
     send the token anywhere); validate, knowing origin, says so before the merge."""
     text = "forge: {type: github, url: 'https://api.evil.example', repository: o/n}\n"
-    found = validate_document(text, "reconciler.yaml", kind="repo-config",
-                              remote="git@github.com:o/n.git").findings
+    found = validate_repo_config(text, "reconciler.yaml", remote="git@github.com:o/n.git").findings
     assert [(f.severity, f.rule) for f in found] == [("warning", "forge-url")]
     assert "api.evil.example is not the remote's host github.com" in found[0].message
     assert "origin here is git@github.com:o/n.git" in found[0].message
     for url in ("https://api.github.com", "https://github.com/api/v3"):
         text = f"forge: {{type: github, url: '{url}', repository: o/n}}\n"
-        assert validate_document(text, "reconciler.yaml", kind="repo-config",
-                                 remote="https://github.com/o/n.git").findings == []
+        assert validate_repo_config(text, "reconciler.yaml",
+                                    remote="https://github.com/o/n.git").findings == []
 
 
 def test_a_zero_ready_timeout_is_refused_and_an_instant_forced_drain_warned_of() -> None:
@@ -227,8 +226,8 @@ def test_a_zero_ready_timeout_is_refused_and_an_instant_forced_drain_warned_of()
              validate_repo_config(text, "reconciler.yaml").findings]
     assert found == [(2, "error", "rollout-duration"),
                      (3, "warning", "rollout-drain-delete-at-once")]
-    with pytest.raises(RepoConfigError, match="readyTimeout: must be longer than 0"):
-        RepoConfigFile.parse(text).rollout_for("prod")
+    with pytest.raises(SettingsRefused, match="readyTimeout: must be longer than 0"):
+        resolve(load(text), "prod", source="test")
     # any zero is zero: waitFor 0m waits as long as it takes, with or without drain
     assert validate_repo_config("rollout:\n  waitFor: {timeout: 0m}\n",
                                 "reconciler.yaml").findings == []

@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from reconciler.config.document import load
+from reconciler.config.settings import SettingsRefused, resolve
+from reconciler.config.sync import read_sync_settings
+from reconciler.errors import RepoConfigError
 from reconciler.policy.document import INT64_MAX, INT64_MIN, parse_document
 from reconciler.policy.findings import Finding, join_pointer
-from reconciler.policy.repo_config import RepoConfig, RepoConfigError
 from reconciler.policy.schema import inline_refs, load_schema
 from reconciler.policy.validation import DocumentKind, validate_document
 from tests.policy.texts import EXAMPLES, SEED_10, replace_line
@@ -190,9 +193,12 @@ def test_an_out_of_range_replicas_starts_no_step_order_errors() -> None:
 def test_repo_config_for_the_git_side_refuses_a_huge_integer_at_its_place_not_traceback() -> None:
     # the Git side parses with the policy files' parser, so the refusal is located
     with pytest.raises(RepoConfigError, match=r"reconciler\.yaml:2:18: integer .*signed 64-bit"):
-        RepoConfig.from_yaml("sync:\n  fetchInterval: " + "9" * 5000 + "\n")
+        read_sync_settings("sync:\n  fetchInterval: " + "9" * 5000 + "\n")
     with pytest.raises(RepoConfigError, match=r"reconciler\.yaml:2:18: 1e400 is not a finite"):
-        RepoConfig.from_yaml("sync:\n  fetchInterval: 1e400\n")
+        read_sync_settings("sync:\n  fetchInterval: 1e400\n")
+    # and so does the whole file, resolved for a cluster
+    with pytest.raises(SettingsRefused, match=r"reconciler\.yaml:2:18: 1e400 is not a finite"):
+        resolve(load("sync:\n  fetchInterval: 1e400\n"), "prod", source="test")
 
 
 @pytest.mark.parametrize(("written", "needs"), [

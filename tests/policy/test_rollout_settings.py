@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from reconciler.config.document import load
+from reconciler.config.settings import resolve
+from reconciler.config.validation import validate_repo_config
+from reconciler.errors import RepoConfigError
 from reconciler.policy.label_selector import (
     LabelSelector,
     LabelSelectorError,
@@ -14,9 +18,7 @@ from reconciler.policy.label_selector import (
     label_value_error,
 )
 from reconciler.policy.quantity import Quantity
-from reconciler.policy.repo_config import RepoConfigError, RepoConfigFile
 from reconciler.policy.rollout_settings import RolloutSettings, TopologySettings
-from reconciler.policy.validation import validate_repo_config
 
 
 @pytest.mark.parametrize(("text", "labels", "expected"), [
@@ -122,7 +124,7 @@ def test_errors_name_the_key(section: dict[str, object], message: str) -> None:
 
 
 def test_a_cluster_section_replaces_the_repository_wide_one_key_by_key() -> None:
-    config = RepoConfigFile.parse("""\
+    config = load("""\
 rollout:
   readyTimeout: 20m
   drain: {timeout: 5m, onTimeout: fail}
@@ -133,13 +135,13 @@ clusters:
       drain: {podSelector: app=web}
       unavailableNodes: skip
 """)
-    prod = config.rollout_for("prod")
+    prod = resolve(config, "prod", source="test").rollout
     assert prod.ready_timeout == 1200.0  # inherited
     assert prod.drain is not None and prod.drain.timeout == 900.0  # drain replaced whole
     assert prod.drain.on_timeout == "wait"
     assert prod.topology is not None and prod.topology.key == "gpu.metax-tech.com/rack"
     assert prod.unavailable_nodes == "skip"
-    lab = config.rollout_for("lab")
+    lab = resolve(config, "lab", source="test").rollout
     assert lab.drain is not None and lab.drain.on_timeout == "fail"
     assert lab.unavailable_nodes == "count"
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from reconciler.policy.repo_config import RepoConfig, parse_duration
+from reconciler.config.document import load
+from reconciler.config.settings import ClusterSettings, resolve
+from reconciler.config.sync import SyncSettings
+from reconciler.config.validation import validate_repo_config
+from reconciler.durations import parse_duration
 from reconciler.policy.schema import SCHEMA_FILES, ecma_pattern, load_schema
-from reconciler.policy.validation import (
-    validate_document,
-    validate_repo_config,
-    validate_status_snapshot,
-)
+from reconciler.policy.validation import validate_document, validate_status_snapshot
 from tests.policy.texts import EXAMPLES, REPO
 
 # The keywords of the vendor's CRD as JSON Schema (reconciler/policy/crd_schema.py: anyOf as
@@ -80,7 +80,7 @@ def test_examples_point_editors_at_the_schemas() -> None:
 def test_example_config_and_snapshots_are_valid() -> None:
     config = validate_repo_config((EXAMPLES / "reconciler.yaml").read_bytes(), "reconciler.yaml")
     assert config.ok, config.findings
-    parsed = RepoConfig.from_obj(config.obj)
+    parsed = SyncSettings.from_obj(config.obj)
     assert (parsed.clusters_dir, parsed.status_path, parsed.status_branch) == (
         "clusters", "status", None)
     assert parsed.status_file("lab-10") == "status/lab-10.yaml"
@@ -91,7 +91,8 @@ def test_example_config_and_snapshots_are_valid() -> None:
 
 def test_empty_config_means_defaults() -> None:
     result = validate_repo_config(b"# nothing configured\n", "reconciler.yaml")
-    assert result.ok and RepoConfig.from_obj(result.obj) == RepoConfig()
+    assert result.ok and SyncSettings.from_obj(result.obj) == SyncSettings()
+    assert resolve(load(b"# nothing configured\n"), "lab-10", source="c") == ClusterSettings()
 
 
 @pytest.mark.parametrize(("text", "rule", "line"), [

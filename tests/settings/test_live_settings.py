@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.policy.repo_config import RepoConfigFile
+from reconciler.config.document import load
+from reconciler.config.settings import ClusterSettings, SettingsRefused, resolve
 from reconciler.policy.rollout_settings import RolloutSettings
-from reconciler.settings.cluster import ClusterSettings, SettingsRefused, resolve_settings
 from reconciler.settings.live import LiveSettings, RepoConfigWatch
 from reconciler.sim.waiting import wait_for
 
@@ -28,16 +28,16 @@ clusters:
 
 
 def test_a_file_resolves_per_cluster_with_the_clusters_own_sections_in_place() -> None:
-    file = RepoConfigFile.parse(FLEET)
-    prod = resolve_settings(file, "prod-100", source="c1")
-    lab = resolve_settings(file, "lab-10", source="c1")
+    file = load(FLEET)
+    prod = resolve(file, "prod-100", source="c1")
+    lab = resolve(file, "lab-10", source="c1")
     assert prod.rollout == RolloutSettings(ready_timeout=30.0)
     assert lab.rollout == RolloutSettings(ready_timeout=1200.0)
     assert prod.windows is not None and prod.windows.timezone == "Asia/Shanghai"
     assert lab.windows is not None and lab.windows.allow[0].schedule == "0 1 * * *"
     assert prod.firmware.timeouts.reboot == lab.firmware.timeouts.reboot == 300.0
     assert not prod.health.present and prod.source == "c1"
-    assert resolve_settings(RepoConfigFile.parse(""), None, source="c0") == ClusterSettings()
+    assert resolve(load(""), None, source="c0") == ClusterSettings()
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -49,7 +49,7 @@ def test_a_file_resolves_per_cluster_with_the_clusters_own_sections_in_place() -
 ])
 def test_a_file_that_does_not_validate_is_refused_with_its_place(text: str, says: str) -> None:
     with pytest.raises(SettingsRefused) as refused:
-        resolve_settings(RepoConfigFile.parse(text), "prod-100", source="c2")
+        resolve(load(text), "prod-100", source="c2")
     assert says in str(refused.value)
 
 
@@ -57,19 +57,19 @@ def test_a_refused_file_keeps_the_last_good_settings_and_is_reported() -> None:
     live = LiveSettings("prod-100")
     changes: list[float] = []
     live.subscribe(lambda: changes.append(live.current().rollout.ready_timeout))
-    assert live.offer(RepoConfigFile.parse(FLEET), source="c1") is None
+    assert live.offer(load(FLEET), source="c1") is None
     good = live.current()
     assert good.rollout.ready_timeout == 30.0 and changes == [30.0]
 
-    refused = live.offer(RepoConfigFile.parse("rollout: {readyTimeout: soon}\n"), source="c2")
+    refused = live.offer(load("rollout: {readyTimeout: soon}\n"), source="c2")
     assert refused is not None and live.refused == str(refused)
     assert live.current() is good  # the last good one stays, whole
     assert changes == [30.0]
 
     # the same settings again: nothing to tell the loops
-    live.offer(RepoConfigFile.parse(FLEET + "# a comment\n"), source="c3")
+    live.offer(load(FLEET + "# a comment\n"), source="c3")
     assert live.refused is None and changes == [30.0]
-    live.offer(RepoConfigFile.parse("rollout: {readyTimeout: 2m}\n"), source="c4")
+    live.offer(load("rollout: {readyTimeout: 2m}\n"), source="c4")
     assert live.current().rollout.ready_timeout == 120.0 and changes == [30.0, 120.0]
     assert live.current().windows is None and live.current().source == "c4"
 
@@ -81,7 +81,7 @@ def test_a_health_or_windows_section_that_does_not_validate_fails_closed_not_ref
     text = ("rollout: {readyTimeout: 1m}\nwindows: {allow: [{schedule: '61 * * * *', "
             "duration: 1h}]}\nhealth: {prometheus: {url: http://127.0.0.1:1}, nodeChecks: "
             "[{name: a, query: 'up', expect: '= 1'}]}\n")
-    assert live.offer(RepoConfigFile.parse(text), source="c1") is None
+    assert live.offer(load(text), source="c1") is None
     current = live.current()
     assert current.rollout.ready_timeout == 60.0
     assert current.windows is not None and current.windows.error is not None
@@ -96,7 +96,7 @@ def test_a_flag_pins_its_setting_over_every_file() -> None:
 
     live = LiveSettings(None, pin=pin)
     assert live.current().rollout.ready_timeout == 5.0
-    live.offer(RepoConfigFile.parse("rollout: {readyTimeout: 2m}\n"), source="c1")
+    live.offer(load("rollout: {readyTimeout: 2m}\n"), source="c1")
     assert live.current().rollout.ready_timeout == 5.0 and live.current().source == "c1"
 
 

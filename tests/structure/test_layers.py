@@ -60,22 +60,54 @@ def test_an_import_circle_breaks_the_layers_contract(tmp_path: Path) -> None:
     """The circle issue 35 removed (the window calendar reading the repository config, which
     validates windows with the calendar) comes back: the layers contract fails, even for an
     import hidden in a function."""
-    done = _lint_with(tmp_path, "fleet/windows.py", _hidden_import("reconciler.policy.repo_config"))
+    done = _lint_with(tmp_path, "fleet/windows.py", _hidden_import("reconciler.config.settings"))
     assert done.returncode == 1, done.stdout[-4000:]
-    assert "reconciler.fleet.windows is not allowed to import reconciler.policy" in done.stdout
+    assert "reconciler.fleet.windows is not allowed to import reconciler.config" in done.stdout
     assert "BROKEN" in done.stdout
 
 
 def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tmp_path: Path) -> None:
-    """The circle issue 35 removed inside the policy package (the repository config validates
-    with ``validation.py``; validation reading the config back) comes back: the layers contract
-    names packages, so the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
-    done = _lint_with(tmp_path, "policy/validation.py",
-                      _hidden_import("reconciler.policy.repo_config"))
+    """A circle inside the config package (the document validates with ``validation.py``;
+    validation reading the document back) comes back: the layers contract names packages, so
+    the ``acyclic_siblings`` contract refuses it, even hidden in a function."""
+    done = _lint_with(tmp_path, "config/validation.py",
+                      _hidden_import("reconciler.config.document"))
     assert done.returncode == 1, done.stdout[-4000:]
-    assert "No cycles are allowed in reconciler.policy." in done.stdout
-    assert "- .validation -> .repo_config (1 import)" in done.stdout
+    assert "No cycles are allowed in reconciler.config." in done.stdout
+    assert "- .validation -> .document (1 import)" in done.stdout
     assert "BROKEN" in done.stdout
+
+
+#: an import that closes a circle among the domain packages (issue 42) though each module stays
+#: in its own layer: (the module that gets it, the module it imports, the line lint-imports
+#: prints)
+PACKAGE_CIRCLES = [
+    pytest.param("policy/rollout_rules.py", "reconciler.fleet.windows",
+                 "reconciler.policy is not allowed to import reconciler.fleet",
+                 id="policy checks windows with the calendar again"),
+    pytest.param("policy/validation.py", "reconciler.health.checks",
+                 "reconciler.policy is not allowed to import reconciler.health",
+                 id="policy checks health sections again"),
+    pytest.param("fleet/window_pause.py", "reconciler.rollout.model",
+                 "reconciler.fleet is not allowed to import reconciler.rollout",
+                 id="fleet predicts with the rollout planner again"),
+]
+
+
+@pytest.mark.parametrize(("module", "imported", "refusal"), PACKAGE_CIRCLES)
+def test_a_circle_among_the_domain_packages_breaks_the_domain_contract(
+        tmp_path: Path, module: str, imported: str, refusal: str) -> None:
+    """policy, health, fleet and rollout import each other one way as whole packages: an
+    import the module layers allow (the calendar and the health checks sit below the policy
+    package, the window pauses above the planner) but that makes a package circle (the fleet's
+    promotion gate and the health rules import the policy package; the planner imports the
+    calendar) fails the domain contract, and only that one."""
+    done = _lint_with(tmp_path, module, _hidden_import(imported))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert f"{refusal}:" in done.stdout
+    assert "Contracts: 10 kept, 1 broken." in done.stdout
+    assert "(rollout over fleet over health over policy): a circle among them fails BROKEN" in (
+        " ".join(done.stdout.split()))
 
 
 #: an import each independence contract refuses, hidden in a function: (the module that gets

@@ -9,10 +9,16 @@ from typing import Any
 import pytest
 
 from reconciler import names
+from reconciler.config.document import ConfigDocument, load
 from reconciler.files import FileRefused
-from reconciler.policy.repo_config import RepoConfigFile
 from reconciler.sync import fields
-from reconciler.sync.commit_view import CommitView, LiveObject, PolicyFile, SignatureEvidence
+from reconciler.sync.commit_view import (
+    CommitView,
+    LiveObject,
+    PolicyFile,
+    SignatureEvidence,
+    resolved,
+)
 from reconciler.sync.outcome import Accepted, NothingToApply, Outcome, Rejected
 from reconciler.sync.steps import (
     SYNC_STEPS,
@@ -34,13 +40,16 @@ NEVER = POLICY.replace("fwUpgradePolicy: PreferCloud", "fwUpgradePolicy: Never")
 
 
 def view(**changes: Any) -> CommitView:
+    """A commit with ``changes``; its ``config`` resolved for the cluster as ``observe`` does."""
     base = CommitView(
         head=HEAD, source=SOURCE, cluster="prod-a", cluster_operator="cluster-operator",
         controller_manager="gpu-rollout-controller", live=None, baseline=None,
-        config=RepoConfigFile(), config_refused=None, signatures=SignatureEvidence(),
+        config=ConfigDocument(), config_refused=None, signatures=SignatureEvidence(),
         files=(PolicyFile(PATH, NEVER.encode()),),
     )
-    return replace(base, **changes)
+    commit = replace(base, **changes)
+    settings, refused = resolved(commit.config, commit.cluster, commit.source)
+    return replace(commit, settings=settings, settings_refused=refused)
 
 
 def check(verdict: Verdict, method: Method | None = Method.OPENPGP) -> SignatureCheck:
@@ -102,10 +111,11 @@ def test_verify_signatures_rejects(changes: dict[str, Any], file: str, rule: str
 
 
 def test_read_config_accepts_and_carries_the_settings() -> None:
-    commit = view(config=RepoConfigFile.parse(b"clustersDir: fleet\nsignatures: {mode: ssh}\n"))
+    commit = view(config=load(b"clustersDir: fleet\nsignatures: {mode: ssh}\n"))
     progress = accepted(read_config(commit, Progress()))
-    assert progress.config is not None and progress.config.cluster_dir("prod-a") == "fleet/prod-a"
-    assert progress.config.signature_mode == "ssh"
+    settings = progress.settings
+    assert settings is not None and settings.sync.cluster_dir("prod-a") == "fleet/prod-a"
+    assert settings.signature_mode == "ssh"
 
 
 @pytest.mark.parametrize(("text", "says"), [
@@ -114,7 +124,7 @@ def test_read_config_accepts_and_carries_the_settings() -> None:
     (b"status: [1\n", "reconciler.yaml:"),
 ], ids=["wrong-type", "bad-duration", "not-yaml"])
 def test_read_config_rejects_naming_the_key(text: bytes, says: str) -> None:
-    result = rejected(read_config(view(config=RepoConfigFile.parse(text)), Progress()))
+    result = rejected(read_config(view(config=load(text)), Progress()))
     assert result.findings[0].rule == "repo-config" and says in result.reason
 
 
@@ -123,20 +133,20 @@ def test_read_config_resolves_the_clusters_settings_and_rejects_a_rollout_that_f
     a refused one is a rejected commit (the settings in force stay), a good one rides on the plan
     to be published once the commit is applied."""
     text = b"rollout: {readyTimeout: 20m}\nclusters:\n  prod-a:\n    rollout: {readyTimeout: 30s}\n"
-    commit = view(config=RepoConfigFile.parse(text))
+    commit = view(config=load(text))
     progress = accepted(read_config(commit, Progress()))
     assert progress.settings is not None and progress.settings.rollout.ready_timeout == 30.0
     plan = plan_commit(commit)
     assert isinstance(plan, Accepted) and plan.value.settings == progress.settings
-    bad = view(config=RepoConfigFile.parse(b"rollout:\n  readyTimeout: 10 minutes\n"))
+    bad = view(config=load(b"rollout:\n  readyTimeout: 10 minutes\n"))
     result = rejected(read_config(bad, Progress()))
     assert result.findings[0].rule == "repo-config"
     assert result.reason.startswith("reconciler.yaml:2:17: ") and "readyTimeout" in result.reason
 
 
 def test_signature_mode_is_read_even_when_another_key_is_refused() -> None:
-    parsed = RepoConfigFile.parse(b"clustersDir: 5\nsignatures: {mode: gpg}\n")
-    assert parsed.config is None and parsed.signature_mode == "gpg"
+    parsed = load(b"clustersDir: 5\nsignatures: {mode: gpg}\n")
+    assert view(config=parsed).settings is None and parsed.signature_mode == "gpg"
 
 
 def test_pick_policy_file_accepts_the_one_cluster_operator() -> None:
@@ -147,7 +157,7 @@ def test_pick_policy_file_accepts_the_one_cluster_operator() -> None:
 
 
 def test_pick_policy_file_with_an_empty_folder_applies_nothing() -> None:
-    commit = view(files=(), config=RepoConfigFile.parse(b"clustersDir: fleet\n"))
+    commit = view(files=(), config=load(b"clustersDir: fleet\n"))
     outcome = pick_policy_file(commit, through(2, commit))
     assert isinstance(outcome, NothingToApply)
     assert "no policy under fleet/prod-a/" in outcome.message

@@ -1,12 +1,15 @@
 """What merging a change does to each cluster (docs/plan.md, ``reconciler plan``): pure.
 
 Per cluster it takes the policy object at the ref and in the working tree, the cluster's
-settings (``reconciler.yaml`` resolved for it) at both, its last status snapshot and the
-located findings ``validate --against`` gives its files, and says which change the merge is:
-a rollout (steps resolved to node counts, its predicted duration and end from the simulator
-with the cluster's windows, health checks and measured install time), settings only, the
-firmware flow, a promotion hold (until when), a refusal, or nothing. Rendering (text, markdown
-for a pull-request comment, JSON) is here too, so every output says the same.
+settings (``reconciler.yaml`` as the cluster sees it) at both, the settings the merge brings
+resolved (``reconciler.config``), its last status snapshot and the located findings ``validate
+--against`` gives its files, and says which change the merge is: a rollout (steps resolved to
+node counts, its predicted duration and end from the simulator with the planner settings the
+controller would run, ``PlannerSettings.for_pass``: readyTimeout, drain, waitFor,
+unavailableNodes and topology, with the cluster's windows, health checks and measured install
+time), settings only, the firmware flow, a promotion hold (until when), a refusal, or nothing.
+Rendering (text, markdown for a pull-request comment, JSON) is here too, so every output says the
+same.
 """
 
 from __future__ import annotations
@@ -16,12 +19,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from reconciler.config.settings import ClusterSettings
 from reconciler.files import printable
 from reconciler.fleet.promotion import payload_version, same_version
-from reconciler.fleet.windows import WindowCalendar
-from reconciler.health.checks import HealthConfig
 from reconciler.policy.findings import Finding
-from reconciler.policy.rollout_settings import merge_rollout_sections
 from reconciler.policy.upgrade_policy import UpgradePolicy, pause_ms_of
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.simulator import SimConfig, simulate
@@ -54,17 +55,16 @@ class ClusterInput:
     before: Mapping[str, Any] | None
     #: the policy object in the working tree (None: removed, or not parsable)
     after: Mapping[str, Any] | None
-    #: ``reconciler.yaml`` resolved for the cluster (repository-wide, then ``clusters.<name>``)
+    #: ``reconciler.yaml`` as the cluster sees it, as written (repository-wide, then
+    #: ``clusters.<name>``): what the plan compares
     settings_before: Mapping[str, Any] = field(default_factory=dict)
     settings_after: Mapping[str, Any] = field(default_factory=dict)
     #: the cluster's last status snapshot
     snapshot: Mapping[str, Any] | None = None
     #: what ``validate --against`` says about the cluster's files, located
     findings: tuple[Finding, ...] = ()
-    #: the cluster's windows, health checks and readyTimeout as the merge brings them
-    windows: WindowCalendar | None = None
-    health: HealthConfig | None = None
-    ready_timeout: float = 600.0
+    #: the cluster's settings as the merge brings them, resolved: what the prediction runs
+    settings: ClusterSettings = field(default_factory=ClusterSettings)
     #: when the promotion gate passes by time alone (None: no gate, or it needs the upstream)
     promotion_earliest: float | None = None
 
@@ -164,20 +164,6 @@ class ClusterPlan:
 
 
 # -- deciding ------------------------------------------------------------------------------------
-
-def resolved_settings(raw: Mapping[str, Any], cluster: str) -> dict[str, Any]:
-    """``reconciler.yaml`` as one cluster sees it: the repository-wide keys, each replaced as a
-    whole by the cluster's own section of that key (no deep merge:
-    docs/configuration.md#a-fleet-of-clusters-clustersname-windows-promotion), except
-    ``rollout``, which the cluster's section replaces key by key as the controller reads it
-    (``merge_rollout_sections``)."""
-    settings = {key: value for key, value in raw.items() if key != "clusters"}
-    own = dict(_mapping(_mapping(raw.get("clusters")).get(cluster)))
-    if "rollout" in own:
-        own["rollout"] = merge_rollout_sections(settings.get("rollout"), own["rollout"])
-    settings.update(own)
-    return settings
-
 
 def changed_paths(before: Any, after: Any, prefix: str = "") -> Iterator[str]:
     """Dotted paths of the leaves that differ (a list compares as a whole)."""
@@ -332,9 +318,11 @@ def _rollout(plan: ClusterPlan, inp: ClusterInput, notes: list[str], *, now: flo
     if plan.gates:
         notes.append(f"plus the time {plan.gates} gate(s) wait for a person (the model "
                      "releases each at once)")
-    if inp.windows is not None:
-        notes.append(f"maintenance windows in {inp.windows.timezone}: fresh nodes start only "
+    windows = inp.settings.windows
+    if windows is not None:
+        notes.append(f"maintenance windows in {windows.timezone}: fresh nodes start only "
                      "inside one")
+    notes.extend(_rollout_notes(inp.settings))
     plan = replace(plan, predicted_seconds=seconds, notes=tuple(notes))
     if plan.change == "held" and plan.held_until is None:
         return plan  # the duration is known; when it starts is not
@@ -354,15 +342,28 @@ def predict(driver: Mapping[str, Any], *, from_version: str | None, nodes: int,
         install_seconds=install_seconds,
         auto_confirm=0.0,
         until=min(PREDICTION_HORIZON, LATEST_TIME - start),
-        settings=PlannerSettings(ready_timeout=inp.ready_timeout),
-        health=inp.health,
+        settings=PlannerSettings().for_pass(inp.settings.rollout),
+        health=inp.settings.health.config,
         start=start,
-        windows=inp.windows,
+        windows=inp.settings.windows,
     )
     result = simulate(driver, config)
     if not result.completed:
         return None, result.stop_reason
     return round(result.duration_seconds, 1), result.stop_reason
+
+
+def _rollout_notes(settings: ClusterSettings) -> list[str]:
+    """What the model knows less of than the controller: the nodes' pods and labels."""
+    notes = []
+    rollout = settings.rollout
+    if rollout.drain is not None or rollout.wait_for is not None:
+        notes.append("rollout.drain/waitFor: each node is drained first as the controller "
+                     "does; the model knows no workload pods, so no eviction waits")
+    if rollout.topology is not None:
+        notes.append(f"rollout.topology ({rollout.topology.key}, {rollout.topology.order}): "
+                     "the model knows no node labels, so every node is in one domain")
+    return notes
 
 
 # -- rendering -----------------------------------------------------------------------------------
