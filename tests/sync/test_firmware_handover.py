@@ -1,13 +1,16 @@
 """A merged ``fwUpgradePolicy: PreferCloud`` is not applied as is: the sync hands it to the
 firmware orchestrator as the request annotation (docs/firmware.md); the orchestrator's
 ``Never`` at the end is written back to Git, and its status goes to the snapshot's ``firmware``
-section. The orchestrator is played here by its field manager's server-side applies."""
+section. The orchestrator is played here by its field manager's server-side applies and by its
+record in the annotation ``FIRMWARE_STATUS_ANNOTATION`` (the vendor's CRD has no status field
+for it: the API server prunes ``status.firmwareUpgrade``)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -16,6 +19,7 @@ from reconciler.kube.objects import cluster_operator_path
 from reconciler.names import API_VERSION, CLUSTER_OPERATOR_NAME, CONTROLLER_FIELD_MANAGER, KIND
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.waiting import wait_for
+from reconciler.stored_status import FIRMWARE_STATUS_ANNOTATION
 from reconciler.sync.desired import FIRMWARE_REQUEST_ANNOTATION
 from tests.sync.conftest import PAYLOAD, POLICY_PATH, Person, Remote, SyncFactory, policy
 from tests.sync.helpers import cluster_operator, driver, file_at_head, source_commit, status_file
@@ -57,12 +61,15 @@ def test_prefer_cloud_becomes_a_request_and_never_is_written_back(
             "spec": {"driver": {"fwUpgradePolicy": value}}},
             field_manager=CONTROLLER_FIELD_MANAGER, force=True)
 
+    def orchestrator_records(firmware: dict[str, Any]) -> None:
+        # its whole record, where it keeps it (stored_status.FIRMWARE_STATUS_ANNOTATION)
+        kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME), {"metadata": {"annotations": {
+            FIRMWARE_STATUS_ANNOTATION: json.dumps(firmware, sort_keys=True)}}})
+
     orchestrator_sets("PreferCloud")
-    kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status"),
-               {"status": {"firmwareUpgrade": {"phase": "AwaitingReboot", "message": "reboot",
-                                               "sourceCommit": merge, "nodes": {
-                                                   "node-0001": {"stage": "awaiting-reboot"},
-                                                   "node-0002": {"stage": "verified"}}}}})
+    orchestrator_records({"phase": "AwaitingReboot", "message": "reboot", "sourceCommit": merge,
+                          "nodes": {"node-0001": {"stage": "awaiting-reboot"},
+                                    "node-0002": {"stage": "verified"}}})
     firmware = wait_for(lambda: (status_file(policy_remote) or {}).get("firmware"), timeout=20,
                         what="the firmware section in Git")
     assert firmware["phase"] == "AwaitingReboot"
@@ -77,8 +84,7 @@ def test_prefer_cloud_becomes_a_request_and_never_is_written_back(
     assert driver(kube)["fwUpgradePolicy"] == "PreferCloud"
 
     orchestrator_sets("Never")
-    kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status"),
-               {"status": {"firmwareUpgrade": {"phase": "Completed", "nodes": None}}})
+    orchestrator_records({"phase": "Completed", "message": "reboot", "sourceCommit": merge})
     wait_for(lambda: any("set fwUpgradePolicy: Never" in s for s in log_subjects(policy_remote)),
              timeout=20, what="the Never write-back", observe=lambda: log_subjects(policy_remote))
     # the phase is written after Never: the subject still says why, from the phase

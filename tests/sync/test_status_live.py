@@ -26,6 +26,12 @@ from reconciler.names import (
 )
 from reconciler.policy.validation import validate_status_snapshot
 from reconciler.sim.control_plane import ControlPlane
+from reconciler.stored_status import (
+    ROLLOUT_STATE_ANNOTATION,
+    annotation_text,
+    split_upgrade_status,
+    status_with_upgrade,
+)
 from reconciler.sync.status_view import report
 from reconciler.views.nodes import NodeFacts, PodFacts, classify_all
 from tests.conftest import FleetFactory, wait_for
@@ -150,7 +156,9 @@ def test_the_command_reads_domains_from_the_live_nodes(fleet_factory: FleetFacto
                                                        control_plane: ControlPlane) -> None:
     """``--from cluster`` on a real API server: the node labels make the domains, a node
     annotated draining and one labelled to be skipped are classified so, and the status's
-    draining list is printed as it is."""
+    draining list is printed as it is. The status is stored the way the controller stores it
+    (docs/rollout.md#where-the-state-lives): the CRD's fields in ``status.upgradeStatus``, ours
+    (the draining list, the topology) in the rollout-state annotation."""
     labels = {"node-0001": {RACK: "r1"}, "node-0002": {RACK: "r1"},
               "node-0003": {RACK: "r2"}, "node-0004": {RACK: "r2", LABEL_UPGRADE_SKIP: "true"}}
     fleet = fleet_factory(nodes=4, node_labels=labels)
@@ -161,8 +169,12 @@ def test_the_command_reads_domains_from_the_live_nodes(fleet_factory: FleetFacto
         "metadata": {"annotations": {ANN_STATE: "draining", ANN_TARGET: NEW}}})
     upgrade = live_snapshot()["upgradeStatus"]
     del upgrade["skipped"]  # node-0004 is skipped by its label alone
+    crd, own = split_upgrade_status(upgrade)
+    path = cluster_operator_path(CLUSTER_OPERATOR_NAME)
+    co = kube.patch(path, {"metadata": {"annotations": {
+        ROLLOUT_STATE_ANNOTATION: annotation_text(own)}}})
     kube.patch(cluster_operator_path(CLUSTER_OPERATOR_NAME, subresource="status"),
-               {"status": {"upgradeStatus": upgrade}})
+               {"status": status_with_upgrade(co, crd)})
     kubeconfig = str(control_plane.kubeconfig)
     result = CliRunner().invoke(cli, ["status", "--from", "cluster", "--kubeconfig", kubeconfig,
                                       "--format", "json"])
