@@ -592,8 +592,10 @@ def test_native_rolling_update_replaces_each_driver_pod_with_the_install_time(
         assert labels["metax-tech.com/driver.ready"] == "true"
         assert (labels["metax-tech.com/gpu.driver.major"],
                 labels["metax-tech.com/gpu.driver.minor"]) == ("2", "40")
-        pod = pod_on(kube, name)
-        assert pod is not None and container_state(pod)[:2] == ("Running", True)
+        # the container's ready flag is its own status write: wait for it, not for the clock
+        wait_for(lambda n=name: (p := pod_on(kube, n)) is not None
+                 and container_state(p)[:2] == ("Running", True),
+                 timeout=30, what=f"{name}'s driver container Running and ready")
 
 
 def test_the_simulated_kubelets_threads_grow_with_the_fleet_up_to_a_cap() -> None:

@@ -60,7 +60,7 @@ def test_merge_to_upgrade_with_git_log_as_the_audit_trail(
              timeout=30, what="the pause write-back", observe=lambda: subjects(policy_remote))
     text = file_at_head(policy_remote, POLICY_PATH)
     assert "pause: true" in text
-    assert "# a person confirms the canary" in text  # round trip kept the comments
+    assert "a person confirms the canary" in text  # round trip kept the comments
 
     # `reconciler status` tells what the rollout waits for, from Git and from the cluster
     wait_for(lambda: (status_file(policy_remote) or {}).get("upgradeStatus", {}).get("status", {})
