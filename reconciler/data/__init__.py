@@ -64,6 +64,12 @@ def _without(value: Any, dropped: tuple[Any, ...]) -> Any:
     return value
 
 
+def without_empty_strings(obj: Any) -> Any:
+    """``obj`` without its ``""`` values (keys and list items): the 1.20 API server reads an
+    empty string in a custom resource as null and refuses it where the CRD wants a string."""
+    return _without(obj, ("",))
+
+
 def stored_cluster_operator(*, empty_strings: bool = True) -> dict[str, Any]:
     """The rendered object as a create (POST) stores it with the vendor's CRD: nulls pruned, no
     namespace (the object is cluster-scoped), ``spec.openshift: {}`` (Helm 3 renders

@@ -17,6 +17,7 @@ from reconciler.admission.server import AdmissionServer, CertificateSource
 from reconciler.data import stored_cluster_operator
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.names import API_VERSION, PLURAL
+from reconciler.sim.operator_install import for_server
 
 CONFIG_PATH = resource_path("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations")
 FIELD_MANAGER = "gpu-reconciler-dev-cluster"
@@ -40,7 +41,7 @@ def unregister(api: KubeApi, *, name: str = CONFIG_NAME) -> None:
 def probe(api: KubeApi) -> str:
     """A server-side dry run of a ClusterOperator only the webhook refuses; the denial's text
     (empty when the API server admitted it, i.e. the webhook is not called yet)."""
-    body: dict[str, Any] = stored_cluster_operator()  # whole: the CRD's schema takes it
+    body: dict[str, Any] = for_server(api, stored_cluster_operator())  # whole: the CRD takes it
     body["metadata"] = {"name": "admission-probe"}
     body["spec"]["driver"]["upgradePolicy"] = {
         "enableRollout": True, "upgradeSteps": [

@@ -124,4 +124,29 @@ def cluster_operator_crd(vendor_schema: Mapping[str, Any] | None = None, *,
         _add_cel_rules(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
     if not (cel_rules if empty_defaults is None else empty_defaults):
         _drop_empty_defaults(version["schema"]["openAPIV3Schema"])
+        # the same server reads every "" in a custom resource as null: a string field takes
+        # null there, so an object (and a status) with empty strings is stored as elsewhere
+        _strings_nullable(version["schema"]["openAPIV3Schema"])
     return crd
+
+
+def _strings_nullable(node: Any, keys: frozenset[str] = frozenset()) -> None:
+    """Every string field (reached through properties, items, additionalProperties; never a
+    list-map key nor an anyOf branch, which a structural schema forbids) takes null."""
+    if not isinstance(node, dict):
+        return
+    for name, child in (node.get("properties") or {}).items():
+        if isinstance(child, dict) and child.get("type") == "string" and name not in keys:
+            child["nullable"] = True
+        _strings_nullable(child)
+    items = node.get("items")
+    if isinstance(items, dict):
+        list_keys = frozenset(node.get("x-kubernetes-list-map-keys") or ())
+        if items.get("type") == "string":
+            items["nullable"] = True
+        _strings_nullable(items, list_keys)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        if extra.get("type") == "string":
+            extra["nullable"] = True
+        _strings_nullable(extra)

@@ -228,6 +228,15 @@ def _create_if_missing(api: KubeApi, collection: str, body: JSON) -> bool:
         return False
 
 
+def for_server(api: KubeApi, body: JSON) -> JSON:
+    """``body`` as the server can take it: a server older than CEL_MINOR (1.20) reads ``""``
+    in a custom resource as null, so the empty strings the chart renders are left out there."""
+    if release_minor(server_version(api)) >= CEL_MINOR:
+        return body
+    stripped: JSON = data.without_empty_strings(body)
+    return stripped
+
+
 def install_operator(
     api: KubeApi,
     payload: Payload = DEFAULT_PAYLOAD,
@@ -241,7 +250,7 @@ def install_operator(
     _create_if_missing(api, resource_path("v1", "namespaces"),
                        {"apiVersion": "v1", "kind": "Namespace",
                         "metadata": {"name": OPERATOR_NAMESPACE}})
-    _create_if_missing(api, CO_PATH, cluster_operator(payload, spec=spec))
+    _create_if_missing(api, CO_PATH, for_server(api, cluster_operator(payload, spec=spec)))
     if daemonset:
         _create_if_missing(api, DAEMONSET_PATH, driver_daemonset(payload))
 
