@@ -44,7 +44,8 @@ KIND = "AdmissionReview"
 #: An UPDATE carries two objects of up to 1.5 MiB (etcd's limit) and the review's envelope.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
 #: Validation findings of a policy *file* that every stored object would trip (docs/admission.md).
-FILE_ONLY_RULES = frozenset({"server-populated-field", "helm-ownership-metadata"})
+FILE_ONLY_RULES = frozenset({"server-populated-field", "helm-ownership-metadata",
+                             "reconciler-annotation"})
 #: The transition rules' findings (reconciler.policy.transitions), about the change itself.
 TRANSITION_RULES = frozenset({"transition-locked-field", "firmware-locked-field",
                               "firmware-rollout-conflict"})

@@ -94,6 +94,7 @@ steps-increasing           catalogue Step targets do not strictly increase
 last-step-100              catalogue The last step does not reach 100% of the nodes
 server-populated-field     catalogue A field the API server sets, never applied
 helm-ownership-metadata    catalogue Helm's ownership metadata in a policy, never applied
+reconciler-annotation      catalogue The reconciler's own annotation in a policy, never applied
 cluster-scoped-namespace   catalogue A namespace on the cluster-scoped ClusterOperator
 transition-locked-field    catalogue A field that cannot change while the rollout runs
 firmware-locked-field      catalogue A firmware field that cannot change during a firmware upgrade

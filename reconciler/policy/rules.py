@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from reconciler.names import (
+    DONE_ANNOTATION,
+    NOTIFIED_ANNOTATION,
+    REQUEST_ANNOTATION,
+    SOURCE_COMMIT_ANNOTATION,
+)
 from reconciler.policy.crd_schema import ACTED_ON
 from reconciler.policy.document import ParsedDocument, rejected_number
 from reconciler.policy.findings import Finding, join_pointer
 from reconciler.policy.quantity import PERCENT_RE, Quantity, parse_quantity
 from reconciler.policy.schema import load_schema
+from reconciler.stored_status import FIRMWARE_STATUS_ANNOTATION, ROLLOUT_STATE_ANNOTATION
 
 POLICY_POINTER = "/spec/driver/upgradePolicy"
 
@@ -29,6 +36,27 @@ SERVER_POPULATED_METADATA = (
 #: Helm). The same keys the sync leaves out of every apply (``reconciler.sync.desired``).
 HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
+
+
+#: The reconciler's own annotations on the ClusterOperator (docs/gitops.md#metadata-what-the-sync-
+#: applies-and-what-it-leaves-alone), with what each records: written by the sync, the controller,
+#: the firmware orchestrator and the notifier, never by a policy. Applied from a file they would be
+#: fought over (each write undoing the other's), and a firmware request would start a flow no
+#: commit asked for.
+RECONCILER_ANNOTATIONS: Final[Mapping[str, str]] = {
+    SOURCE_COMMIT_ANNOTATION: "the commit the cluster runs, written by the sync",
+    ROLLOUT_STATE_ANNOTATION: "the rollout's record, written by the rollout controller",
+    FIRMWARE_STATUS_ANNOTATION: "the firmware flow's record, written by the firmware orchestrator",
+    REQUEST_ANNOTATION: "a firmware request, written by the sync for a commit that asks for "
+                        "PreferCloud",
+    DONE_ANNOTATION: "the firmware flow that ended, written by the firmware orchestrator",
+    NOTIFIED_ANNOTATION: "the notifications already sent, written by the notifier",
+}
+
+
+def is_reconciler_annotation(key: str) -> bool:
+    """``key`` of ``metadata.annotations`` is one the reconciler writes itself."""
+    return key in RECONCILER_ANNOTATIONS
 
 
 def is_helm_ownership_key(section: str, key: str) -> bool:
@@ -227,6 +255,16 @@ def _metadata_rules(doc: ParsedDocument) -> Iterator[Finding]:
                         "upgrade refuses an object whose managed-by is not Helm), the object "
                         "keeps the release's", key=True, info=True,
                     )
+        annotations = metadata.get("annotations")
+        for key in annotations if isinstance(annotations, dict) else ():
+            if isinstance(key, str) and is_reconciler_annotation(key):
+                yield doc.finding(
+                    join_pointer("/metadata/annotations", key), "reconciler-annotation",
+                    f"metadata.annotations: '{key}' is the reconciler's own "
+                    f"({RECONCILER_ANNOTATIONS[key]}), not a policy's: never applied, the object "
+                    "keeps the reconciler's; remove it (the file was probably copied from "
+                    "kubectl get)", key=True, warning=True,
+                )
         if "namespace" in metadata:
             yield doc.finding(
                 "/metadata/namespace", "cluster-scoped-namespace",

@@ -1,12 +1,13 @@
 """What the sync applies for one accepted commit: pure, no Kubernetes, no Git, no clock.
 
 The body of the server-side apply holds only what the repository owns: ``metadata.name``,
-labels and annotations from the file (server-populated metadata, ``status`` and Helm's ownership
-metadata are never applied; finalizers are never sent, so the vendor's stays), the spec without
-the fields the rollout controller keeps (docs/gitops.md#git-stays-the-truth), and two annotations of
-our own: the commit the cluster now runs, and a firmware request when a commit asks for
-``fwUpgradePolicy: PreferCloud`` (docs/firmware.md: that value is never applied as is; the firmware
-orchestrator takes the request over).
+labels and annotations from the file (server-populated metadata, ``status``, Helm's ownership
+metadata and the reconciler's own annotations are never applied; finalizers are never sent, so
+the vendor's stays), the spec without the fields the rollout controller keeps
+(docs/gitops.md#git-stays-the-truth), and two annotations of our own: the commit the cluster
+now runs, and a firmware request when a commit asks for ``fwUpgradePolicy: PreferCloud``
+(docs/firmware.md: that value is never applied as is; the firmware orchestrator takes the request
+over).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from reconciler.fieldpath import MISSING, FieldPath, ensure, remove, resolve, se
 from reconciler.firmware.request import firmware_request_annotation
 from reconciler.names import API_VERSION, KIND, REQUEST_ANNOTATION
 from reconciler.names import SOURCE_COMMIT_ANNOTATION as SOURCE_COMMIT_ANNOTATION
-from reconciler.policy.rules import is_helm_ownership_key
+from reconciler.policy.rules import is_helm_ownership_key, is_reconciler_annotation
 from reconciler.sync.fields import FW_POLICY, FW_VIRT
 
 FIRMWARE_REQUEST_ANNOTATION = REQUEST_ANNOTATION
@@ -87,7 +88,8 @@ def apply_body(
     if labels:
         metadata["labels"] = labels
     annotations = {str(k): str(v) for k, v in _mapping(meta.get("annotations")).items()
-                   if not is_helm_ownership_key("annotations", str(k))}
+                   if not is_helm_ownership_key("annotations", str(k))
+                   and not is_reconciler_annotation(str(k))}
     annotations[SOURCE_COMMIT_ANNOTATION] = source_commit
     # an empty value is a key left out, as a create stores it (server-side apply refuses a
     # null; Helm renders unset values so): docs/validation.md, null-left-out

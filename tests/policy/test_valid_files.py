@@ -119,6 +119,16 @@ WARNINGS = [
      "server-populated-field", 5, "/metadata/creationTimestamp"),
     ("status-in-policy-file", SEED_10 + "status:\n  upgradeStatus: {phase: Idling}\n",
      "server-populated-field", 27, "/status"),
+    ("reconciler-rollout-state-annotation",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  annotations:\n"
+                  "    gpu.metax-tech.com/rollout-state: '{}'"),
+     "reconciler-annotation", 6, "/metadata/annotations/gpu.metax-tech.com~1rollout-state"),
+    ("reconciler-firmware-request-annotation",
+     replace_line(SEED_10, 4, "  name: cluster-operator\n  annotations:\n"
+                  "    gpu.metax-tech.com/owner: gpu-team\n"
+                  "    gpu.metax-tech.com/firmware-request: "
+                  "'{\"fwUpgradePolicy\": \"PreferCloud\"}'"),
+     "reconciler-annotation", 7, "/metadata/annotations/gpu.metax-tech.com~1firmware-request"),
     ("unknown-metadata-field-not-applied",
      replace_line(SEED_10, 4, "  name: cluster-operator\n  team: gpu"),
      "unknown-field-pruned", 5, "/metadata/team"),

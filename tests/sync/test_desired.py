@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from reconciler.names import SOURCE_COMMIT_ANNOTATION
+from reconciler.stored_status import FIRMWARE_STATUS_ANNOTATION, ROLLOUT_STATE_ANNOTATION
 from reconciler.sync.desired import (
     FIRMWARE_REQUEST_ANNOTATION,
     apply_body,
@@ -79,6 +80,26 @@ def test_helm_ownership_metadata_and_finalizers_are_never_applied_other_metadata
     only_helm["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "Helm"}
     assert "labels" not in apply_body(only_helm, name="cluster-operator",
                                       source_commit="c" * 40)["metadata"]
+
+
+def test_the_reconcilers_own_annotations_in_a_file_are_never_applied() -> None:
+    """docs/validation.md, reconciler-annotation: the object keeps what the reconciler wrote; a
+    request in the file starts no firmware flow, a commit's own request is still put on."""
+    proposed = obj()
+    proposed["metadata"]["annotations"] = {
+        SOURCE_COMMIT_ANNOTATION: "f" * 40, ROLLOUT_STATE_ANNOTATION: "{}",
+        FIRMWARE_STATUS_ANNOTATION: "{}", "gpu.metax-tech.com/firmware-done": "flow:Succeeded",
+        "gpu.metax-tech.com/notifications-sent": "{}", "gpu.metax-tech.com/owner": "gpu-team",
+        FIRMWARE_REQUEST_ANNOTATION: firmware_request_value(fw_enable_virt=True,
+                                                            source_commit="f" * 40)}
+    body = apply_body(proposed, name="cluster-operator", source_commit="c" * 40)
+    assert body["metadata"]["annotations"] == {"gpu.metax-tech.com/owner": "gpu-team",
+                                               SOURCE_COMMIT_ANNOTATION: "c" * 40}
+    proposed["spec"]["driver"]["fwUpgradePolicy"] = "PreferCloud"
+    request = firmware_request_value(fw_enable_virt=False, source_commit="c" * 40)
+    body = apply_body(proposed, name="cluster-operator", source_commit="c" * 40,
+                      live=obj(fwUpgradePolicy="Never"), firmware_request=request)
+    assert body["metadata"]["annotations"][FIRMWARE_REQUEST_ANNOTATION] == request
 
 
 def test_prefer_cloud_is_handed_over_as_a_request() -> None:

@@ -1,7 +1,8 @@
 """docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone against the real control
 plane: the sync role applies a policy file to the object a Helm install of the vendor operator
 created, and keeps what it does not own (the vendor's finalizer, Helm's labels and annotations, the
-spec sections Git does not name), even when the file tries to set Helm's ownership metadata."""
+spec sections Git does not name), even when the file tries to set Helm's ownership metadata or
+the reconciler's own annotations."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from reconciler.kube.api import KubeApi
-from reconciler.names import SYNC_FIELD_MANAGER
+from reconciler.names import DONE_ANNOTATION, REQUEST_ANNOTATION, SYNC_FIELD_MANAGER
 from reconciler.sim.fleet import Fleet
 from reconciler.sim.operator_install import FINALIZER, HELM_ANNOTATIONS, HELM_LABELS
 from reconciler.sim.waiting import wait_for
@@ -52,7 +53,10 @@ def test_the_finalizer_and_helm_metadata_survive_a_sync_that_tries_to_set_manage
     alice.pull()
     text = with_metadata(policy(NEW, enable=False),
                          {"app.kubernetes.io/managed-by": "gpu-gitops-reconciler", **OURS},
-                         {"meta.helm.sh/release-name": "someone-else", "note": "from Git"})
+                         {"meta.helm.sh/release-name": "someone-else", "note": "from Git",
+                          # the reconciler's own: a request from a file starts no firmware flow
+                          REQUEST_ANNOTATION: "'{\"fwUpgradePolicy\": \"PreferCloud\"}'",
+                          DONE_ANNOTATION: "copied:Succeeded"})
     sha = alice.commit_and_push("Upgrade prod-a, and label it", {POLICY_PATH: text})
     sync = make_sync(policy_remote.url)
     sync.trigger()
@@ -67,6 +71,8 @@ def test_the_finalizer_and_helm_metadata_survive_a_sync_that_tries_to_set_manage
     for key, value in HELM_ANNOTATIONS.items():
         assert meta["annotations"][key] == value
     assert meta["annotations"]["note"] == "from Git"
+    assert REQUEST_ANNOTATION not in meta["annotations"]
+    assert DONE_ANNOTATION not in meta["annotations"]
     assert driver(kube)["payload"]["version"] == NEW
     # what Git does not name stays as installed
     assert co["spec"]["devicePlugin"] == installed["spec"]["devicePlugin"]
@@ -76,6 +82,7 @@ def test_the_finalizer_and_helm_metadata_survive_a_sync_that_tries_to_set_manage
     assert "f:finalizers" not in owned
     assert "f:app.kubernetes.io/managed-by" not in owned.get("f:labels", {})
     assert not any(k.startswith("f:meta.helm.sh/") for k in owned.get("f:annotations", {}))
+    assert f"f:{REQUEST_ANNOTATION}" not in owned["f:annotations"]
 
     # a label of ours that leaves the file leaves the cluster; Helm's stay
     alice.pull()
