@@ -150,20 +150,26 @@ def payload_reverted(seen: Observed, out: Decisions, target_image: str) -> bool:
         return False
     cause = out.status.condition(ConditionType.ROLLING_BACK)
     reason = cause.reason if cause is not None else ""
+    why = "spec.driver.payload is back on the previous version"
+    threshold = seen.policy.max_failure_threshold
+    counted = failures_in(seen, out.status.epoch())
     if reason not in (st.REASON_THRESHOLD, st.REASON_DISABLED):
-        reason = (st.REASON_THRESHOLD if threshold_reached(seen, out.status.epoch())
-                  else "PayloadReverted")
-    begin(out, st.PHASE_TERMINATING, reason,
-          "spec.driver.payload is back on the previous version")
+        reason = st.REASON_THRESHOLD if counted >= threshold else "PayloadReverted"
+    if reason == st.REASON_THRESHOLD and counted >= threshold:
+        # the fallback's own status write was lost: the nodes' records say what it said
+        out.set(current_failure_retry=threshold)
+        why = (f"step {out.step_index()}: {threshold} failures reached maxFailureThreshold "
+               f"{threshold}; {why}")
+    begin(out, st.PHASE_TERMINATING, reason, why)
     return True
 
 
-def threshold_reached(seen: Observed, epoch: str) -> bool:
-    """The nodes' failure records of batch epoch ``epoch`` reach maxFailureThreshold."""
+def failures_in(seen: Observed, epoch: str) -> int:
+    """The failures the nodes' records count in batch epoch ``epoch``."""
     prefix = epoch + "|"
     count = 0
     for node in seen.snap.nodes.values():
         failures = node.annotations.get(ANN_FAILURES)
         if failures and failures.startswith(prefix):
             count += st.int_or(failures[len(prefix) :], 1)
-    return count >= seen.policy.max_failure_threshold
+    return count

@@ -840,6 +840,11 @@ def test_restored_payload_without_its_status_continues_the_rollback() -> None:
     assert w.status["phase"] == "Progressing"
     result = w.settle(60)
     assert w.status["phase"] == "Terminating"
+    # what the lost write said, read back from the nodes' failure records
+    assert w.inner["currentFailureRetry"] == 1
+    assert w.conditions()["RollingBack"]["message"] == (
+        "step 1: 1 failures reached maxFailureThreshold 1; spec.driver.payload is back on the "
+        "previous version")
     assert SetDaemonSetImage(NEW_IMAGE) not in result.actions  # the new version is not re-applied
     assert w.ds.current_image == OLD_IMAGE
     for t in (120, 180):
