@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.objects import cluster_operator_path
 from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
 from reconciler.names import CLUSTER_OPERATOR_NAME, GPU_NODE_LABEL
+from reconciler.rollout.model import PlannerSettings
+from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from reconciler.stored_status import upgrade_status_of
 
@@ -45,6 +48,18 @@ SEED_100 = {
     "maxFailureThreshold": 5,
     "fallback": "pause",
 }
+
+
+def running_controller(kube: KubeApi, settings: PlannerSettings,
+                       **options: Any) -> Iterator[RolloutController]:
+    """A fixture's body: the CRD installed (the controller waits for the resource to be served
+    before it is synced), a synced controller for cluster-operator, stopped after the test."""
+    install_crd(kube)
+    ctl = RolloutController(kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
+                            settings=settings, **options).start()
+    assert ctl.wait_synced(30)
+    yield ctl
+    ctl.stop()
 
 
 def person_patch(kube: KubeApi, driver: Mapping[str, Any]) -> JSON:

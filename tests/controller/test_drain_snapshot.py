@@ -31,7 +31,6 @@ from reconciler.ops.metrics import Metrics
 from reconciler.policy.rollout_settings import DrainSettings, RolloutSettings
 from reconciler.rollout import actions as act
 from reconciler.rollout.model import PlannerSettings, RolloutNode
-from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.conftest import FleetFactory
 from tests.controller.drain_objects import (
@@ -44,7 +43,7 @@ from tests.controller.drain_objects import (
     mirror_pod,
     pods,
 )
-from tests.controller.helpers import cluster_operator, event_reasons
+from tests.controller.helpers import cluster_operator, event_reasons, running_controller
 
 pytestmark = pytest.mark.cluster
 
@@ -58,13 +57,8 @@ def settings() -> list[ClusterSettings]:
 
 @pytest.fixture
 def controller(kube: KubeApi, settings: list[ClusterSettings]) -> Iterator[RolloutController]:
-    install_crd(kube)
-    ctl = RolloutController(kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-                            settings=PlannerSettings(ready_timeout=20),
-                            config=lambda: settings[0]).start()
-    assert ctl.wait_synced(30)
-    yield ctl
-    ctl.stop()
+    yield from running_controller(kube, PlannerSettings(ready_timeout=20),
+                                  config=lambda: settings[0])
 
 
 def _views(ctl: RolloutController) -> dict[str, RolloutNode]:

@@ -8,13 +8,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
 from reconciler.names import ANN_STATE, CLUSTER_OPERATOR_NAME
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.fleet import Fleet
-from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from reconciler.stored_status import FIRMWARE_STATUS_ANNOTATION
 from tests.controller.helpers import (
@@ -25,6 +23,7 @@ from tests.controller.helpers import (
     event_reasons,
     passes_after_it_saw,
     person_patch,
+    running_controller,
     spec_41_problems,
     start_rollout,
     upgrade_status,
@@ -37,14 +36,8 @@ NEW = "2.33.0.9"
 
 @pytest.fixture
 def controller(kube: KubeApi) -> Iterator[RolloutController]:
-    install_crd(kube)  # the controller waits for the resource to be served before it is synced
-    ctl = RolloutController(
-        kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-        settings=PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2),
-    ).start()
-    assert ctl.wait_synced(30)
-    yield ctl
-    ctl.stop()
+    yield from running_controller(
+        kube, PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2))
 
 
 def _state(kube: KubeApi) -> dict[str, Any]:

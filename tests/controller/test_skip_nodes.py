@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 
-from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
-from reconciler.names import ANN_SKIPPED, CLUSTER_OPERATOR_NAME, LABEL_UPGRADE_SKIP
+from reconciler.names import ANN_SKIPPED, LABEL_UPGRADE_SKIP
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.skipped import COND_NODES_SKIPPED
-from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
-from tests.controller.helpers import start_rollout, upgrade_status
+from tests.controller.helpers import running_controller, start_rollout, upgrade_status
 
 pytestmark = pytest.mark.cluster
 
@@ -26,15 +24,9 @@ NEW = "2.33.0.9"
 
 @pytest.fixture
 def controller(kube: KubeApi) -> Iterator[RolloutController]:
-    install_crd(kube)
-    ctl = RolloutController(
-        kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-        settings=PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2,
-                                 unavailable_nodes="skip"),
-    ).start()
-    assert ctl.wait_synced(30)
-    yield ctl
-    ctl.stop()
+    yield from running_controller(
+        kube, PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2,
+                              unavailable_nodes="skip"))
 
 
 def test_a_node_under_repair_and_a_labelled_node_are_skipped_and_the_rollout_completes(

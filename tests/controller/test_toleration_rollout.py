@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import KubeApi
 from reconciler.names import (
@@ -23,12 +22,12 @@ from reconciler.names import (
 )
 from reconciler.rollout.model import PlannerSettings
 from reconciler.sim.control_plane import ControlPlane
-from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from tests.controller.helpers import (
     InvariantObserver,
     cluster_operator,
     event_reasons,
+    running_controller,
     spec_41_problems,
     start_rollout,
     upgrade_status,
@@ -41,14 +40,8 @@ NEW = "2.33.0.9"
 
 @pytest.fixture
 def controller(kube: KubeApi) -> Iterator[RolloutController]:
-    install_crd(kube)
-    ctl = RolloutController(
-        kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-        settings=PlannerSettings(ready_timeout=60, retry_backoff=0.5, retry_backoff_max=2),
-    ).start()
-    assert ctl.wait_synced(30)
-    yield ctl
-    ctl.stop()
+    yield from running_controller(
+        kube, PlannerSettings(ready_timeout=60, retry_backoff=0.5, retry_backoff_max=2))
 
 
 def test_toleration_one_on_the_first_step_and_one_faulty_node_completes(

@@ -13,20 +13,19 @@ from typing import Any
 import pytest
 
 from reconciler.config.settings import ClusterSettings
-from reconciler.controller.act import Target
 from reconciler.controller.loop import RolloutController
 from reconciler.kube.api import JSON, KubeApi, resource_path
 from reconciler.kube.observe import driver_pod_view, is_driver_pod
 from reconciler.kube.watch import ListWatch
-from reconciler.names import ANN_STATE, CLUSTER_OPERATOR_NAME
+from reconciler.names import ANN_STATE
 from reconciler.policy.rollout_settings import RolloutSettings, TopologySettings
 from reconciler.rollout.model import PlannerSettings
-from reconciler.sim.operator_install import install_crd
 from reconciler.sim.waiting import wait_for
 from reconciler.sim.workloads import ZONE_LABEL, domain_labels
 from tests.controller.helpers import (
     InvariantObserver,
     WatchRecorder,
+    running_controller,
     start_rollout,
     upgrade_status,
 )
@@ -40,17 +39,11 @@ ZONES = {name: labels[ZONE_LABEL] for name, labels in domain_labels(NAMES, 3).it
 
 @pytest.fixture
 def controller(kube: KubeApi) -> Iterator[RolloutController]:
-    install_crd(kube)
     settings = ClusterSettings(rollout=RolloutSettings(
         ready_timeout=20, topology=TopologySettings(ZONE_LABEL, "sequential")))
-    ctl = RolloutController(
-        kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
-        settings=PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2),
-        config=lambda: settings,
-    ).start()
-    assert ctl.wait_synced(30)
-    yield ctl
-    ctl.stop()
+    yield from running_controller(
+        kube, PlannerSettings(ready_timeout=20, retry_backoff=0.5, retry_backoff_max=2),
+        config=lambda: settings)
 
 
 class ZoneWatch(WatchRecorder):
