@@ -38,11 +38,11 @@ HELM_MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 HELM_ANNOTATION_PREFIX = "meta.helm.sh/"
 
 
-#: The reconciler's own annotations on the ClusterOperator (docs/gitops.md#metadata-what-the-sync-
-#: applies-and-what-it-leaves-alone), with what each records: written by the sync, the controller,
-#: the firmware orchestrator and the notifier, never by a policy. Applied from a file they would be
-#: fought over (each write undoing the other's), and a firmware request would start a flow no
-#: commit asked for.
+#: The reconciler's own annotations on the ClusterOperator, with what each records: written by
+#: the sync, the controller, the firmware orchestrator and the notifier, never by a policy
+#: (docs/gitops.md#metadata-what-the-sync-applies-and-what-it-leaves-alone). Applied from a
+#: file they would be fought over (each write undoing the other's), and a firmware request
+#: would start a flow no commit asked for.
 RECONCILER_ANNOTATIONS: Final[Mapping[str, str]] = {
     SOURCE_COMMIT_ANNOTATION: "the commit the cluster runs, written by the sync",
     ROLLOUT_STATE_ANNOTATION: "the rollout's record, written by the rollout controller",
