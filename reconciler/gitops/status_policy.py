@@ -17,6 +17,7 @@ number passed in. The rules:
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -257,6 +258,7 @@ def build_snapshot(
     promotion: Mapping[str, Any] | None = None,
     holds: Sequence[Mapping[str, Any]] = (),
     install_seconds: float | None = None,
+    domains: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A status snapshot (``schemas/status-snapshot.schema.json``, without ``cluster`` and
     ``observedAt``, which the writer adds) from the live ``ClusterOperator`` object.
@@ -277,9 +279,14 @@ def build_snapshot(
         snapshot["promotion"] = dict(promotion)
     if holds:
         snapshot["holds"] = [dict(h) for h in holds]
+    measured: dict[str, Any] = {}
     if install_seconds is not None:
+        measured["installSeconds"] = install_seconds
+    if domains is not None:
+        measured["domains"] = copy.deepcopy(dict(domains))
+    if measured:
         # the writer completes it into ``fleet`` with the rollout nodes (``fleet_record``)
-        snapshot["fleet"] = {"installSeconds": install_seconds}
+        snapshot["fleet"] = measured
     return snapshot
 
 
@@ -287,10 +294,11 @@ def build_snapshot(
 
 def fleet_record(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
                  measured: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``fleet: {nodes, installSeconds}`` of a snapshot: the rollout nodes (the status's
-    ``totalUpgradeReplicas`` once a rollout froze them, else what ``previous`` said) and the
-    mean install time measured in the last rollout (``measured``'s, else ``previous``'s; None
-    when never measured). None until either is known."""
+    """``fleet: {nodes, installSeconds[, domains]}`` of a snapshot: the rollout nodes (the
+    status's ``totalUpgradeReplicas`` once a rollout froze them, else what ``previous`` said),
+    the mean install time measured in the last rollout and the nodes per topology domain
+    (``measured``'s, else ``previous``'s; None when never measured). None until nodes or install
+    time is known."""
     before = _mapping(previous)
     total = _mapping(upgrade.get("status")).get("totalUpgradeReplicas")
     nodes = total if _positive(total) else before.get("nodes")
@@ -299,8 +307,12 @@ def fleet_record(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
         install = before.get("installSeconds")
     if not _positive(nodes) and not _positive(install):
         return None
-    return {"nodes": nodes if _positive(nodes) else None,
-            "installSeconds": install if _positive(install) else None}
+    record: dict[str, Any] = {"nodes": nodes if _positive(nodes) else None,
+                              "installSeconds": install if _positive(install) else None}
+    domains = _mapping(measured).get("domains") or before.get("domains")
+    if isinstance(domains, Mapping):
+        record["domains"] = copy.deepcopy(dict(domains))
+    return record
 
 
 def _positive(value: object) -> bool:

@@ -26,6 +26,7 @@ from reconciler.policy.findings import Finding
 from reconciler.policy.upgrade_policy import UpgradePolicy, pause_ms_of
 from reconciler.rollout.model import PlannerSettings
 from reconciler.rollout.simulator import SimConfig, simulate
+from reconciler.rollout.topology import UNLABELLED
 from reconciler.timefmt import LATEST_TIME, format_duration, format_seconds
 
 Change = Literal["rollout", "settings", "firmware", "held", "refused", "none"]
@@ -123,6 +124,9 @@ class ClusterPlan:
     nodes_source: str | None = None
     install_seconds: float = DEFAULT_INSTALL_SECONDS
     install_assumed: bool = True
+    #: the rollout nodes per domain of ``rollout.topology``'s key the prediction ran on
+    #: (``fleet.domains`` of the snapshot; None: no topology, or the snapshot has none for it)
+    domains: Mapping[str, int] | None = None
     steps: tuple[PlanStep, ...] = ()
     predicted_seconds: float | None = None
     predicted_end: str | None = None
@@ -149,6 +153,7 @@ class ClusterPlan:
             "nodes_source": self.nodes_source,
             "install_seconds": self.install_seconds,
             "install_assumed": self.install_assumed,
+            "domains": dict(self.domains) if self.domains is not None else None,
             "steps": [step.to_json() for step in self.steps],
             "gates": self.gates,
             "predicted_start": self.predicted_start,
@@ -185,6 +190,35 @@ def _fleet_nodes(snapshot: Mapping[str, Any] | None) -> tuple[int | None, str | 
     if total is not None:
         return total, "totalUpgradeReplicas"
     return None, None
+
+
+def _domains(snapshot: Mapping[str, Any] | None, key: str, nodes: int
+             ) -> tuple[dict[str, int] | None, str | None]:
+    """The snapshot's rollout nodes per domain of ``key``; (None, why not) when it has none for
+    that key or they do not add up to ``nodes``."""
+    measured = _mapping(_mapping(_mapping(snapshot).get("fleet")).get("domains"))
+    counts = _mapping(measured.get("nodes"))
+    if measured.get("key") != key or not counts:
+        return None, (f"the last status snapshot counted no domains of {key} (the sync counts "
+                      "them once the key is in force), so every node is in one domain")
+    domains = {str(name): n for name, n in counts.items() if _count(n) is not None}
+    if sum(domains.values()) != nodes:
+        return None, (f"the domains of {key} in the last status snapshot hold "
+                      f"{sum(domains.values())} nodes, not {nodes}, so every node is in one "
+                      "domain")
+    return domains, None
+
+
+def labelled_fleet(key: str, domains: Mapping[str, int]
+                   ) -> tuple[tuple[str, Mapping[str, str]], ...]:
+    """Nodes ``node-00001`` .. carrying ``key`` as ``domains`` count them (the domain without
+    the label: nodes without it), domain after domain."""
+    fleet: list[tuple[str, Mapping[str, str]]] = []
+    for domain, count in domains.items():
+        labels = {} if domain == UNLABELLED else {key: domain}
+        first = len(fleet) + 1
+        fleet.extend((f"node-{first + i:05d}", labels) for i in range(count))
+    return tuple(fleet)
 
 
 def _count(value: object) -> int | None:
@@ -310,8 +344,16 @@ def _rollout(plan: ClusterPlan, inp: ClusterInput, notes: list[str], *, now: flo
     if policy.get("pause") is True:
         notes.append("pause: true: no node starts until pause: false is merged")
         return replace(plan, notes=tuple(notes))
-    seconds, stop = predict(driver, from_version=plan.from_version, nodes=plan.nodes,
-                            install_seconds=plan.install_seconds, inp=inp, start=start)
+    nodes = plan.nodes
+    topology = inp.settings.rollout.topology
+    if topology is not None:
+        domains, why_not = _domains(inp.snapshot, topology.key, nodes)
+        plan = replace(plan, domains=domains)
+        notes.append(f"rollout.topology ({topology.key}, {topology.order}): "
+                     + (why_not or "the domains' node counts of the last status snapshot"))
+    seconds, stop = predict(driver, from_version=plan.from_version, nodes=nodes,
+                            install_seconds=plan.install_seconds, inp=inp, start=start,
+                            domains=plan.domains)
     if seconds is None:
         notes.append(f"the model did not complete the rollout ({stop}): no prediction")
         return replace(plan, notes=tuple(notes))
@@ -331,11 +373,15 @@ def _rollout(plan: ClusterPlan, inp: ClusterInput, notes: list[str], *, now: flo
 
 
 def predict(driver: Mapping[str, Any], *, from_version: str | None, nodes: int,
-            install_seconds: float, inp: ClusterInput, start: float
-            ) -> tuple[float | None, str]:
+            install_seconds: float, inp: ClusterInput, start: float,
+            domains: Mapping[str, int] | None = None) -> tuple[float | None, str]:
     """The rollout's duration on the planner's own model (``reconciler simulate``), gates
-    released at once; (None, why) when the model does not complete it."""
+    released at once, the nodes labelled as ``domains`` counts them (with a topology); (None,
+    why) when the model does not complete it."""
     payload = dict(_mapping(driver.get("payload")))
+    topology = inp.settings.rollout.topology
+    fleet = (labelled_fleet(topology.key, domains)
+             if topology is not None and domains is not None else ())
     config = SimConfig(
         nodes=nodes,
         from_version=from_version or f"{payload.get('version')}-previous",
@@ -346,6 +392,7 @@ def predict(driver: Mapping[str, Any], *, from_version: str | None, nodes: int,
         health=inp.settings.health.config,
         start=start,
         windows=inp.settings.windows,
+        fleet=fleet,
     )
     result = simulate(driver, config)
     if not result.completed:
@@ -354,15 +401,12 @@ def predict(driver: Mapping[str, Any], *, from_version: str | None, nodes: int,
 
 
 def _rollout_notes(settings: ClusterSettings) -> list[str]:
-    """What the model knows less of than the controller: the nodes' pods and labels."""
+    """What the model knows less of than the controller: the nodes' pods."""
     notes = []
     rollout = settings.rollout
     if rollout.drain is not None or rollout.wait_for is not None:
         notes.append("rollout.drain/waitFor: each node is drained first as the controller "
                      "does; the model knows no workload pods, so no eviction waits")
-    if rollout.topology is not None:
-        notes.append(f"rollout.topology ({rollout.topology.key}, {rollout.topology.order}): "
-                     "the model knows no node labels, so every node is in one domain")
     return notes
 
 

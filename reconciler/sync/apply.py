@@ -26,7 +26,7 @@ from reconciler.sync.baseline import Baseline
 from reconciler.sync.commit_view import CommitView, PromotionView
 from reconciler.sync.drift import DriftRepair, WriteBacks
 from reconciler.sync.events import record_event
-from reconciler.sync.install_times import InstallTimes
+from reconciler.sync.fleet_measures import FleetMeasures
 from reconciler.sync.outcome import Accepted, Held, NothingToApply, Outcome, Rejected
 from reconciler.sync.record import SyncRecord, SyncStats, log
 from reconciler.sync.steps import ApplyPlan, policy_document
@@ -82,7 +82,7 @@ class CommitShell:
         #: mode's are in ``upgradeStatus.holds``): set by who knows them (the window watch)
         self.holds: Callable[[], list[dict[str, str]]] = list
         self.settings = settings
-        self.install_times = InstallTimes(api)
+        self.fleet_measures = FleetMeasures(api)
         #: each snapshot offered to Git also goes here (forge commit statuses, docs/forges.md)
         self.on_snapshot: Callable[[Mapping[str, Any]], None] | None = None
 
@@ -216,13 +216,17 @@ class CommitShell:
         upgrade = upgrade_status_of(live)
         # a hold holds a rollout: none is recorded while none runs (no commits for that alone)
         active = isinstance(upgrade, Mapping) and upgrade.get("phase") in ACTIVE_PHASES
+        upgrade_map = upgrade if isinstance(upgrade, Mapping) else {}
+        topology = self.settings.current().rollout.topology
         snapshot = build_snapshot(live, source_commit=self.record.applied_commit,
                                   rejection=self.record.rejection,
                                   firmware=firmware_section(firmware),
                                   promotion=self._promotion_section(),
                                   holds=self.holds() if active else [],
-                                  install_seconds=self.install_times.measured(
-                                      upgrade if isinstance(upgrade, Mapping) else {}))
+                                  install_seconds=self.fleet_measures.measured(upgrade_map),
+                                  domains=self.fleet_measures.domains(
+                                      topology.key if topology is not None else None,
+                                      upgrade_map))
         self.repo.status.offer(snapshot)
         if self.on_snapshot is not None:
             self.on_snapshot(snapshot)

@@ -24,6 +24,7 @@ from reconciler.merge.plan import (
     COMMENT_LIMIT,
     ClusterPlan,
     PlanStep,
+    labelled_fleet,
     render_markdown,
 )
 from reconciler.policy.findings import Finding
@@ -240,6 +241,68 @@ def test_a_rollout_with_drain_and_topology_is_predicted_as_the_controller_runs_i
     assert plain.predicted_seconds == 150.0 and alpha.predicted_seconds > 20 * 30.0
     assert any("rollout.topology" in note for note in alpha.notes)
     assert any("rollout.drain" in note for note in alpha.notes)
+
+
+SPREAD = """\
+  alpha:
+    rollout:
+      topology: {key: topology.kubernetes.io/zone, order: spread, maxUnavailablePerDomain: 1}
+"""
+ZONES = {"zone-a": 12, "zone-b": 6, "(no label)": 2}
+
+
+def test_the_topology_domains_of_the_snapshot_are_the_fleet_the_plan_predicts_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync counts the rollout nodes per domain of the topology key into the snapshot's
+    ``fleet.domains``: ``plan`` predicts on nodes labelled so, the end ``simulate --nodes-file``
+    gives on a fleet of the same domains, not the one-domain end."""
+    root = make_repository(tmp_path)
+    (root / "reconciler.yaml").write_text((root / "reconciler.yaml").read_text() + SPREAD)
+    git(root, "commit", "-q", "-am", "alpha rolls out zone by zone")
+    bump(root, "alpha")
+    [one_domain] = plans_of(root, monkeypatch)[0]
+    assert one_domain.domains is None
+    assert any("counted no domains of topology.kubernetes.io/zone" in note
+               for note in one_domain.notes)
+    snapshot = root / "status" / "alpha.yaml"
+
+    def snapshot_on_main(old: str, new: str, subject: str) -> None:
+        """The status commit on main (the snapshot is read at the ref)."""
+        git(root, "checkout", "-q", "main")
+        snapshot.write_text(snapshot.read_text().replace(old, new))
+        git(root, "commit", "-q", "-m", subject, str(snapshot))
+        git(root, "checkout", "-q", "change")
+
+    snapshot_on_main("fleet: {nodes: 20, installSeconds: 30}",
+                     "fleet: {nodes: 20, installSeconds: 30, domains: {key: "
+                     "topology.kubernetes.io/zone, nodes: {zone-a: 12, zone-b: 6, "
+                     "(no label): 2}}}", "alpha's snapshot counted its zones")
+    [alpha] = plans_of(root, monkeypatch)[0]
+    assert alpha.domains == ZONES
+    fleet = labelled_fleet("topology.kubernetes.io/zone", ZONES)
+    assert [name for name, _ in fleet] == [f"node-{i:05d}" for i in range(1, 21)]
+    assert [labels for _, labels in fleet].count({}) == 2
+    assert alpha.to_json()["domains"] == ZONES
+    Draft202012Validator(SCHEMA).validate({"clusters": [alpha.to_json()]})
+    nodes = [{"name": f"gpu-{domain.strip('()').replace(' ', '-')}-{i}",
+              "labels": {} if domain == "(no label)" else {"topology.kubernetes.io/zone": domain}}
+             for domain, count in ZONES.items() for i in range(count)]
+    (tmp_path / "nodes.json").write_text(json.dumps({"nodes": nodes}))
+    result = CliRunner().invoke(cli, [
+        "simulate", str(root / policy_path("alpha")), "--nodes-file", str(tmp_path / "nodes.json"),
+        "--from-version", OLD, "--install-seconds", "30", "--auto-confirm", "0",
+        "--repo-config", str(root / "reconciler.yaml"), "--cluster", "alpha", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    simulated = json.loads(result.output)
+    assert alpha.predicted_seconds == round(simulated["duration_seconds"], 1)
+    # three domains one node each at a time: sooner than one node at a time in one domain
+    assert alpha.predicted_seconds is not None and one_domain.predicted_seconds is not None
+    assert alpha.predicted_seconds < one_domain.predicted_seconds
+    # counts for another key, or that no longer add up to the nodes: one domain, and why
+    snapshot_on_main("zone-a: 12", "zone-a: 11", "a node left")
+    [stale] = plans_of(root, monkeypatch)[0]
+    assert stale.domains is None and stale.predicted_seconds == one_domain.predicted_seconds
+    assert any("hold 19 nodes, not 20" in note for note in stale.notes)
 
 
 def test_refused_carries_the_findings_exactly_as_validate_gives_them(

@@ -11,7 +11,11 @@ from ruamel.yaml import YAML
 
 from reconciler.gitops.status_policy import build_snapshot, fleet_record
 from reconciler.policy.validation import validate_status_snapshot
-from reconciler.sync.install_times import completed_revision, mean_install_seconds
+from reconciler.sync.fleet_measures import (
+    completed_revision,
+    count_domains,
+    mean_install_seconds,
+)
 from tests.gitops.conftest import Remote
 from tests.gitops.test_status_writer import Clock, writer_for
 
@@ -42,6 +46,41 @@ def test_build_snapshot_hands_the_measurement_to_the_writer() -> None:
     assert "fleet" not in build_snapshot(live, source_commit=None)
     assert build_snapshot(live, source_commit=None, install_seconds=12.5)["fleet"] == {
         "installSeconds": 12.5}
+
+
+def test_the_domains_counted_are_kept_until_counted_again() -> None:
+    """``fleet.domains`` (rollout.topology): the newest count, else the one the snapshot had;
+    a snapshot carrying them passes the snapshot schema."""
+    zones = {"key": "topology.kubernetes.io/zone", "nodes": {"zone-a": 3, "(no label)": 1}}
+    first = fleet_record(upgrade("Idling", "Completed", 4), None,
+                         {"installSeconds": 20.0, "domains": zones})
+    assert first == {"nodes": 4, "installSeconds": 20.0, "domains": zones}
+    assert fleet_record(upgrade("Idling", "Completed", 4), first, None) == first
+    racks = {"key": "gpu.metax-tech.com/rack", "nodes": {"rack-0": 2, "rack-1": 2}}
+    assert fleet_record(upgrade("Idling", "Completed", 4), first, {"domains": racks}) == {
+        **first, "domains": racks}
+    live = {"status": {"upgradeStatus": upgrade("Idling", "Completed", 4)}, "spec": {}}
+    snapshot = build_snapshot(live, source_commit=None, domains=zones)
+    assert snapshot["fleet"] == {"domains": zones}
+    text = ("cluster: prod-a\nobservedAt: '2026-12-01T00:00:00Z'\n"
+            "upgradeStatus: {phase: Idling}\n"
+            "fleet: {nodes: 4, installSeconds: 20.0, domains: {key: topology.kubernetes.io/zone, "
+            "nodes: {zone-a: 3, (no label): 1}}}\n")
+    assert validate_status_snapshot(text, "status/prod-a.yaml").ok
+    bad = text.replace("zone-a: 3", "zone-a: 0")
+    assert not validate_status_snapshot(bad, "status/prod-a.yaml").ok
+
+
+def test_domains_count_the_nodes_a_driver_pod_runs_on_by_the_key() -> None:
+    key = "topology.kubernetes.io/zone"
+    pods = [{"spec": {"nodeName": name}} for name in ("n1", "n2", "n3", "n4")]
+    nodes = [{"metadata": {"name": "n1", "labels": {key: "zone-b"}}},
+             {"metadata": {"name": "n2", "labels": {key: "zone-a"}}},
+             {"metadata": {"name": "n3", "labels": {key: "zone-b"}}},
+             {"metadata": {"name": "n4", "labels": {"other": "x"}}},
+             {"metadata": {"name": "cpu-1", "labels": {key: "zone-c"}}}]  # no driver pod
+    assert count_domains(pods, nodes, key) == {"(no label)": 1, "zone-a": 1, "zone-b": 2}
+    assert list(count_domains(pods, nodes, key)) == ["(no label)", "zone-a", "zone-b"]
 
 
 def pod(name: str, revision: str, created: str, ready: str | None,

@@ -1,11 +1,16 @@
-"""The install time the cluster's last rollout measured, for the status snapshot's ``fleet``
+"""What the cluster's last rollout measured of its fleet, for the status snapshot's ``fleet``
 (docs/plan.md: ``reconciler plan`` predicts the next rollout with it).
 
-Measured once per completed rollout: when the status says a rollout ended ``Completed`` (no
-``RolledBack``) on a revision not measured yet, the driver pods on that revision are listed
-once; each Ready one gives the seconds from its creation (the old pod's deletion, within the
-API's latency) to its Ready condition. The mean of those is the figure; the status writer keeps
-it (in Git) until the next rollout completes.
+The install time: measured once per completed rollout: when the status says a rollout ended
+``Completed`` (no ``RolledBack``) on a revision not measured yet, the driver pods on that revision
+are listed once; each Ready one gives the seconds from its creation (the old pod's deletion,
+within the API's latency) to its Ready condition. The mean of those is the figure; the status
+writer keeps it (in Git) until the next rollout completes.
+
+The topology domains (``rollout.topology``, docs/rollout.md#topology-aware-waves): the rollout
+nodes (those a driver pod runs on) counted by the value of the topology key, ``(no label)`` for
+a node without it. Counted once per process, per key and per completed rollout (a node list
+each time: at 10,000 nodes a few MB, far from every status write).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.kube.observe import is_driver_pod, parse_timestamp
 from reconciler.names import OPERATOR_NAMESPACE, REVISION_LABEL, TERMINAL_PHASES
+from reconciler.rollout.topology import UNLABELLED
 from reconciler.stored_status import condition_in_force
 
 log = logging.getLogger(__name__)
@@ -70,13 +76,52 @@ def mean_install_seconds(pods: Iterable[Mapping[str, Any]], revision: str) -> fl
     return round(max(statistics.fmean(samples), 0.5), 1)
 
 
-class InstallTimes:
-    """The measurement of the newest completed rollout, kept while the sync role runs."""
+def count_domains(pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]],
+                  key: str) -> dict[str, int]:
+    """The nodes the driver ``pods`` run on, counted by their label ``key`` (``(no label)``
+    without it), in name order of the domains."""
+    on = {str(_mapping(pod.get("spec")).get("nodeName") or "") for pod in pods}
+    counts: dict[str, int] = {}
+    for node in nodes:
+        meta = _mapping(node.get("metadata"))
+        if meta.get("name") not in on:
+            continue
+        value = _mapping(meta.get("labels")).get(key)
+        domain = UNLABELLED if value is None else str(value)
+        counts[domain] = counts.get(domain, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+class FleetMeasures:
+    """The measurements of the newest completed rollout, kept while the sync role runs."""
 
     def __init__(self, api: KubeApi) -> None:
         self.api = api
         self._revision: str | None = None
         self._seconds: float | None = None
+        #: (key, completed revision) of the domains counted last, and the count
+        self._domains_of: tuple[str, str | None] | None = None
+        self._domains: dict[str, Any] | None = None
+
+    def domains(self, key: str | None, upgrade: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``{key, nodes: {domain: count}}`` for the topology ``key`` in force (None: no
+        topology, or the nodes cannot be listed now)."""
+        if key is None:
+            return None
+        of = (key, completed_revision(upgrade))
+        if of == self._domains_of:
+            return self._domains
+        try:
+            pods = self.api.list(resource_path("v1", "pods", namespace=OPERATOR_NAMESPACE))
+            nodes = self.api.list(resource_path("v1", "nodes"))
+        except KubeError as exc:
+            log.warning("counting the rollout nodes by %s: %s", key, exc)
+            return self._domains if self._domains_of and self._domains_of[0] == key else None
+        counts = count_domains((p for p in pods.get("items") or () if is_driver_pod(p)),
+                               nodes.get("items") or (), key)
+        self._domains_of = of
+        self._domains = {"key": key, "nodes": counts} if counts else None
+        return self._domains
 
     def measured(self, upgrade: Mapping[str, Any]) -> float | None:
         """The mean install time of the rollout ``upgrade`` says completed (listing its pods
