@@ -309,10 +309,22 @@ def fleet_record(upgrade: Mapping[str, Any], previous: Mapping[str, Any] | None,
         return None
     record: dict[str, Any] = {"nodes": nodes if _positive(nodes) else None,
                               "installSeconds": install if _positive(install) else None}
-    domains = _mapping(measured).get("domains") or before.get("domains")
-    if isinstance(domains, Mapping):
-        record["domains"] = copy.deepcopy(dict(domains))
+    domains = _domains(_mapping(measured).get("domains")) or _domains(before.get("domains"))
+    if domains is not None:
+        record["domains"] = domains
     return record
+
+
+def _domains(value: object) -> dict[str, Any] | None:
+    """``{key, nodes}`` as the snapshot schema has it; None for anything else (a hand-edited
+    snapshot read back from Git is not carried on)."""
+    record = _mapping(value)
+    key, nodes = record.get("key"), _mapping(record.get("nodes"))
+    if not isinstance(key, str) or not key or not nodes:
+        return None
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in nodes.values()):
+        return None
+    return {"key": key, "nodes": {str(domain): n for domain, n in nodes.items()}}
 
 
 def _positive(value: object) -> bool:

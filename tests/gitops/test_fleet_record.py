@@ -59,6 +59,11 @@ def test_the_domains_counted_are_kept_until_counted_again() -> None:
     racks = {"key": "gpu.metax-tech.com/rack", "nodes": {"rack-0": 2, "rack-1": 2}}
     assert fleet_record(upgrade("Idling", "Completed", 4), first, {"domains": racks}) == {
         **first, "domains": racks}
+    # a hand-edited record read back from Git is not carried on
+    for garbage in ({"key": "", "nodes": {"a": 1}}, {"key": "k", "nodes": {"a": "3"}},
+                    {"key": "k", "nodes": {}}, ["zone-a"], {"key": "k", "nodes": {"a": True}}):
+        assert "domains" not in (fleet_record(upgrade("Idling", "Completed", 4),
+                                              {"nodes": 4, "domains": garbage}, None) or {})
     live = {"status": {"upgradeStatus": upgrade("Idling", "Completed", 4)}, "spec": {}}
     snapshot = build_snapshot(live, source_commit=None, domains=zones)
     assert snapshot["fleet"] == {"domains": zones}
