@@ -51,6 +51,9 @@ class SnapshotKey:
     #: holds): a window closing or opening is a new state, and the snapshot says when the next
     #: one opens (docs/configuration.md#maintenance-windows)
     window_until: str | None = None
+    #: ``fleet.domains`` (``key=domain:count,...``): counted again (a new topology key, nodes
+    #: relabelled), ``reconciler plan`` needs them in Git before the next rollout starts
+    fleet_domains: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -91,7 +94,16 @@ def snapshot_key(snapshot: Mapping[str, Any]) -> SnapshotKey:
         applied_version=_str_or_none(_mapping(_mapping(upgrade.get("lastAppliedSpec")).get(
             "payload")).get("version")),
         window_until=_window_until(snapshot),
+        fleet_domains=_domains_text(_mapping(snapshot.get("fleet")).get("domains")),
     )
+
+
+def _domains_text(value: object) -> str | None:
+    domains = _domains(value)
+    if domains is None:
+        return None
+    counts = ",".join(f"{domain}:{n}" for domain, n in sorted(domains["nodes"].items()))
+    return f"{domains['key']}={counts}"
 
 
 def _window_until(snapshot: Mapping[str, Any]) -> str | None:

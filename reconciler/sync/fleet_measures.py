@@ -8,9 +8,10 @@ within the API's latency) to its Ready condition. The mean of those is the figur
 writer keeps it (in Git) until the next rollout completes.
 
 The topology domains (``rollout.topology``, docs/rollout.md#topology-aware-waves): the rollout
-nodes (those a driver pod runs on) counted by the value of the topology key, ``(no label)`` for
-a node without it. Counted once per process, per key and per completed rollout (a node list
-each time: at 10,000 nodes a few MB, far from every status write).
+nodes as the controller counts them (GPU nodes, those labelled ``upgrade.skip=true`` left out)
+counted by the value of the topology key, ``(no label)`` for a node without it. Counted once per
+process, per key and per completed rollout (a node list each time: at 10,000 nodes a few MB, far
+from every status write).
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from typing import Any
 
 from reconciler.kube.api import KubeApi, KubeError, resource_path
 from reconciler.kube.observe import is_driver_pod, parse_timestamp
-from reconciler.names import OPERATOR_NAMESPACE, REVISION_LABEL, TERMINAL_PHASES
+from reconciler.names import (
+    GPU_NODE_LABEL,
+    LABEL_UPGRADE_SKIP,
+    OPERATOR_NAMESPACE,
+    REVISION_LABEL,
+    TERMINAL_PHASES,
+)
 from reconciler.rollout.topology import UNLABELLED
 from reconciler.stored_status import condition_in_force
 
@@ -76,17 +83,16 @@ def mean_install_seconds(pods: Iterable[Mapping[str, Any]], revision: str) -> fl
     return round(max(statistics.fmean(samples), 0.5), 1)
 
 
-def count_domains(pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]],
-                  key: str) -> dict[str, int]:
-    """The nodes the driver ``pods`` run on, counted by their label ``key`` (``(no label)``
-    without it), in name order of the domains."""
-    on = {str(_mapping(pod.get("spec")).get("nodeName") or "") for pod in pods}
+def count_domains(nodes: Iterable[Mapping[str, Any]], key: str) -> dict[str, int]:
+    """The rollout nodes among ``nodes`` (GPU nodes not labelled ``upgrade.skip=true``, as
+    the controller's N), counted by their label ``key`` (``(no label)`` without it), in name
+    order of the domains."""
     counts: dict[str, int] = {}
     for node in nodes:
-        meta = _mapping(node.get("metadata"))
-        if meta.get("name") not in on:
+        labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+        if labels.get(GPU_NODE_LABEL) != "true" or labels.get(LABEL_UPGRADE_SKIP) == "true":
             continue
-        value = _mapping(meta.get("labels")).get(key)
+        value = labels.get(key)
         domain = UNLABELLED if value is None else str(value)
         counts[domain] = counts.get(domain, 0) + 1
     return dict(sorted(counts.items()))
@@ -99,6 +105,8 @@ class FleetMeasures:
         self.api = api
         self._revision: str | None = None
         self._seconds: float | None = None
+        #: the newest completed revision seen (a rollout that starts or rolls back keeps it)
+        self._completed: str | None = None
         #: (key, completed revision) of the domains counted last, and the count
         self._domains_of: tuple[str, str | None] | None = None
         self._domains: dict[str, Any] | None = None
@@ -108,17 +116,17 @@ class FleetMeasures:
         topology, or the nodes cannot be listed now)."""
         if key is None:
             return None
-        of = (key, completed_revision(upgrade))
+        self._completed = completed_revision(upgrade) or self._completed
+        of = (key, self._completed)
         if of == self._domains_of:
             return self._domains
         try:
-            pods = self.api.list(resource_path("v1", "pods", namespace=OPERATOR_NAMESPACE))
-            nodes = self.api.list(resource_path("v1", "nodes"))
+            nodes = self.api.list(resource_path("v1", "nodes"),
+                                  query={"labelSelector": f"{GPU_NODE_LABEL}=true"})
         except KubeError as exc:
             log.warning("counting the rollout nodes by %s: %s", key, exc)
             return self._domains if self._domains_of and self._domains_of[0] == key else None
-        counts = count_domains((p for p in pods.get("items") or () if is_driver_pod(p)),
-                               nodes.get("items") or (), key)
+        counts = count_domains(nodes.get("items") or (), key)
         self._domains_of = of
         self._domains = {"key": key, "nodes": counts} if counts else None
         return self._domains

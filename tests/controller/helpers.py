@@ -57,9 +57,11 @@ def running_controller(kube: KubeApi, settings: PlannerSettings,
     install_crd(kube)
     ctl = RolloutController(kube, Target(cluster_operator=CLUSTER_OPERATOR_NAME),
                             settings=settings, **options).start()
-    assert ctl.wait_synced(30)
-    yield ctl
-    ctl.stop()
+    try:
+        assert ctl.wait_synced(30)
+        yield ctl
+    finally:
+        ctl.stop()
 
 
 def person_patch(kube: KubeApi, driver: Mapping[str, Any]) -> JSON:

@@ -76,16 +76,19 @@ def test_the_domains_counted_are_kept_until_counted_again() -> None:
     assert not validate_status_snapshot(bad, "status/prod-a.yaml").ok
 
 
-def test_domains_count_the_nodes_a_driver_pod_runs_on_by_the_key() -> None:
-    key = "topology.kubernetes.io/zone"
-    pods = [{"spec": {"nodeName": name}} for name in ("n1", "n2", "n3", "n4")]
-    nodes = [{"metadata": {"name": "n1", "labels": {key: "zone-b"}}},
-             {"metadata": {"name": "n2", "labels": {key: "zone-a"}}},
-             {"metadata": {"name": "n3", "labels": {key: "zone-b"}}},
-             {"metadata": {"name": "n4", "labels": {"other": "x"}}},
-             {"metadata": {"name": "cpu-1", "labels": {key: "zone-c"}}}]  # no driver pod
-    assert count_domains(pods, nodes, key) == {"(no label)": 1, "zone-a": 1, "zone-b": 2}
-    assert list(count_domains(pods, nodes, key)) == ["(no label)", "zone-a", "zone-b"]
+def test_domains_count_the_rollout_nodes_by_the_key() -> None:
+    """The controller's N: GPU nodes, those labelled upgrade.skip=true left out."""
+    key, gpu = "topology.kubernetes.io/zone", {"metax-tech.com/gpu.installed": "true"}
+
+    def node(name: str, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": labels}}
+
+    nodes = [node("n1", **gpu, **{key: "zone-b"}), node("n2", **gpu, **{key: "zone-a"}),
+             node("n3", **gpu, **{key: "zone-b"}), node("n4", **gpu, other="x"),
+             node("n5", **gpu, **{key: "zone-a", "gpu.metax-tech.com/upgrade.skip": "true"}),
+             node("cpu-1", **{key: "zone-c"}), {"metadata": None}]
+    assert count_domains(nodes, key) == {"(no label)": 1, "zone-a": 1, "zone-b": 2}
+    assert list(count_domains(nodes, key)) == ["(no label)", "zone-a", "zone-b"]
 
 
 def pod(name: str, revision: str, created: str, ready: str | None,

@@ -181,6 +181,21 @@ def test_key_ignores_counters_and_tolerates_missing_fields() -> None:
     assert snapshot_key(snap(ready=1)) == snapshot_key(snap(ready=9))
 
 
+def test_domains_counted_again_are_a_new_state_the_install_time_alone_is_not() -> None:
+    """fleet.domains changes while the cluster is idle (a topology key added, nodes relabelled):
+    plan needs them in Git before the next rollout, so they make a commit."""
+    zones = {"key": "topology.kubernetes.io/zone", "nodes": {"zone-a": 2, "zone-b": 1}}
+    idle = snap(state="Completed")
+    counted = {**idle, "fleet": {"nodes": 3, "installSeconds": 9.0, "domains": zones}}
+    assert snapshot_key(counted) != snapshot_key(idle)
+    same = {**counted, "fleet": {"nodes": 3, "installSeconds": 12.0, "domains": {
+        "key": zones["key"], "nodes": {"zone-b": 1, "zone-a": 2}}}}
+    assert snapshot_key(same) == snapshot_key(counted)
+    state = observe(WriterState(committed_key=snapshot_key(idle), last_commit_at=0.0),
+                    counted, 100.0)
+    assert state.pending is not None
+
+
 def test_a_rejection_already_in_git_does_not_make_later_changes_urgent() -> None:
     rejection = {"commit": "b" * 40, "findings": []}
     state = WriterState(
