@@ -31,7 +31,7 @@ from reconciler.cli.report_formats import (
 from reconciler.policy.findings import Finding
 from tests.policy.commands import git, reconciler
 from tests.policy.test_invalid_files import CASES
-from tests.policy.texts import EXAMPLES, REPO
+from tests.policy.texts import EXAMPLES, REPO, SEED_10
 
 LAB = "clusters/lab-10/cluster-operator.yaml"
 GITLAB_SCHEMA = Path(__file__).with_name("gitlab-code-quality.schema.json")
@@ -268,16 +268,8 @@ def test_infos_exit_zero_with_their_level_in_every_format(repo: Path) -> None:
     path = repo / LAB
     # a policy that carries only what it changes (the whole object the examples hold would
     # also say what is not acted on, and more)
-    path.write_text("""apiVersion: gpu.metax-tech.com/v1alpha1
-kind: ClusterOperator
-metadata:
-  name: cluster-operator
-spec:
-  driver:
-    payload:
-      name: driver-image
-      registry: registry.example.com/metax
-      version: 2.33.0.9-amd64
+    head = SEED_10[: SEED_10.index("    upgradePolicy:\n")]  # through the payload: 10 lines
+    path.write_text(head + """\
     fwUpgradePolicy: Never
     upgradePolicy:
       enableRollout: true
