@@ -43,6 +43,7 @@ from reconciler.rollout.simulator import (
     DEFAULT_UNTIL,
     EPOCH,
     FAULTS,
+    MODEL_MAX_NODES,
     Fault,
     SimConfig,
     SimResult,
@@ -62,7 +63,7 @@ _HEADER = (
 
 #: 10 times the largest rollout docs/rollout.md#scale asks for (10,000 nodes); the run is linear in
 #: the fleet.
-MAX_NODES = 100_000
+MAX_NODES = MODEL_MAX_NODES
 
 
 class InputError(click.ClickException):

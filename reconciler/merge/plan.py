@@ -25,7 +25,7 @@ from reconciler.fleet.promotion import payload_version, same_version
 from reconciler.policy.findings import Finding
 from reconciler.policy.upgrade_policy import UpgradePolicy, pause_ms_of
 from reconciler.rollout.model import PlannerSettings
-from reconciler.rollout.simulator import SimConfig, simulate
+from reconciler.rollout.simulator import MODEL_MAX_NODES, SimConfig, simulate
 from reconciler.rollout.topology import UNLABELLED
 from reconciler.timefmt import LATEST_TIME, format_duration, format_seconds
 
@@ -345,6 +345,10 @@ def _rollout(plan: ClusterPlan, inp: ClusterInput, notes: list[str], *, now: flo
         notes.append("pause: true: no node starts until pause: false is merged")
         return replace(plan, notes=tuple(notes))
     nodes = plan.nodes
+    if nodes > MODEL_MAX_NODES:
+        notes.append(f"{nodes:,} nodes: past the {MODEL_MAX_NODES:,} the model runs, so nothing "
+                     "is predicted")
+        return replace(plan, notes=tuple(notes))
     topology = inp.settings.rollout.topology
     if topology is not None:
         domains, why_not = _domains(inp.snapshot, topology.key, nodes)

@@ -89,7 +89,7 @@ def count_domains(nodes: Iterable[Mapping[str, Any]], key: str) -> dict[str, int
     order of the domains."""
     counts: dict[str, int] = {}
     for node in nodes:
-        labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+        labels = _mapping(_mapping(_mapping(node).get("metadata")).get("labels"))
         if labels.get(GPU_NODE_LABEL) != "true" or labels.get(LABEL_UPGRADE_SKIP) == "true":
             continue
         value = labels.get(key)

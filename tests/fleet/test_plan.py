@@ -305,6 +305,26 @@ def test_the_topology_domains_of_the_snapshot_are_the_fleet_the_plan_predicts_wi
     assert any("hold 19 nodes, not 20" in note for note in stale.notes)
 
 
+@pytest.mark.parametrize("nodes", [100_001, 2**63, 10**30])
+def test_a_fleet_past_the_model_is_resolved_but_not_simulated(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodes: int) -> None:
+    """A snapshot's node count past what the model runs (or past int64: a hand-edited file)
+    gives the steps and a note, never a run that does not end."""
+    root = make_repository(tmp_path)
+    git(root, "checkout", "-q", "main")
+    snapshot = root / "status" / "alpha.yaml"
+    snapshot.write_text(snapshot.read_text().replace("nodes: 20,", f"nodes: {nodes},"))
+    git(root, "commit", "-q", "-am", "a fleet past the model")
+    git(root, "checkout", "-q", "change")
+    git(root, "merge", "-q", "main")
+    bump(root, "alpha")
+    [alpha] = plans_of(root, monkeypatch)[0]
+    # (the YAML reader gives a number past 2**64 as one past int64, still past the model)
+    assert alpha.nodes == min(nodes, 2**63 + 1) and alpha.predicted_seconds is None
+    assert [n for n, _ in steps(alpha)][:3] == [2, 3, 3]
+    assert any("past the 100,000 the model runs" in note for note in alpha.notes)
+
+
 def test_refused_carries_the_findings_exactly_as_validate_gives_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = make_repository(tmp_path)

@@ -86,7 +86,7 @@ def test_domains_count_the_rollout_nodes_by_the_key() -> None:
     nodes = [node("n1", **gpu, **{key: "zone-b"}), node("n2", **gpu, **{key: "zone-a"}),
              node("n3", **gpu, **{key: "zone-b"}), node("n4", **gpu, other="x"),
              node("n5", **gpu, **{key: "zone-a", "gpu.metax-tech.com/upgrade.skip": "true"}),
-             node("cpu-1", **{key: "zone-c"}), {"metadata": None}]
+             node("cpu-1", **{key: "zone-c"}), {"metadata": None}, "not a node"]
     assert count_domains(nodes, key) == {"(no label)": 1, "zone-a": 1, "zone-b": 2}
     assert list(count_domains(nodes, key)) == ["(no label)", "zone-a", "zone-b"]
 
